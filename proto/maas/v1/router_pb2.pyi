@@ -1,0 +1,91 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PickRequest(_message.Message):
+    __slots__ = ("request_id", "model", "token_ids", "tenant", "session_id", "exclude_endpoint_ids")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    tenant: str
+    session_id: str
+    exclude_endpoint_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., tenant: _Optional[str] = ..., session_id: _Optional[str] = ..., exclude_endpoint_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PickResponse(_message.Message):
+    __slots__ = ("endpoint_id", "address")
+    ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    endpoint_id: str
+    address: str
+    def __init__(self, endpoint_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("request_id", "endpoint_id", "success")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    endpoint_id: str
+    success: bool
+    def __init__(self, request_id: _Optional[str] = ..., endpoint_id: _Optional[str] = ..., success: _Optional[bool] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PoolStatsRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class ReplicaStats(_message.Message):
+    __slots__ = ("endpoint_id", "address", "ready", "draining", "running", "waiting", "in_flight", "kv_cache_usage", "max_num_seqs")
+    ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
+    endpoint_id: str
+    address: str
+    ready: bool
+    draining: bool
+    running: int
+    waiting: int
+    in_flight: int
+    kv_cache_usage: float
+    max_num_seqs: int
+    def __init__(self, endpoint_id: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., draining: _Optional[bool] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., in_flight: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ...) -> None: ...
+
+class DeploymentStats(_message.Message):
+    __slots__ = ("model", "replicas", "queue_depth", "ready_replicas")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    READY_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStats]
+    queue_depth: int
+    ready_replicas: int
+    def __init__(self, model: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStats, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., ready_replicas: _Optional[int] = ...) -> None: ...
+
+class PoolStats(_message.Message):
+    __slots__ = ("deployments",)
+    DEPLOYMENTS_FIELD_NUMBER: _ClassVar[int]
+    deployments: _containers.RepeatedCompositeFieldContainer[DeploymentStats]
+    def __init__(self, deployments: _Optional[_Iterable[_Union[DeploymentStats, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,88 @@
+"""Reads usage events from the Redis stream through a consumer group.
+
+On start it first re-reads this consumer's own pending entries (delivered
+before a crash, never acked), then follows new ones. A malformed entry is
+logged and acked so it cannot wedge the group; it is counted as rejected.
+"""
+
+import asyncio
+import time
+
+from prometheus_client import Counter, Gauge
+from pydantic import ValidationError
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError, TimeoutError as RedisTimeoutError
+
+from services.billing.counters import TenantCounters
+from services.common.logging import get_logger
+from services.common.usage_event import USAGE_STREAM, UsageEvent
+
+log = get_logger(__name__)
+
+EVENTS = Counter("maas_billing_events", "Usage events processed", ["outcome"])
+LAG = Gauge("maas_billing_event_lag_seconds", "Age of the last event at commit")
+
+
+class UsageConsumer:
+    def __init__(self, redis: Redis, group: str, consumer: str, batch: int, block_ms: int):
+        self._redis = redis
+        self._group = group
+        self._consumer = consumer
+        self._batch = batch
+        self._block_ms = block_ms
+        self.counters = TenantCounters(redis, USAGE_STREAM, group)
+
+    async def ensure_group(self) -> None:
+        try:
+            await self._redis.xgroup_create(USAGE_STREAM, self._group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def run(self) -> None:
+        await self.ensure_group()
+        await self._drain_own_pending()
+        while True:
+            try:
+                await self._read_once(">")
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                log.warning("redis_unavailable", error=str(exc))
+                await asyncio.sleep(1.0)
+            except ResponseError as exc:
+                # The stream or group vanished (FLUSHALL, a new Redis): recreate.
+                if "NOGROUP" not in str(exc):
+                    raise
+                await self.ensure_group()
+
+    async def _drain_own_pending(self) -> None:
+        while await self._read_once("0", block=False):
+            pass
+
+    async def _read_once(self, start: str, block: bool = True) -> int:
+        response = await self._redis.xreadgroup(
+            self._group,
+            self._consumer,
+            {USAGE_STREAM: start},
+            count=self._batch,
+            block=self._block_ms if block else None,
+        )
+        handled = 0
+        for _stream, entries in response or []:
+            for entry_id, fields in entries:
+                await self._handle(entry_id, fields)
+                handled += 1
+        return handled
+
+    async def _handle(self, entry_id: str, fields: dict[str, str]) -> None:
+        try:
+            event = UsageEvent.from_fields(fields)
+        except ValidationError as exc:
+            log.error("usage_event_rejected", entry_id=entry_id, error=str(exc))
+            await self._redis.xack(USAGE_STREAM, self._group, entry_id)
+            EVENTS.labels("rejected").inc()
+            return
+        applied = await self.counters.apply(entry_id, event)
+        EVENTS.labels("applied" if applied else "duplicate").inc()
+        stream_ms = int(entry_id.split("-", 1)[0])
+        LAG.set(max(0.0, time.time() - stream_ms / 1000))

@@ -1,0 +1,49 @@
+"""`maas serve billing`."""
+
+import asyncio
+import os
+import socket
+
+from maas.v1 import billing_pb2, billing_pb2_grpc
+from services.billing.consumer import UsageConsumer
+from services.billing.servicer import BillingServicer
+from services.billing.settings import BillingSettings
+from services.common.grpc_server import GrpcService, run_until_signalled, start_server
+from services.common.redis_client import open_redis
+
+SERVICE_NAME = billing_pb2.DESCRIPTOR.services_by_name["Billing"].full_name
+
+
+async def serve(settings: BillingSettings) -> None:
+    redis = open_redis(settings.redis_url)
+    consumer = UsageConsumer(
+        redis,
+        settings.consumer_group,
+        settings.consumer_name or f"{socket.gethostname()}-{os.getpid()}",
+        settings.batch_size,
+        settings.block_ms,
+    )
+    await consumer.ensure_group()
+    consuming = asyncio.create_task(consumer.run())
+    handle = await start_server(
+        "billing",
+        settings,
+        [
+            GrpcService(
+                SERVICE_NAME,
+                BillingServicer(consumer.counters),
+                billing_pb2_grpc.add_BillingServicer_to_server,
+            )
+        ],
+    )
+
+    async def stop_consuming() -> None:
+        # Each entry commits atomically, so cancelling between entries is safe.
+        consuming.cancel()
+
+    await run_until_signalled(handle, settings.shutdown_grace_seconds, on_stop=stop_consuming)
+    await redis.aclose()
+
+
+def main(settings: BillingSettings) -> None:
+    asyncio.run(serve(settings))

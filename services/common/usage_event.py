@@ -1,0 +1,31 @@
+"""The usage event: one per finished request, from the gateway to billing.
+
+It travels as the fields of a Redis stream entry, so every value is a string.
+"""
+
+from pydantic import BaseModel, Field
+
+USAGE_STREAM = "maas:usage:events"
+
+
+class UsageEvent(BaseModel):
+    request_id: str = Field(min_length=1)
+    tenant: str = Field(min_length=1)
+    key_id: str = ""
+    model: str
+    deployment: str = ""
+    endpoint: str = ""
+    prompt_tokens: int = Field(ge=0)
+    cached_prompt_tokens: int = Field(0, ge=0)
+    completion_tokens: int = Field(ge=0)
+    finish_reason: str = ""
+    started_at: float
+    ttft_seconds: float = 0.0
+    duration_seconds: float = 0.0
+
+    def to_fields(self) -> dict[str, str]:
+        return {name: str(value) for name, value in self.model_dump().items()}
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, str]) -> "UsageEvent":
+        return cls.model_validate(fields)
