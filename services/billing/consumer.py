@@ -12,7 +12,8 @@ from prometheus_client import Counter, Gauge
 from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError, TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from services.billing.counters import TenantCounters
 from services.common.logging import get_logger

@@ -1,8 +1,8 @@
 """maas.v1.Billing: usage totals per tenant."""
 
 import grpc
-
 from maas.v1 import billing_pb2, billing_pb2_grpc
+
 from services.billing.counters import TENANT_FIELDS, TenantCounters
 
 

@@ -3,8 +3,8 @@
 import asyncio
 
 import grpc
-
 from maas.v1 import engine_pb2, engine_pb2_grpc
+
 from services.common.grpc_client import open_channel
 from services.common.logging import get_logger
 from services.router.endpoints import Endpoint

@@ -3,6 +3,7 @@
 import asyncio
 
 from maas.v1 import router_pb2, router_pb2_grpc
+
 from services.common.grpc_server import GrpcService, run_until_signalled, start_server
 from services.router.endpoints import parse_static
 from services.router.pool import EnginePool

@@ -3,6 +3,7 @@
 import asyncio
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
+
 from services.common.grpc_server import GrpcService, run_until_signalled, start_server
 from services.common.logging import get_logger
 from services.common.model_files import resolve_model_path

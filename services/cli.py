@@ -1,0 +1,84 @@
+"""The `maas` command: `maas up` (local mode) and `maas serve SERVICE`."""
+
+import argparse
+import os
+import sys
+
+from services.common.logging import configure_logging
+from services.common.model_files import DEFAULT_MODEL_ID
+from services.common.settings import parse_settings
+from services.common.tracing import configure_tracing
+
+
+def _serve(service: str, argv: list[str]) -> None:
+    # Imported lazily: the engine pulls in torch, which other services never need.
+    if service == "engine":
+        from services.engine.server import main as run
+        from services.engine.settings import EngineSettings as Settings
+    elif service == "tokenizer":
+        from services.tokenizer.server import main as run
+        from services.tokenizer.settings import TokenizerSettings as Settings
+    elif service == "router":
+        from services.router.server import main as run
+        from services.router.settings import RouterSettings as Settings
+    elif service == "billing":
+        from services.billing.server import main as run
+        from services.billing.settings import BillingSettings as Settings
+    else:
+        from services.gateway.server import main as run
+        from services.gateway.settings import GatewaySettings as Settings
+    settings = parse_settings(Settings, argv, prog=f"maas serve {service}")
+    configure_logging(service, settings.log_level, settings.log_format)
+    configure_tracing(service)
+    run(settings)
+
+
+def _up_parser(sub) -> None:
+    up = sub.add_parser(
+        "up",
+        help="start the whole stack locally",
+        description="Start Redis, tokenizer, router, engines, billing and the gateway. "
+        "Unknown flags are passed to every engine (e.g. --dtype float32).",
+    )
+    up.add_argument("--port", type=int, default=8080, help="gateway HTTP port")
+    up.add_argument("--engine-replicas", type=int, default=1)
+    up.add_argument("--state-dir", default=os.environ.get("MAAS_STATE_DIR", ".maas"))
+    up.add_argument("--redis-url", default=os.environ.get("MAAS_REDIS_URL", ""),
+                    help="use this Redis instead of starting one")
+    up.add_argument("--startup-timeout", type=float, default=600.0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="maas", description="Model-as-a-Service platform")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run one service", add_help=False)
+    serve.add_argument(
+        "service", choices=["gateway", "tokenizer", "router", "engine", "billing"]
+    )
+    _up_parser(sub)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "serve":
+        _serve(args.service, rest)
+        return
+    from pathlib import Path
+
+    from services.local.stack import StackConfig
+    from services.local.up import up
+
+    configure_logging("local", "info", "console")
+    if args.engine_replicas < 1:
+        parser.error("--engine-replicas must be at least 1")
+    config = StackConfig(
+        state_dir=Path(args.state_dir),
+        gateway_port=args.port,
+        engine_replicas=args.engine_replicas,
+        engine_args=rest,
+        redis_url=args.redis_url,
+        startup_timeout=args.startup_timeout,
+    )
+    sys.exit(up(config, DEFAULT_MODEL_ID))
+
+
+if __name__ == "__main__":
+    main()

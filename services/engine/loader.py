@@ -1,0 +1,47 @@
+"""Build a ready-to-run model from a GGUF file or a Hugging Face safetensors folder."""
+
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from services.engine.gguf_loader import load_gguf
+from services.engine.model import FusedLinear, LlamaForCausalLM
+from services.engine.model_config import ModelConfig
+from services.engine.safetensors_loader import load_safetensors
+
+
+def load_model(
+    path: str | Path, dtype: torch.dtype, device: torch.device | str = "cpu", progress: bool = True
+) -> tuple[LlamaForCausalLM, ModelConfig]:
+    path = Path(path)
+    config, weights = load_gguf(path) if path.is_file() else load_safetensors(path)
+    # Parameters start on the meta device: random init of memory we overwrite is wasted time.
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config).to(dtype)
+    model.to_empty(device=device)
+    params = dict(model.named_parameters())
+    filled = dict.fromkeys(params, 0)
+    for name in tqdm(weights, desc="Loading weights", unit="tensor", disable=not progress):
+        module_path, kind = name.rsplit(".", 1)
+        parent, _, module = module_path.rpartition(".")
+        if module in model.packed_modules_mapping:
+            fused, shard = model.packed_modules_mapping[module]
+            target = f"{parent}.{fused}.{kind}"
+            fused_module = model.get_submodule(f"{parent}.{fused}")
+            assert isinstance(fused_module, FusedLinear)
+            destination = fused_module.shard(kind, shard)
+        elif name in params:
+            target, destination = name, params[name].data
+        else:
+            raise ValueError(f"checkpoint tensor {name!r} has no place in the model")
+        tensor = weights[name]
+        if tensor.shape != destination.shape:
+            raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)}, model wants {tuple(destination.shape)}")
+        destination.copy_(tensor)
+        filled[target] += tensor.numel()
+    # Counting elements rather than names also catches a fused projection missing one part.
+    missing = [name for name, param in params.items() if filled[name] != param.numel()]
+    if missing:
+        raise ValueError(f"checkpoint does not fill {missing}")
+    return model.eval().requires_grad_(False), config

@@ -1,0 +1,183 @@
+"""Llama-family decoder (Llama, SmolLM, Qwen2) over per-sequence KV caches.
+
+A forward pass takes the new tokens of several sequences back to back, so one
+call can prefill a prompt, decode a batch, or mix both.
+"""
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from services.engine.kv_cache import KVCache
+from services.engine.model_config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 and scale after casting back, as the reference
+        # implementation does, so low-precision runs round the same way.
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class FusedLinear(nn.Linear):
+    """Projections of one input done as one matmul; checkpoints store them apart."""
+
+    def __init__(self, in_features: int, shard_sizes: list[int], bias: bool):
+        super().__init__(in_features, sum(shard_sizes), bias=bias)
+        self.shard_sizes = shard_sizes
+
+    def shard(self, kind: str, index: int) -> torch.Tensor:
+        """The rows of `weight` or `bias` that belong to projection `index`."""
+        offset = sum(self.shard_sizes[:index])
+        return getattr(self, kind).data.narrow(0, offset, self.shard_sizes[index])
+
+
+def rotary_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # Angles in float32 whatever the model dtype: bfloat16 positions lose whole steps past 256.
+    exponents = torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim
+    angles = positions.float()[:, None] * (1.0 / theta**exponents)
+    angles = torch.cat((angles, angles), dim=-1)[:, None, :]  # [tokens, 1 (heads), head_dim]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # Half-split pairing (dimension i rotates with i + head_dim/2), the Hugging Face layout.
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        q_size = config.num_heads * config.head_dim
+        kv_size = config.num_kv_heads * config.head_dim
+        self.qkv_proj = FusedLinear(
+            config.hidden_size, [q_size, kv_size, kv_size], bias=config.attention_bias
+        )
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        caches: Sequence[KVCache],
+        seq_lens: list[int],
+    ) -> torch.Tensor:
+        tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split(self.qkv_proj.shard_sizes, dim=-1)
+        q = apply_rotary(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
+        k = apply_rotary(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
+        v = v.view(tokens, self.num_kv_heads, self.head_dim)
+        outputs = []
+        for cache, q_i, k_i, v_i in zip(caches, q.split(seq_lens), k.split(seq_lens), v.split(seq_lens)):
+            n, start = q_i.shape[0], cache.length
+            end = start + n
+            keys, values = cache.k[self.layer], cache.v[self.layer]
+            keys[:, start:end] = k_i.transpose(0, 1)
+            values[:, start:end] = v_i.transpose(0, 1)
+            # Query j sits at position start + j and sees every cached position up to its own.
+            mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)
+            out = F.scaled_dot_product_attention(
+                q_i.transpose(0, 1).unsqueeze(0),
+                keys[:, :end].unsqueeze(0),
+                values[:, :end].unsqueeze(0),
+                attn_mask=mask,
+                enable_gqa=True,
+            )
+            outputs.append(out[0].transpose(0, 1).reshape(n, -1))
+        return self.o_proj(torch.cat(outputs))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        size = config.intermediate_size
+        self.gate_up_proj = FusedLinear(config.hidden_size, [size, size], bias=False)
+        self.down_proj = nn.Linear(size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, layer)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cos, sin, caches, seq_lens):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, caches, seq_lens)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    # Checkpoint projection name -> (our fused module, its shard), for the loader.
+    packed_modules_mapping = {
+        "q_proj": ("qkv_proj", 0),
+        "k_proj": ("qkv_proj", 1),
+        "v_proj": ("qkv_proj", 2),
+        "gate_proj": ("gate_up_proj", 0),
+        "up_proj": ("gate_up_proj", 1),
+    }
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        # Module names follow Hugging Face checkpoints so safetensors load by name.
+        self.model = LlamaModel(config)
+        self.lm_head = None if config.tie_word_embeddings else nn.Linear(
+            config.hidden_size, config.vocab_size, bias=False
+        )
+
+    def forward(
+        self, input_ids: torch.Tensor, caches: Sequence[KVCache], seq_lens: list[int]
+    ) -> torch.Tensor:
+        """Run the new tokens of each sequence and append their keys/values to its cache.
+
+        input_ids holds seq_lens[i] tokens for caches[i], back to back. Returns
+        the final hidden states, [sum(seq_lens), hidden_size].
+        """
+        for cache, n in zip(caches, seq_lens, strict=True):
+            if cache.length + n > cache.max_len:
+                raise ValueError(f"KV cache holds {cache.max_len} positions, asked for {cache.length + n}")
+        positions = torch.cat([torch.arange(c.length, c.length + n) for c, n in zip(caches, seq_lens)])
+        h = self.model.embed_tokens(input_ids)
+        cos, sin = rotary_cos_sin(
+            positions.to(h.device), self.config.head_dim, self.config.rope_theta, h.dtype
+        )
+        for layer in self.model.layers:
+            h = layer(h, cos, sin, caches, seq_lens)
+        for cache, n in zip(caches, seq_lens):
+            cache.length += n
+        return self.model.norm(h)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        head = self.model.embed_tokens if self.lm_head is None else self.lm_head
+        return F.linear(hidden, head.weight)

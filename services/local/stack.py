@@ -1,0 +1,136 @@
+"""The whole platform as local processes: what `maas up` and the tests run.
+
+Order matters: Redis first (everyone's state), then the model-holding services
+in parallel, then the router and the gateway; shutdown is the reverse, so the
+gateway stops taking requests before anything behind it goes away.
+"""
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.common.logging import get_logger
+from services.common.redis_client import open_redis
+from services.gateway.tenants import TenantStore
+from services.local.dev_tenant import ensure_dev_key
+from services.local.ports import free_port
+from services.local.processes import ManagedProcess, serve_argv
+from services.local.readiness import wait_ready
+from services.local.redis_server import redis_process
+
+log = get_logger(__name__)
+
+
+@dataclass
+class StackConfig:
+    state_dir: Path = Path(".maas")
+    host: str = "127.0.0.1"
+    gateway_port: int = 8080
+    engine_replicas: int = 1
+    # Passed verbatim to every engine, e.g. ["--dtype", "float32"].
+    engine_args: list[str] = field(default_factory=list)
+    redis_url: str = ""
+    startup_timeout: float = 600.0
+    stop_timeout: float = 30.0
+
+
+@dataclass
+class Stack:
+    config: StackConfig
+    redis_url: str = ""
+    gateway_url: str = ""
+    gateway_grpc: str = ""
+    api_key: str = ""
+    addresses: dict[str, str] = field(default_factory=dict)
+    processes: list[ManagedProcess] = field(default_factory=list)
+
+    def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
+        process = ManagedProcess(name, argv, self.config.state_dir / "logs" / f"{name}.log")
+        process.start()
+        self.processes.append(process)
+        return process
+
+    def _service(self, name: str, service: str, flags: dict, extra=None) -> tuple:
+        port = free_port(self.config.host)
+        self.addresses[name] = f"{self.config.host}:{port}"
+        flags = {"host": self.config.host, "port": port, **flags}
+        return self._spawn(name, serve_argv(service, flags, extra)), self.addresses[name]
+
+    async def start(self) -> "Stack":
+        cfg = self.config
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        timeout = cfg.startup_timeout
+        self.redis_url = cfg.redis_url
+        if not self.redis_url:
+            port = free_port(cfg.host)
+            redis = redis_process(cfg.state_dir, port)
+            redis.start()
+            self.processes.append(redis)
+            self.redis_url = f"redis://{cfg.host}:{port}/0"
+            await wait_ready(redis, self.redis_url, timeout)
+
+        stage = [self._service("tokenizer", "tokenizer", {})]
+        engines = []
+        for index in range(cfg.engine_replicas):
+            name = f"engine-{index}"
+            stage.append(self._service(name, "engine", {"engine-id": name}, cfg.engine_args))
+            engines.append(f"{name}={self.addresses[name]}")
+        stage.append(
+            self._service(
+                "billing", "billing",
+                {"redis-url": self.redis_url, "consumer-name": "billing-0"},
+            )
+        )
+        await asyncio.gather(*(wait_ready(p, addr, timeout) for p, addr in stage))
+
+        router, router_addr = self._service("router", "router", {"engines": engines})
+        await wait_ready(router, router_addr, timeout)
+
+        grpc_port = free_port(cfg.host)
+        gateway = self._spawn(
+            "gateway",
+            serve_argv(
+                "gateway",
+                {
+                    "host": cfg.host,
+                    "port": cfg.gateway_port,
+                    "grpc-port": grpc_port,
+                    "redis-url": self.redis_url,
+                    "tokenizer-address": self.addresses["tokenizer"],
+                    "router-address": router_addr,
+                },
+            ),
+        )
+        self.gateway_url = f"http://{cfg.host}:{cfg.gateway_port}"
+        self.gateway_grpc = f"{cfg.host}:{grpc_port}"
+        await wait_ready(gateway, f"{self.gateway_url}/readyz", timeout)
+
+        redis = open_redis(self.redis_url)
+        try:
+            self.api_key = await ensure_dev_key(TenantStore(redis), cfg.state_dir)
+        finally:
+            await redis.aclose()
+        self._write_state()
+        return self
+
+    def _write_state(self) -> None:
+        """Let CLI commands find the running stack with no flags."""
+        state = {
+            "pid": os.getpid(),
+            "redis_url": self.redis_url,
+            "gateway_url": self.gateway_url,
+            "gateway_grpc": self.gateway_grpc,
+            "services": self.addresses,
+            "pids": {p.name: p.pid for p in self.processes},
+        }
+        (self.config.state_dir / "stack.json").write_text(json.dumps(state, indent=2))
+
+    def dead(self) -> list[ManagedProcess]:
+        return [p for p in self.processes if p.exited() is not None]
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop(self.config.stop_timeout)
+        (self.config.state_dir / "stack.json").unlink(missing_ok=True)

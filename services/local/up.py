@@ -1,0 +1,76 @@
+"""`maas up`: run the whole stack locally until Ctrl-C or SIGTERM."""
+
+import asyncio
+import os
+import signal
+import time
+
+from services.common.logging import get_logger
+from services.local.readiness import StartupError
+from services.local.stack import Stack, StackConfig
+
+log = get_logger(__name__)
+
+EXAMPLES = """\
+maas is ready at {url}/v1 in {seconds:.1f}s (model {model}, {replicas} engine(s), logs in {logs})
+
+  curl {url}/v1/chat/completions \\
+    -H "Authorization: Bearer $(cat {key_file})" -H "Content-Type: application/json" \\
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+
+  python -c 'from openai import OpenAI; c = OpenAI(base_url="{url}/v1", \\
+    api_key=open("{key_file}").read().strip()); print(c.chat.completions.create( \\
+    model="{model}", messages=[{{"role": "user", "content": "Hello!"}}]).choices[0].message.content)'
+
+Ctrl-C stops everything."""
+
+
+async def run(config: StackConfig, model_id: str) -> int:
+    started = time.perf_counter()
+    stack = Stack(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        starting = asyncio.create_task(stack.start())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            starting.cancel()
+            return 130
+        stopping.cancel()
+        starting.result()
+        print(
+            EXAMPLES.format(
+                url=stack.gateway_url,
+                seconds=time.perf_counter() - started,
+                model=model_id,
+                replicas=config.engine_replicas,
+                logs=config.state_dir / "logs",
+                key_file=os.path.relpath(config.state_dir / "dev-api-key"),
+            ),
+            flush=True,
+        )
+        while not stop.is_set():
+            dead = stack.dead()
+            if dead:
+                names = ", ".join(f"{p.name} (exit {p.exited()})" for p in dead)
+                log.error("child_exited", children=names, hint=str(dead[0].log_path))
+                return 1
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=1.0)
+            except TimeoutError:
+                pass
+        return 0
+    except StartupError as exc:
+        log.error("startup_failed", error=str(exc))
+        return 1
+    finally:
+        print("stopping...", flush=True)
+        stack.stop()
+
+
+def up(config: StackConfig, model_id: str) -> int:
+    return asyncio.run(run(config, model_id))
+

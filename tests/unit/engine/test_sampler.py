@@ -1,0 +1,189 @@
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from services.engine.sampler import Sampler, make_generator
+from services.engine.sampling_params import SamplingParams
+
+EOS = 2
+VOCAB = 50
+
+
+@dataclass
+class Request:
+    params: SamplingParams
+    prompt_ids: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)
+    generator: torch.Generator = field(init=False)
+
+    def __post_init__(self):
+        self.generator = make_generator(self.params.seed)
+
+
+sampler = Sampler([EOS])
+
+
+def random_logits(rows: int = 1, seed: int = 0) -> torch.Tensor:
+    return torch.randn(rows, VOCAB, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+def logits_with(values: dict[int, float]) -> torch.Tensor:
+    """Logits of -10 except at the given token ids."""
+    logits = torch.full((VOCAB,), -10.0)
+    for token, value in values.items():
+        logits[token] = value
+    return logits
+
+
+def draw(logits: torch.Tensor, params: SamplingParams, n: int = 200, **request) -> set[int]:
+    req = Request(params, **request)
+    return {sampler(logits, [req])[0] for _ in range(n)}
+
+
+def test_greedy_is_argmax_for_every_row():
+    logits = random_logits(rows=4)
+    requests = [Request(SamplingParams(temperature=0)) for _ in range(4)]
+    assert sampler(logits, requests) == logits.argmax(-1).tolist()
+
+
+def test_accepts_a_single_vocab_row():
+    logits = random_logits()[0]
+    assert sampler(logits, [Request(SamplingParams(temperature=0))]) == [int(logits.argmax())]
+
+
+def test_does_not_modify_the_callers_logits():
+    logits = random_logits()
+    before = logits.clone()
+    sampler(logits, [Request(SamplingParams(repetition_penalty=2, top_p=0.5, min_p=0.1), prompt_ids=[1, 2, 3])])
+    assert torch.equal(logits, before)
+
+
+@pytest.mark.parametrize("temperature", [0.1, 1.0, 5.0, 100.0])
+def test_top_k_1_is_greedy_at_any_temperature(temperature):
+    logits = random_logits(rows=3, seed=1)
+    requests = [Request(SamplingParams(temperature=temperature, top_k=1, seed=i)) for i in range(3)]
+    for _ in range(20):
+        assert sampler(logits, requests) == logits.argmax(-1).tolist()
+
+
+def sample_run(seed: int | None, steps: int = 30) -> list[int]:
+    request = Request(SamplingParams(temperature=1.0, seed=seed))
+    logits = torch.zeros(VOCAB)  # uniform: every draw is up to the generator
+    return [sampler(logits, [request])[0] for _ in range(steps)]
+
+
+def test_seeded_sampling_is_reproducible_and_seed_dependent():
+    assert sample_run(seed=7) == sample_run(seed=7)
+    assert sample_run(seed=7) != sample_run(seed=8)
+
+
+def test_unseeded_requests_differ():
+    assert sample_run(seed=None) != sample_run(seed=None)
+
+
+def test_a_request_samples_the_same_alone_or_in_a_batch():
+    logits = random_logits(rows=3, seed=2)
+    alone = Request(SamplingParams(seed=5))
+    batched = [Request(SamplingParams(seed=11)), Request(SamplingParams(seed=5)), Request(SamplingParams())]
+    for _ in range(20):
+        assert sampler(logits[1], [alone]) == sampler(logits, batched)[1:2]
+
+
+def test_min_tokens_suppresses_eos_and_stop_token_ids_until_reached():
+    logits = logits_with({2: 10.0, 7: 9.0, 3: 5.0})
+    params = SamplingParams(temperature=0, min_tokens=2, stop_token_ids=[7])
+    assert draw(logits, params, n=1, output_ids=[4]) == {3}
+    assert draw(logits, params, n=1, output_ids=[4, 4]) == {EOS}
+
+
+def test_ignore_eos_always_suppresses_eos_but_not_stop_token_ids():
+    logits = logits_with({2: 10.0, 7: 9.0})
+    params = SamplingParams(temperature=0, ignore_eos=True, stop_token_ids=[7])
+    assert draw(logits, params, n=1, output_ids=list(range(20))) == {7}
+
+
+def test_repetition_penalty_divides_seen_positive_logits():
+    logits = logits_with({5: 2.0, 6: 1.5})
+    assert draw(logits, SamplingParams(temperature=0), n=1, prompt_ids=[5]) == {5}
+    assert draw(logits, SamplingParams(temperature=0, repetition_penalty=2.0), n=1, prompt_ids=[5]) == {6}
+    assert draw(logits, SamplingParams(temperature=0, repetition_penalty=2.0), n=1, output_ids=[5]) == {6}
+
+
+def test_repetition_penalty_multiplies_seen_negative_logits():
+    logits = logits_with({5: -1.0, 6: -1.5})
+    assert draw(logits, SamplingParams(temperature=0, repetition_penalty=2.0), n=1, prompt_ids=[5]) == {6}
+
+
+def test_presence_penalty_applies_to_output_tokens_only():
+    logits = logits_with({5: 2.0, 6: 1.5})
+    params = SamplingParams(temperature=0, presence_penalty=1.0)
+    assert draw(logits, params, n=1, prompt_ids=[5]) == {5}
+    assert draw(logits, params, n=1, output_ids=[5]) == {6}
+
+
+def test_frequency_penalty_grows_with_count_and_presence_does_not():
+    logits = logits_with({5: 3.0, 6: 2.5})
+    output = [5, 5, 5, 6]
+    assert draw(logits, SamplingParams(temperature=0, presence_penalty=0.5), n=1, output_ids=output) == {5}
+    assert draw(logits, SamplingParams(temperature=0, frequency_penalty=0.5), n=1, output_ids=output) == {6}
+
+
+def three_token_logits(p0: float, p1: float, p2: float) -> torch.Tensor:
+    logits = torch.full((VOCAB,), float("-inf"))
+    logits[:3] = torch.tensor([p0, p1, p2]).log()
+    return logits
+
+
+def test_top_k_keeps_the_k_most_likely():
+    assert draw(three_token_logits(0.4, 0.35, 0.25), SamplingParams(top_k=2, seed=0)) == {0, 1}
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    logits = three_token_logits(0.5, 0.3, 0.2)
+    assert draw(logits, SamplingParams(top_p=0.5, seed=0)) == {0}
+    assert draw(logits, SamplingParams(top_p=0.7, seed=0)) == {0, 1}
+    assert draw(logits, SamplingParams(top_p=1.0, seed=0)) == {0, 1, 2}
+
+
+def test_min_p_drops_tokens_below_a_fraction_of_the_top():
+    logits = three_token_logits(0.6, 0.3, 0.1)
+    assert draw(logits, SamplingParams(min_p=0.2, seed=0)) == {0, 1}
+
+
+def test_temperature_flattens_and_sharpens():
+    logits = three_token_logits(0.9, 0.09, 0.01)
+    assert 2 in draw(logits, SamplingParams(temperature=5.0, seed=0))
+    assert draw(logits, SamplingParams(temperature=0.05, seed=0)) == {0}
+
+
+def test_default_params_are_valid():
+    SamplingParams().validate()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("temperature", -0.1),
+        ("temperature", float("nan")),
+        ("temperature", float("inf")),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("top_k", -1),
+        ("min_p", -0.1),
+        ("min_p", 1.1),
+        ("repetition_penalty", 0.0),
+        ("repetition_penalty", -1.0),
+        ("presence_penalty", 2.5),
+        ("frequency_penalty", -3.0),
+        ("seed", 2**64),
+        ("max_tokens", 0),
+        ("min_tokens", -1),
+        ("min_tokens", 17),  # above the default max_tokens of 16
+        ("stop", [""]),
+        ("stop_token_ids", [-1]),
+    ],
+)
+def test_validate_rejects_and_names_the_field(name, value):
+    with pytest.raises(ValueError, match=name):
+        SamplingParams(**{name: value}).validate()
