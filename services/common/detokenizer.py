@@ -52,6 +52,7 @@ class IncrementalDetokenizer:
         """Add one generated token; return the text it completes, possibly ""."""
         self._ids.append(token_id)
         text = self._decode(self._ids)
+        # No new text (a skipped special token) keeps the window, so its context survives.
         if text.endswith(REPLACEMENT_CHAR) or len(text) <= self._emitted_len:
             return ""
         return self._emit(text)

@@ -8,6 +8,7 @@ gateway stops taking requests before anything behind it goes away.
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,17 @@ class Stack:
     api_key: str = ""
     addresses: dict[str, str] = field(default_factory=dict)
     processes: list[ManagedProcess] = field(default_factory=list)
+    # Called with a child's name each time one becomes ready (progress display).
+    on_ready: Callable[[str], None] = lambda name: None
+
+    @property
+    def expected_children(self) -> int:
+        """How many children start() waits for: redis?, tokenizer, engines, billing, router, gateway."""
+        return (0 if self.config.redis_url else 1) + self.config.engine_replicas + 4
+
+    async def _ready(self, process: ManagedProcess, probe: str) -> None:
+        await wait_ready(process, probe, self.config.startup_timeout)
+        self.on_ready(process.name)
 
     def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
         process = ManagedProcess(name, argv, self.config.state_dir / "logs" / f"{name}.log")
@@ -61,7 +73,6 @@ class Stack:
     async def start(self) -> "Stack":
         cfg = self.config
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        timeout = cfg.startup_timeout
         self.redis_url = cfg.redis_url
         if not self.redis_url:
             port = free_port(cfg.host)
@@ -69,7 +80,7 @@ class Stack:
             redis.start()
             self.processes.append(redis)
             self.redis_url = f"redis://{cfg.host}:{port}/0"
-            await wait_ready(redis, self.redis_url, timeout)
+            await self._ready(redis, self.redis_url)
 
         stage = [self._service("tokenizer", "tokenizer", {})]
         engines = []
@@ -83,10 +94,10 @@ class Stack:
                 {"redis-url": self.redis_url, "consumer-name": "billing-0"},
             )
         )
-        await asyncio.gather(*(wait_ready(p, addr, timeout) for p, addr in stage))
+        await asyncio.gather(*(self._ready(p, addr) for p, addr in stage))
 
         router, router_addr = self._service("router", "router", {"engines": engines})
-        await wait_ready(router, router_addr, timeout)
+        await self._ready(router, router_addr)
 
         grpc_port = free_port(cfg.host)
         gateway = self._spawn(
@@ -105,7 +116,7 @@ class Stack:
         )
         self.gateway_url = f"http://{cfg.host}:{cfg.gateway_port}"
         self.gateway_grpc = f"{cfg.host}:{grpc_port}"
-        await wait_ready(gateway, f"{self.gateway_url}/readyz", timeout)
+        await self._ready(gateway, f"{self.gateway_url}/readyz")
 
         redis = open_redis(self.redis_url)
         try:

@@ -1,9 +1,11 @@
 """`maas up`: run the whole stack locally until Ctrl-C or SIGTERM."""
 
 import asyncio
-import os
 import signal
 import time
+from pathlib import Path
+
+from tqdm import tqdm
 
 from services.common.logging import get_logger
 from services.local.readiness import StartupError
@@ -25,9 +27,25 @@ maas is ready at {url}/v1 in {seconds:.1f}s (model {model}, {replicas} engine(s)
 Ctrl-C stops everything."""
 
 
+def display_path(path: Path) -> str:
+    """Relative to the working directory when inside it, else absolute."""
+    resolved = path.resolve()
+    try:
+        return str(resolved.relative_to(Path.cwd()))
+    except ValueError:
+        return str(resolved)
+
+
 async def run(config: StackConfig, model_id: str) -> int:
     started = time.perf_counter()
     stack = Stack(config)
+    bar = tqdm(total=stack.expected_children, desc="starting maas", unit="service", leave=False)
+
+    def ready(name: str) -> None:
+        bar.set_postfix_str(f"{name} ready")
+        bar.update()
+
+    stack.on_ready = ready
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -41,6 +59,7 @@ async def run(config: StackConfig, model_id: str) -> int:
             return 130
         stopping.cancel()
         starting.result()
+        bar.close()
         print(
             EXAMPLES.format(
                 url=stack.gateway_url,
@@ -48,7 +67,7 @@ async def run(config: StackConfig, model_id: str) -> int:
                 model=model_id,
                 replicas=config.engine_replicas,
                 logs=config.state_dir / "logs",
-                key_file=os.path.relpath(config.state_dir / "dev-api-key"),
+                key_file=display_path(config.state_dir / "dev-api-key"),
             ),
             flush=True,
         )

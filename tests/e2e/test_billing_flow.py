@@ -1,0 +1,67 @@
+"""Tokens served through the gateway arrive in billing's counters, exactly."""
+
+import asyncio
+import uuid
+
+import grpc
+import openai
+import pytest
+
+from maas.v1 import billing_pb2, billing_pb2_grpc
+from services.common.model_files import DEFAULT_MODEL_ID
+from services.common.redis_client import open_redis
+from services.gateway.tenants import TenantStore
+
+pytestmark = pytest.mark.slow
+
+
+async def new_tenant_key(redis_url: str) -> tuple[str, str]:
+    redis = open_redis(redis_url)
+    try:
+        store = TenantStore(redis)
+        name = f"billing-{uuid.uuid4().hex[:8]}"
+        await store.create_tenant(name)
+        _key_id, key = await store.create_key(name)
+        return name, key
+    finally:
+        await redis.aclose()
+
+
+async def test_usage_reaches_billing_exactly(stack):
+    tenant, key = await new_tenant_key(stack.redis_url)
+    client = openai.AsyncOpenAI(base_url=f"{stack.gateway_url}/v1", api_key=key, max_retries=0)
+    prompt_total = completion_total = 0
+    for question, max_tokens in [("Hi", 5), ("Name a fruit.", 7), ("Count to three.", 9)]:
+        reply = await client.chat.completions.create(
+            model=DEFAULT_MODEL_ID,
+            messages=[{"role": "user", "content": question}],
+            max_tokens=max_tokens,
+            temperature=0,
+        )
+        prompt_total += reply.usage.prompt_tokens
+        completion_total += reply.usage.completion_tokens
+    # A stream the client stops reading is still billed for what was generated.
+    stream = await client.chat.completions.create(
+        model=DEFAULT_MODEL_ID,
+        messages=[{"role": "user", "content": "Tell me a long story."}],
+        max_tokens=200,
+        temperature=0,
+        stream=True,
+    )
+    async for _chunk in stream:
+        break
+    await stream.close()
+
+    async with grpc.aio.insecure_channel(stack.addresses["billing"]) as channel:
+        stub = billing_pb2_grpc.BillingStub(channel)
+        for _ in range(100):
+            usage = await stub.GetUsage(billing_pb2.GetUsageRequest(tenant=tenant))
+            if usage.requests == 4:
+                break
+            await asyncio.sleep(0.1)
+    assert usage.requests == 4
+    aborted_completion = usage.completion_tokens - completion_total
+    assert 1 <= aborted_completion < 200
+    assert usage.prompt_tokens > prompt_total
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert [m.model for m in usage.models] == [DEFAULT_MODEL_ID]

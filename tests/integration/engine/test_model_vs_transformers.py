@@ -1,0 +1,153 @@
+"""Our engine against transformers reading the same GGUF file: same weights, same tokens."""
+
+import json
+
+import pytest
+import torch
+
+from services.common.model_files import ModelNotFoundError, default_model_path
+from services.engine.generator import Generator
+from services.engine.kv_cache import KVCache
+from services.engine.loader import load_model
+from services.engine.sampling_params import SamplingParams
+
+transformers = pytest.importorskip("transformers")
+
+MIN_NEW, MAX_NEW = 32, 40
+
+LONG_TEXT = (
+    "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg, "
+    "a goldsmith from Mainz, combined movable metal type, oil-based ink and a wooden screw press "
+    "adapted from the ones used to make wine. Before his invention, books in Europe were copied "
+    "by hand, usually by monks working in monastery scriptoria, and a single Bible could take a "
+    "scribe more than a year to finish. Block printing had existed in China for centuries, and "
+    "Bi Sheng had even experimented with movable clay type around 1040, but the thousands of "
+    "characters in written Chinese made the method impractical there. The Latin alphabet, with "
+    "only a few dozen letters, was far better suited to it. Gutenberg's Bible, completed around "
+    "1455, was printed in about 180 copies, and within fifty years printing shops had spread to "
+    "more than two hundred cities across the continent. Millions of books were produced by 1500. "
+    "The consequences were enormous: prices fell, literacy rose, scientific results could be "
+    "shared precisely and quickly, and the Protestant Reformation spread Martin Luther's pamphlets "
+    "faster than the authorities could suppress them. Standardised spelling and grammar followed, "
+    "because printers needed consistent forms, and national languages gained prestige at the "
+    "expense of Latin. Historians still debate whether the press caused these changes or merely "
+    "accelerated trends that were already under way, but few doubt that it reshaped the way "
+    "knowledge was stored and transmitted for the next five centuries."
+)
+
+CONVERSATIONS = {
+    "fact": [{"role": "user", "content": "What is the capital of France?"}],
+    "poem": [{"role": "user", "content": "Write a short poem about the sea at night."}],
+    "code": [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}],
+    "spanish": [{"role": "user", "content": "¿Cuáles son los beneficios de hacer ejercicio todos los días?"}],
+    "chinese": [{"role": "user", "content": "请简单介绍一下长城的历史。"}],
+    "multi_turn": [
+        {"role": "system", "content": "You are a concise assistant."},
+        {"role": "user", "content": "Name three primary colors."},
+        {"role": "assistant", "content": "Red, yellow and blue."},
+        {"role": "user", "content": "Which two of them make green?"},
+    ],
+    "long": [{"role": "user", "content": f"Summarise the following text in two sentences.\n\n{LONG_TEXT}"}],
+}
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    try:
+        return default_model_path()
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_path):
+    return transformers.AutoTokenizer.from_pretrained(str(model_path.parent), gguf_file=model_path.name)
+
+
+@pytest.fixture(scope="module")
+def hf_model(model_path):
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        str(model_path.parent), gguf_file=model_path.name, dtype=torch.float32
+    ).eval()
+
+
+@pytest.fixture(scope="module")
+def ours(model_path):
+    model, config = load_model(model_path, torch.float32, progress=False)
+    return Generator(model, config)
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer) -> dict[str, list[int]]:
+    return {
+        name: tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
+        for name, messages in CONVERSATIONS.items()
+    }
+
+
+def greedy(generator: Generator, prompt: list[int], max_tokens: int, min_tokens: int = 0) -> list[int]:
+    state = generator.start(prompt, SamplingParams(temperature=0, max_tokens=max_tokens, min_tokens=min_tokens))
+    while state.finish_reason(generator.config) is None:
+        generator.step(state)
+    return state.output_ids
+
+
+def prefill_logits(generator: Generator, prompt: list[int]) -> torch.Tensor:
+    model = generator.model
+    cache = KVCache.allocate(generator.config, len(prompt), generator.dtype, "cpu")
+    with torch.inference_mode():
+        return model.compute_logits(model(torch.tensor(prompt), [cache], [len(prompt)])).float()
+
+
+def test_the_long_prompt_is_long(prompts):
+    assert len(prompts["long"]) >= 300
+
+
+@pytest.mark.parametrize("name", CONVERSATIONS)
+def test_greedy_tokens_match_transformers(name, prompts, ours, hf_model, tokenizer):
+    prompt = prompts[name]
+    with torch.inference_mode():
+        reference = hf_model.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=MAX_NEW,
+            min_new_tokens=MIN_NEW,
+            pad_token_id=tokenizer.eos_token_id,
+        )[0, len(prompt):].tolist()
+    assert len(reference) >= MIN_NEW
+    assert greedy(ours, prompt, MAX_NEW, MIN_NEW) == reference
+
+
+def test_prefill_logits_match_transformers(prompts, ours, hf_model):
+    prompt = prompts["long"]
+    with torch.inference_mode():
+        reference = hf_model(torch.tensor([prompt])).logits[0]
+    torch.testing.assert_close(prefill_logits(ours, prompt), reference, atol=1e-3, rtol=1e-4)
+
+
+def test_safetensors_folder_loads_the_same_model(tmp_path, hf_model, prompts, ours):
+    from safetensors.torch import save_file
+
+    # transformers' own weights (it undid the rotary permutation itself), tied head left out.
+    weights = {k: v.contiguous() for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
+    save_file(weights, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(hf_model.config.to_dict()))
+    model, config = load_model(tmp_path, torch.float32, progress=False)
+    assert config == ours.config
+    prompt = prompts["fact"]
+    torch.testing.assert_close(prefill_logits(Generator(model, config), prompt), prefill_logits(ours, prompt))
+
+
+def test_bfloat16_generates_the_same_start(model_path, prompts, ours, tokenizer):
+    model, config = load_model(model_path, torch.bfloat16, progress=False)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    bf16 = Generator(model, config)
+    prompt = prompts["fact"]
+    tokens = greedy(bf16, prompt, 12)
+    assert "Paris" in tokenizer.decode(tokens)
+    assert tokens[:4] == greedy(ours, prompt, 4)
+    logits = prefill_logits(bf16, prompts["code"])[-1]
+    reference = prefill_logits(ours, prompts["code"])[-1]
+    assert logits.argmax() == reference.argmax()
+    torch.testing.assert_close(logits, reference, atol=1.0, rtol=0.05)
