@@ -43,8 +43,8 @@ class ResponseShape:
         return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
 
     def full(self, text: str, last: Delta) -> dict:
-        message = {"role": "assistant", "content": text}
-        choice = self._choice(message, last.finish_reason, "message")
+        content = {"role": "assistant", "content": text} if self.chat else text
+        choice = self._choice(content, last.finish_reason, "message")
         return {**self._envelope(self.object, [choice]), "usage": usage_body(last)}
 
     @property
