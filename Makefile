@@ -43,7 +43,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check services operators kernels tests
 
 bench: $(TEST_STAMP)
-	$(BIN)/python -m benchmarks.smoke --output benchmarks/results/smoke.json
+	$(BIN)/python -m benchmarks.stack_smoke --output benchmarks/results/stack_smoke.json
 
 clean:
 	rm -rf $(VENV) .maas .pytest_cache
