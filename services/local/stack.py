@@ -45,6 +45,7 @@ class Stack:
     gateway_grpc: str = ""
     api_key: str = ""
     addresses: dict[str, str] = field(default_factory=dict)
+    metrics_urls: dict[str, str] = field(default_factory=dict)
     processes: list[ManagedProcess] = field(default_factory=list)
     # Called with a child's name each time one becomes ready (progress display).
     on_ready: Callable[[str], None] = lambda name: None
@@ -65,9 +66,10 @@ class Stack:
         return process
 
     def _service(self, name: str, service: str, flags: dict, extra=None) -> tuple:
-        port = free_port(self.config.host)
+        port, metrics_port = free_port(self.config.host), free_port(self.config.host)
         self.addresses[name] = f"{self.config.host}:{port}"
-        flags = {"host": self.config.host, "port": port, **flags}
+        self.metrics_urls[name] = f"http://{self.config.host}:{metrics_port}/metrics"
+        flags = {"host": self.config.host, "port": port, "metrics-port": metrics_port, **flags}
         return self._spawn(name, serve_argv(service, flags, extra)), self.addresses[name]
 
     async def start(self) -> "Stack":
@@ -116,6 +118,7 @@ class Stack:
         )
         self.gateway_url = f"http://{cfg.host}:{cfg.gateway_port}"
         self.gateway_grpc = f"{cfg.host}:{grpc_port}"
+        self.metrics_urls["gateway"] = f"{self.gateway_url}/metrics"
         await self._ready(gateway, f"{self.gateway_url}/readyz")
 
         redis = open_redis(self.redis_url)
@@ -134,6 +137,7 @@ class Stack:
             "gateway_url": self.gateway_url,
             "gateway_grpc": self.gateway_grpc,
             "services": self.addresses,
+            "metrics": self.metrics_urls,
             "pids": {p.name: p.pid for p in self.processes},
         }
         (self.config.state_dir / "stack.json").write_text(json.dumps(state, indent=2))

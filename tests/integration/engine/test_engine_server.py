@@ -1,0 +1,106 @@
+"""`maas serve engine` as a process, over real gRPC."""
+
+import asyncio
+import signal
+
+import grpc
+import pytest
+
+from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
+from services.local.ports import free_port
+from services.local.processes import ManagedProcess, serve_argv
+from services.local.readiness import wait_ready
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    port = free_port()
+    process = ManagedProcess(
+        "engine",
+        serve_argv("engine", {"port": port, "metrics-port": free_port(), "dtype": "float32"}),
+        tmp_path_factory.mktemp("engine") / "engine.log",
+    )
+    process.start()
+    address = f"127.0.0.1:{port}"
+    asyncio.run(wait_ready(process, address, timeout=300))
+    yield process, address
+    process.stop(timeout=30)
+
+
+def request(request_id: str, max_tokens: int, **sampling) -> engine_pb2.GenerateRequest:
+    return engine_pb2.GenerateRequest(
+        request_id=request_id,
+        prompt_token_ids=[1, 9690, 198, 19556, 451, 253, 1345, 30],
+        sampling=engine_pb2.SamplingParams(max_tokens=max_tokens, ignore_eos=True, **sampling),
+    )
+
+
+async def read_all(call) -> list[engine_pb2.GenerateResponse]:
+    responses = []
+    while (response := await call.read()) != grpc.aio.EOF:
+        responses.append(response)
+    return responses
+
+
+async def test_stream_reports_usage_and_length(engine):
+    _, address = engine
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        responses = [r async for r in stub.Generate(request("len", 5))]
+    assert sum(len(r.token_ids) for r in responses) == 5
+    assert responses[-1].finish_reason == common_pb2.FINISH_REASON_LENGTH
+    assert responses[-1].usage.completion_tokens == 5
+    assert responses[-1].usage.prompt_tokens == 8
+
+
+@pytest.mark.parametrize(
+    ("sampling", "words"),
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"n": 3}, "n > 1"),
+    ],
+)
+async def test_invalid_sampling_is_invalid_argument(engine, sampling, words):
+    _, address = engine
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            async for _ in stub.Generate(request("bad", 3, **sampling)):
+                pass
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert words in caught.value.details()
+
+
+async def test_abort_ends_a_queued_and_a_running_request(engine):
+    _, address = engine
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        running = stub.Generate(request("long", 500))
+        await running.read()  # first token: it holds the model now
+        queued = stub.Generate(request("queued", 500))
+        await asyncio.sleep(0.3)
+        load = await stub.GetLoad(engine_pb2.GetLoadRequest())
+        assert (load.running, load.waiting) == (1, 1)
+        for rid in ("long", "queued"):
+            assert (await stub.Abort(engine_pb2.AbortRequest(request_id=rid))).found
+        last_running = (await read_all(running))[-1]
+        last_queued = (await read_all(queued))[-1]
+    assert last_running.finish_reason == common_pb2.FINISH_REASON_ABORT
+    assert last_queued.finish_reason == common_pb2.FINISH_REASON_ABORT
+    assert last_running.usage.completion_tokens < 500
+
+
+async def test_sigterm_finishes_in_flight_then_exits(engine):
+    process, address = engine
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        stream = stub.Generate(request("inflight", 20))
+        await stream.read()
+        process.process.send_signal(signal.SIGTERM)
+        rest = await read_all(stream)
+        assert sum(len(r.token_ids) for r in rest) == 19
+        assert rest[-1].finish_reason == common_pb2.FINISH_REASON_LENGTH
+    assert await asyncio.to_thread(process.process.wait, 30) == 0
