@@ -65,8 +65,9 @@ async def stream_one(client: openai.AsyncOpenAI, prompt: str, max_tokens: int) -
 
 async def run(args) -> dict:
     with tempfile.TemporaryDirectory() as state:
-        config = StackConfig(state_dir=Path(state), gateway_port=free_port(),
-                             engine_args=args.engine_args)
+        config = StackConfig(
+            state_dir=Path(state), gateway_port=free_port(), engine_args=args.engine_args
+        )
         stack = Stack(config)
         started = time.perf_counter()
         try:

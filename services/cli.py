@@ -43,8 +43,11 @@ def _up_parser(sub) -> None:
     up.add_argument("--port", type=int, default=8080, help="gateway HTTP port")
     up.add_argument("--engine-replicas", type=int, default=1)
     up.add_argument("--state-dir", default=os.environ.get("MAAS_STATE_DIR", ".maas"))
-    up.add_argument("--redis-url", default=os.environ.get("MAAS_REDIS_URL", ""),
-                    help="use this Redis instead of starting one")
+    up.add_argument(
+        "--redis-url",
+        default=os.environ.get("MAAS_REDIS_URL", ""),
+        help="use this Redis instead of starting one",
+    )
     up.add_argument("--startup-timeout", type=float, default=600.0)
 
 
@@ -53,9 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="maas", description="Model-as-a-Service platform")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run one service", add_help=False)
-    serve.add_argument(
-        "service", choices=["gateway", "tokenizer", "router", "engine", "billing"]
-    )
+    serve.add_argument("service", choices=["gateway", "tokenizer", "router", "engine", "billing"])
     _up_parser(sub)
     args, rest = parser.parse_known_args(argv)
     if args.command == "serve":

@@ -5,7 +5,6 @@ import os
 import socket
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
-
 from services.billing.consumer import UsageConsumer
 from services.billing.servicer import BillingServicer
 from services.billing.settings import BillingSettings

@@ -1,8 +1,8 @@
 """maas.v1.Billing: usage totals per tenant."""
 
 import grpc
-from maas.v1 import billing_pb2, billing_pb2_grpc
 
+from maas.v1 import billing_pb2, billing_pb2_grpc
 from services.billing.counters import TENANT_FIELDS, TenantCounters
 
 
@@ -18,7 +18,7 @@ class BillingServicer(billing_pb2_grpc.BillingServicer):
         models: dict[str, dict[str, int]] = {}
         for key, value in raw.items():
             if key.startswith("model:"):
-                model, field = key[len("model:"):].rsplit(":", 1)
+                model, field = key[len("model:") :].rsplit(":", 1)
                 models.setdefault(model, {})[field] = value
         return billing_pb2.GetUsageResponse(
             tenant=request.tenant,

@@ -133,4 +133,3 @@ class UnaryStreamClientInterceptor(_ClientBase, grpc.aio.UnaryStreamClientInterc
 
 def client_interceptors(service: str) -> list:
     return [UnaryUnaryClientInterceptor(service), UnaryStreamClientInterceptor(service)]
-

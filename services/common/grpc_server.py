@@ -69,8 +69,11 @@ async def start_server(
         svc.add_to_server(svc.servicer, server)
     names = [svc.name for svc in services]
     reflection.enable_server_reflection(
-        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-         reflection.SERVICE_NAME],
+        [
+            *names,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
         server,
     )
     port = server.add_insecure_port(f"{settings.host}:{settings.port}")

@@ -37,7 +37,9 @@ def generate(out_root: Path) -> list[Path]:
     ]
     if protoc.main(args) != 0:
         raise RuntimeError("protoc failed; see its output above")
-    return sorted(p for p in (out_root / PROTO_PACKAGE).iterdir() if p.name.endswith((".py", ".pyi")))
+    return sorted(
+        p for p in (out_root / PROTO_PACKAGE).iterdir() if p.name.endswith((".py", ".pyi"))
+    )
 
 
 def main() -> None:

@@ -8,9 +8,7 @@ REQUESTS_RUNNING = Gauge("maas_engine_requests_running", "Requests being decoded
 REQUESTS_WAITING = Gauge("maas_engine_requests_waiting", "Requests queued for the model")
 PROMPT_TOKENS = Counter("maas_engine_prompt_tokens", "Prompt tokens processed")
 GENERATION_TOKENS = Counter("maas_engine_generation_tokens", "Tokens generated")
-REQUESTS_FINISHED = Counter(
-    "maas_engine_requests_finished", "Finished requests", ["finish_reason"]
-)
+REQUESTS_FINISHED = Counter("maas_engine_requests_finished", "Finished requests", ["finish_reason"])
 TTFT_SECONDS = Histogram(
     "maas_engine_time_to_first_token_seconds",
     "From arrival to the first generated token",

@@ -4,8 +4,8 @@ import asyncio
 import time
 
 import torch
-from maas.v1 import engine_pb2, engine_pb2_grpc
 
+from maas.v1 import engine_pb2, engine_pb2_grpc
 from services.common.grpc_server import GrpcService, run_until_signalled, start_server
 from services.common.logging import get_logger
 from services.common.model_files import resolve_model_path

@@ -12,8 +12,8 @@ import contextlib
 import time
 
 import grpc
-from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
 
+from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
 from services.common.detokenizer import IncrementalDetokenizer
 from services.common.logging import get_logger
 from services.common.text_tokenizer import TextTokenizer
@@ -72,7 +72,8 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
     async def _validated(self, request, context) -> SamplingParams:
         if request.model and request.model != self._model_id:
             await context.abort(
-                grpc.StatusCode.NOT_FOUND, f"this engine serves {self._model_id!r}, not {request.model!r}"
+                grpc.StatusCode.NOT_FOUND,
+                f"this engine serves {self._model_id!r}, not {request.model!r}",
             )
         if self.draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "engine is draining")
@@ -85,7 +86,8 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "prompt_token_ids is empty")
         if any(not 0 <= t < self._vocab_size for t in prompt):
             await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"prompt token ids must be in [0, {self._vocab_size})"
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"prompt token ids must be in [0, {self._vocab_size})",
             )
         if request.sampling.n > 1 or request.sampling.logprobs:
             await context.abort(
@@ -108,7 +110,8 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         finish = "abort"
         try:
             async with self._model_slot(state):
-                async for response, finish in self._decode(state, params):
+                async for response, reason in self._decode(state, params):
+                    finish = reason
                     yield response
         finally:
             del self._requests[state.request_id]

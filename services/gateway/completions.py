@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
-from maas.v1 import common_pb2, engine_pb2, router_pb2, tokenizer_pb2
 
+from maas.v1 import common_pb2, engine_pb2, router_pb2, tokenizer_pb2
 from services.common.logging import get_logger
 from services.common.usage_event import UsageEvent
 from services.gateway.errors import APIError, from_upstream, model_not_found, unavailable

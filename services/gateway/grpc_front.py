@@ -6,9 +6,9 @@ gRPC codes.
 """
 
 import grpc
-from maas.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, tokenizer_pb2
 from pydantic import ValidationError
 
+from maas.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, tokenizer_pb2
 from services.gateway.auth import authenticate
 from services.gateway.completions import CompletionService, new_request_id
 from services.gateway.errors import APIError
@@ -60,7 +60,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 stream=True,
                 **options_dict(request.options),
             )
-            messages = [tokenizer_pb2.ChatMessage(role=m.role, content=m.text()) for m in body.messages]
+            messages = [
+                tokenizer_pb2.ChatMessage(role=m.role, content=m.text()) for m in body.messages
+            ]
             prompt_ids = await self._service.prepare_chat(body.model, messages, body.max_tokens)
         except ValidationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -73,7 +75,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         try:
             principal = await self._principal(context)
             body = CompletionRequest(
-                model=request.model, prompt=request.prompt, stream=True,
+                model=request.model,
+                prompt=request.prompt,
+                stream=True,
                 **options_dict(request.options),
             )
             prompt_ids = await self._service.prepare_text(body.model, body.prompt, body.max_tokens)
@@ -87,14 +91,20 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def _stream(self, principal, prefix, body, prompt_ids, context):
         request_id = new_request_id(prefix)
         deltas = self._service.generate(
-            principal, request_id, body.model, prompt_ids, to_engine_sampling(body),
+            principal,
+            request_id,
+            body.model,
+            prompt_ids,
+            to_engine_sampling(body),
             session_id=body.user or "",
         )
         try:
             async for delta in deltas:
                 if delta.finish_reason == "error":
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "the model stopped mid-stream")
-                chunk = gateway_pb2.CompletionChunk(id=request_id, model=body.model, text=delta.text)
+                chunk = gateway_pb2.CompletionChunk(
+                    id=request_id, model=body.model, text=delta.text
+                )
                 if delta.finish_reason:
                     chunk.finish_reason = FINISH_CODES.get(delta.finish_reason, 0)
                     chunk.usage.CopyFrom(

@@ -11,11 +11,11 @@ import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from maas.v1 import tokenizer_pb2
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from maas.v1 import tokenizer_pb2
 from services.gateway.auth import authenticate
 from services.gateway.completions import CompletionService, Delta, new_request_id
 from services.gateway.errors import APIError
@@ -102,7 +102,11 @@ def create_app(service: CompletionService, store: TenantStore, redis: Redis) -> 
         prompt_ids = await service.prepare_chat(body.model, messages, body.max_tokens)
         shape = ResponseShape(new_request_id("chatcmpl"), body.model, chat=True)
         deltas = service.generate(
-            principal, shape.request_id, body.model, prompt_ids, to_engine_sampling(body),
+            principal,
+            shape.request_id,
+            body.model,
+            prompt_ids,
+            to_engine_sampling(body),
             session_id=request.headers.get("x-session-id") or body.user or "",
         )
         return await respond(shape, body, deltas, "/v1/chat/completions")
@@ -110,12 +114,19 @@ def create_app(service: CompletionService, store: TenantStore, redis: Redis) -> 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         principal = await authenticate(store, request.headers.get("authorization"))
-        prompt = body.prompt[0] if isinstance(body.prompt, list) and isinstance(
-            body.prompt[0], str) else body.prompt
+        prompt = (
+            body.prompt[0]
+            if isinstance(body.prompt, list) and isinstance(body.prompt[0], str)
+            else body.prompt
+        )
         prompt_ids = await service.prepare_text(body.model, prompt, body.max_tokens)
         shape = ResponseShape(new_request_id("cmpl"), body.model, chat=False)
         deltas = service.generate(
-            principal, shape.request_id, body.model, prompt_ids, to_engine_sampling(body),
+            principal,
+            shape.request_id,
+            body.model,
+            prompt_ids,
+            to_engine_sampling(body),
             session_id=request.headers.get("x-session-id") or body.user or "",
         )
         return await respond(shape, body, deltas, "/v1/completions")

@@ -53,8 +53,9 @@ class ResponseShape:
 
     def role_chunk(self, include_usage: bool) -> dict:
         """Chat streams open with the assistant role and empty content."""
-        return self._chunk_body(self._choice({"role": "assistant", "content": ""}, None, "delta"),
-                                include_usage)
+        return self._chunk_body(
+            self._choice({"role": "assistant", "content": ""}, None, "delta"), include_usage
+        )
 
     def chunk(self, delta: Delta, include_usage: bool) -> dict:
         if self.chat:

@@ -3,8 +3,8 @@
 import asyncio
 
 import uvicorn
-from maas.v1 import gateway_pb2, gateway_pb2_grpc
 
+from maas.v1 import gateway_pb2, gateway_pb2_grpc
 from services.common.grpc_server import GrpcService, install_stop_signals, start_server
 from services.common.logging import get_logger
 from services.common.redis_client import open_redis
@@ -35,8 +35,13 @@ async def serve(settings: GatewaySettings) -> None:
     handle = await start_server(
         "gateway",
         grpc_settings,
-        [GrpcService(SERVICE_NAME, GatewayServicer(service, store),
-                     gateway_pb2_grpc.add_GatewayServicer_to_server)],
+        [
+            GrpcService(
+                SERVICE_NAME,
+                GatewayServicer(service, store),
+                gateway_pb2_grpc.add_GatewayServicer_to_server,
+            )
+        ],
     )
     config = uvicorn.Config(
         create_app(service, store, redis),

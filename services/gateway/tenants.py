@@ -76,8 +76,12 @@ class TenantStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(
                 f"maas:apikey:{digest}",
-                mapping={"tenant": tenant, "key_id": key_id, "status": "active",
-                         "created_at": time.time()},
+                mapping={
+                    "tenant": tenant,
+                    "key_id": key_id,
+                    "status": "active",
+                    "created_at": time.time(),
+                },
             )
             pipe.set(f"maas:keyid:{key_id}", digest)
             pipe.sadd(f"maas:tenant:{tenant}:keys", key_id)

@@ -1,7 +1,6 @@
 """gRPC stubs for the gateway's peers; one channel per engine address, reused."""
 
 from maas.v1 import engine_pb2_grpc, router_pb2_grpc, tokenizer_pb2_grpc
-
 from services.common.grpc_client import open_channel
 
 

@@ -14,9 +14,7 @@ from services.common.usage_event import USAGE_STREAM, UsageEvent
 log = get_logger(__name__)
 
 EMITTED = Counter("maas_gateway_usage_events", "Usage events published", ["outcome"])
-TOKENS = Counter(
-    "maas_gateway_tokens", "Tokens served, by model and kind", ["model", "kind"]
-)
+TOKENS = Counter("maas_gateway_tokens", "Tokens served, by model and kind", ["model", "kind"])
 
 
 class UsageEmitter:

@@ -4,6 +4,7 @@ A key from an earlier run is reused while it still authenticates (Redis keeps
 its data across runs); otherwise a fresh key is issued and written.
 """
 
+import contextlib
 from pathlib import Path
 
 from services.gateway.tenants import TenantExistsError, TenantStore
@@ -18,10 +19,8 @@ async def ensure_dev_key(store: TenantStore, state_dir: Path) -> str:
         key = key_path.read_text().strip()
         if key and await store.authenticate(key) is not None:
             return key
-    try:
+    with contextlib.suppress(TenantExistsError):
         await store.create_tenant(DEV_TENANT, tier="standard")
-    except TenantExistsError:
-        pass
     _key_id, key = await store.create_key(DEV_TENANT)
     key_path.write_text(key + "\n")
     key_path.chmod(0o600)

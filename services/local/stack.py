@@ -52,7 +52,8 @@ class Stack:
 
     @property
     def expected_children(self) -> int:
-        """How many children start() waits for: redis?, tokenizer, engines, billing, router, gateway."""
+        """Children start() waits for: redis (unless external), tokenizer, engines,
+        billing, router and gateway."""
         return (0 if self.config.redis_url else 1) + self.config.engine_replicas + 4
 
     async def _ready(self, process: ManagedProcess, probe: str) -> None:
@@ -92,7 +93,8 @@ class Stack:
             engines.append(f"{name}={self.addresses[name]}")
         stage.append(
             self._service(
-                "billing", "billing",
+                "billing",
+                "billing",
                 {"redis-url": self.redis_url, "consumer-name": "billing-0"},
             )
         )

@@ -1,6 +1,7 @@
 """`maas up`: run the whole stack locally until Ctrl-C or SIGTERM."""
 
 import asyncio
+import contextlib
 import signal
 import time
 from pathlib import Path
@@ -21,8 +22,9 @@ maas is ready at {url}/v1 in {seconds:.1f}s (model {model}, {replicas} engine(s)
     -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
 
   python -c 'from openai import OpenAI; c = OpenAI(base_url="{url}/v1", \\
-    api_key=open("{key_file}").read().strip()); print(c.chat.completions.create( \\
-    model="{model}", messages=[{{"role": "user", "content": "Hello!"}}]).choices[0].message.content)'
+    api_key=open("{key_file}").read().strip()); r = c.chat.completions.create( \\
+    model="{model}", messages=[{{"role": "user", "content": "Hello!"}}]); \\
+    print(r.choices[0].message.content)'
 
 Ctrl-C stops everything."""
 
@@ -77,10 +79,8 @@ async def run(config: StackConfig, model_id: str) -> int:
                 names = ", ".join(f"{p.name} (exit {p.exited()})" for p in dead)
                 log.error("child_exited", children=names, hint=str(dead[0].log_path))
                 return 1
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=1.0)
-            except TimeoutError:
-                pass
         return 0
     except StartupError as exc:
         log.error("startup_failed", error=str(exc))
@@ -92,4 +92,3 @@ async def run(config: StackConfig, model_id: str) -> int:
 
 def up(config: StackConfig, model_id: str) -> int:
     return asyncio.run(run(config, model_id))
-

@@ -3,8 +3,8 @@
 import asyncio
 
 import grpc
-from maas.v1 import engine_pb2, engine_pb2_grpc
 
+from maas.v1 import engine_pb2, engine_pb2_grpc
 from services.common.grpc_client import open_channel
 from services.common.logging import get_logger
 from services.router.endpoints import Endpoint
@@ -63,7 +63,9 @@ class EnginePool:
             load = await stub.GetLoad(engine_pb2.GetLoadRequest(), timeout=self._poll_interval * 4)
         except grpc.aio.AioRpcError as exc:
             if endpoint.ready:
-                log.warning("engine_unreachable", endpoint=endpoint.endpoint_id, code=exc.code().name)
+                log.warning(
+                    "engine_unreachable", endpoint=endpoint.endpoint_id, code=exc.code().name
+                )
             endpoint.ready = False
             return
         if not endpoint.ready:

@@ -3,7 +3,6 @@
 import asyncio
 
 from maas.v1 import router_pb2, router_pb2_grpc
-
 from services.common.grpc_server import GrpcService, run_until_signalled, start_server
 from services.router.endpoints import parse_static
 from services.router.pool import EnginePool
@@ -20,7 +19,11 @@ async def serve(settings: RouterSettings) -> None:
     handle = await start_server(
         "router",
         settings,
-        [GrpcService(SERVICE_NAME, RouterServicer(pool), router_pb2_grpc.add_RouterServicer_to_server)],
+        [
+            GrpcService(
+                SERVICE_NAME, RouterServicer(pool), router_pb2_grpc.add_RouterServicer_to_server
+            )
+        ],
     )
     await run_until_signalled(handle, settings.shutdown_grace_seconds, on_stop=pool.close)
 

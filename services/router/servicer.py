@@ -3,9 +3,9 @@
 import time
 
 import grpc
-from maas.v1 import router_pb2, router_pb2_grpc
 from prometheus_client import Counter, Histogram
 
+from maas.v1 import router_pb2, router_pb2_grpc
 from services.common.metrics import LATENCY_BUCKETS
 from services.router.least_load import pick_least_loaded
 from services.router.pool import EnginePool

@@ -3,7 +3,6 @@
 import asyncio
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
-
 from services.common.grpc_server import GrpcService, run_until_signalled, start_server
 from services.common.logging import get_logger
 from services.common.model_files import resolve_model_path
@@ -19,7 +18,9 @@ async def serve(settings: TokenizerSettings) -> None:
     path = resolve_model_path(settings.model_path)
     tokenizer = load_tokenizer(path)
     max_model_len = settings.max_model_len or tokenizer.max_model_len
-    log.info("tokenizer_loaded", path=str(path), vocab=tokenizer.vocab_size, max_model_len=max_model_len)
+    log.info(
+        "tokenizer_loaded", path=str(path), vocab=tokenizer.vocab_size, max_model_len=max_model_len
+    )
     servicer = TokenizerServicer(settings.model_id, tokenizer, max_model_len)
     handle = await start_server(
         "tokenizer",

@@ -7,9 +7,9 @@ model is NOT_FOUND, a bad conversation or an over-long prompt INVALID_ARGUMENT.
 import time
 
 import grpc
-from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 from prometheus_client import Histogram
 
+from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 from services.common.chat_template import ChatTemplateError, render_chat
 from services.common.metrics import LATENCY_BUCKETS
 from services.common.text_tokenizer import TextTokenizer

@@ -11,7 +11,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def http(stack) -> httpx.Client:
     with httpx.Client(
-        base_url=stack.gateway_url, headers={"Authorization": f"Bearer {stack.api_key}"},
+        base_url=stack.gateway_url,
+        headers={"Authorization": f"Bearer {stack.api_key}"},
         timeout=60,
     ) as client:
         yield client
@@ -88,7 +89,8 @@ def test_prompt_plus_max_tokens_beyond_context_is_400(http):
 
 def test_token_id_prompt_out_of_vocab_is_400(http):
     response = http.post(
-        "/v1/completions", json={"model": DEFAULT_MODEL_ID, "prompt": [1, 2, 10**7], "max_tokens": 2}
+        "/v1/completions",
+        json={"model": DEFAULT_MODEL_ID, "prompt": [1, 2, 10**7], "max_tokens": 2},
     )
     assert "token ids" in error_of(response, 400)["message"]
 

@@ -18,7 +18,9 @@ async def test_chat_stream_over_grpc(stack):
         stub = gateway_pb2_grpc.GatewayStub(channel)
         request = gateway_pb2.ChatCompletionRequest(
             model=DEFAULT_MODEL_ID,
-            messages=[tokenizer_pb2.ChatMessage(role="user", content="What is the capital of France?")],
+            messages=[
+                tokenizer_pb2.ChatMessage(role="user", content="What is the capital of France?")
+            ],
             options=gateway_pb2.CompletionOptions(temperature=0, max_tokens=24),
         )
         chunks = [c async for c in stub.ChatCompletion(request, metadata=auth(stack.api_key))]

@@ -29,8 +29,16 @@ def alive(pid: int) -> bool:
 
 def start_up(state_dir: Path, port: int) -> tuple[subprocess.Popen, dict]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "up", "--port", str(port),
-         "--state-dir", str(state_dir)],
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "up",
+            "--port",
+            str(port),
+            "--state-dir",
+            str(state_dir),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -66,8 +74,11 @@ def test_up_serves_then_leaves_no_orphans(tmp_path, stop_signal):
         reply = httpx.post(
             f"http://127.0.0.1:{port}/v1/chat/completions",
             headers={"Authorization": f"Bearer {key}"},
-            json={"model": DEFAULT_MODEL_ID, "max_tokens": 4,
-                  "messages": [{"role": "user", "content": "Hi"}]},
+            json={
+                "model": DEFAULT_MODEL_ID,
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": "Hi"}],
+            },
             timeout=60,
         )
         assert reply.status_code == 200, reply.text

@@ -52,7 +52,9 @@ def test_streaming_chat_matches_non_streaming(client):
     )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
-    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finishes == [whole.choices[0].finish_reason]
     assert chunks[-1].choices == []
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
@@ -70,7 +72,10 @@ def test_content_as_text_parts_equals_plain_string(client):
         messages=[
             {
                 "role": "user",
-                "content": [{"type": "text", "text": "Name a "}, {"type": "text", "text": "colour."}],
+                "content": [
+                    {"type": "text", "text": "Name a "},
+                    {"type": "text", "text": "colour."},
+                ],
             }
         ],
         temperature=0,

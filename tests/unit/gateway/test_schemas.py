@@ -8,9 +8,7 @@ from services.gateway.schemas import ChatCompletionRequest, CompletionRequest
 
 
 def chat(**fields) -> ChatCompletionRequest:
-    return ChatCompletionRequest(
-        model="m", messages=[{"role": "user", "content": "hi"}], **fields
-    )
+    return ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], **fields)
 
 
 def param_of(exc: ValidationError) -> str | None:
@@ -21,8 +19,12 @@ def param_of(exc: ValidationError) -> str | None:
 def test_text_parts_join_into_one_string():
     body = ChatCompletionRequest(
         model="m",
-        messages=[{"role": "user", "content": [{"type": "text", "text": "a"},
-                                               {"type": "text", "text": "b"}]}],
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            }
+        ],
     )
     assert body.messages[0].text() == "ab"
 
@@ -39,8 +41,15 @@ def test_defaults_follow_openai_not_greedy():
 
 def test_vllm_extras_reach_the_engine():
     params = to_engine_sampling(
-        chat(top_k=5, min_p=0.1, repetition_penalty=1.2, min_tokens=3, ignore_eos=True, seed=7,
-             stop="x")
+        chat(
+            top_k=5,
+            min_p=0.1,
+            repetition_penalty=1.2,
+            min_tokens=3,
+            ignore_eos=True,
+            seed=7,
+            stop="x",
+        )
     )
     assert (params.top_k, params.min_tokens, params.ignore_eos, params.seed) == (5, 3, True, 7)
     assert list(params.stop) == ["x"]
