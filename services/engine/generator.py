@@ -36,7 +36,9 @@ class SequenceState:
 
 
 class Generator:
-    def __init__(self, model: LlamaForCausalLM, config: ModelConfig, device: torch.device | str = "cpu"):
+    def __init__(
+        self, model: LlamaForCausalLM, config: ModelConfig, device: torch.device | str = "cpu"
+    ):
         self.model = model
         self.config = config
         self.device = device
@@ -49,8 +51,14 @@ class Generator:
             raise ValueError("prompt_ids is empty")
         if len(prompt_ids) >= self.config.max_model_len:
             raise ValueError(
-                f"prompt has {len(prompt_ids)} tokens, the model takes at most {self.config.max_model_len - 1}"
+                f"prompt has {len(prompt_ids)} tokens, "
+                f"the model takes at most {self.config.max_model_len - 1}"
             )
+        vocab = self.config.vocab_size
+        if not all(0 <= i < vocab for i in prompt_ids):
+            raise ValueError(f"prompt_ids must be in [0, {vocab})")
+        if not all(i < vocab for i in params.stop_token_ids):
+            raise ValueError(f"stop_token_ids must be < {vocab}")
         # The last sampled token is never fed back, so it needs no cache slot.
         capacity = min(len(prompt_ids) + params.max_tokens - 1, self.config.max_model_len)
         return SequenceState(

@@ -9,7 +9,11 @@ from gguf.quants import dequantize
 
 from services.engine.model_config import ModelConfig
 
-_GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_GLOBAL_NAMES = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
     "attn_q": "self_attn.q_proj",

@@ -6,7 +6,7 @@ import torch
 from tqdm import tqdm
 
 from services.engine.gguf_loader import load_gguf
-from services.engine.model import FusedLinear, LlamaForCausalLM
+from services.engine.model import LlamaForCausalLM
 from services.engine.model_config import ModelConfig
 from services.engine.safetensors_loader import load_safetensors
 
@@ -28,16 +28,17 @@ def load_model(
         if module in model.packed_modules_mapping:
             fused, shard = model.packed_modules_mapping[module]
             target = f"{parent}.{fused}.{kind}"
-            fused_module = model.get_submodule(f"{parent}.{fused}")
-            assert isinstance(fused_module, FusedLinear)
-            destination = fused_module.shard(kind, shard)
+            destination = model.get_submodule(f"{parent}.{fused}").shard(kind, shard)
         elif name in params:
             target, destination = name, params[name].data
         else:
             raise ValueError(f"checkpoint tensor {name!r} has no place in the model")
         tensor = weights[name]
         if tensor.shape != destination.shape:
-            raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)}, model wants {tuple(destination.shape)}")
+            raise ValueError(
+                f"{name}: checkpoint shape {tuple(tensor.shape)}, "
+                f"model wants {tuple(destination.shape)}"
+            )
         destination.copy_(tensor)
         filled[target] += tensor.numel()
     # Counting elements rather than names also catches a fused projection missing one part.

@@ -85,23 +85,29 @@ class Attention(nn.Module):
         k = apply_rotary(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
         v = v.view(tokens, self.num_kv_heads, self.head_dim)
         outputs = []
-        for cache, q_i, k_i, v_i in zip(caches, q.split(seq_lens), k.split(seq_lens), v.split(seq_lens)):
+        per_sequence = zip(
+            caches, q.split(seq_lens), k.split(seq_lens), v.split(seq_lens), strict=True
+        )
+        for cache, q_i, k_i, v_i in per_sequence:
             n, start = q_i.shape[0], cache.length
             end = start + n
             keys, values = cache.k[self.layer], cache.v[self.layer]
             keys[:, start:end] = k_i.transpose(0, 1)
             values[:, start:end] = v_i.transpose(0, 1)
-            # Query j sits at position start + j and sees every cached position up to its own.
-            mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)
             out = F.scaled_dot_product_attention(
                 q_i.transpose(0, 1).unsqueeze(0),
                 keys[:, :end].unsqueeze(0),
                 values[:, :end].unsqueeze(0),
-                attn_mask=mask,
+                attn_mask=None if n == 1 else _causal_mask(n, start, x.device),
                 enable_gqa=True,
             )
             outputs.append(out[0].transpose(0, 1).reshape(n, -1))
         return self.o_proj(torch.cat(outputs))
+
+
+def _causal_mask(n: int, start: int, device: torch.device) -> torch.Tensor:
+    # Query j sits at position start + j and sees every cached position up to its own.
+    return torch.ones(n, start + n, dtype=torch.bool, device=device).tril(start)
 
 
 class MLP(nn.Module):
@@ -124,7 +130,14 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, cos, sin, caches, seq_lens):
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        caches: Sequence[KVCache],
+        seq_lens: list[int],
+    ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, caches, seq_lens)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -152,8 +165,10 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         # Module names follow Hugging Face checkpoints so safetensors load by name.
         self.model = LlamaModel(config)
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(
-            config.hidden_size, config.vocab_size, bias=False
+        self.lm_head = (
+            None
+            if config.tie_word_embeddings
+            else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
 
     def forward(
@@ -166,15 +181,19 @@ class LlamaForCausalLM(nn.Module):
         """
         for cache, n in zip(caches, seq_lens, strict=True):
             if cache.length + n > cache.max_len:
-                raise ValueError(f"KV cache holds {cache.max_len} positions, asked for {cache.length + n}")
-        positions = torch.cat([torch.arange(c.length, c.length + n) for c, n in zip(caches, seq_lens)])
+                raise ValueError(
+                    f"KV cache holds {cache.max_len} positions, asked for {cache.length + n}"
+                )
+        positions = torch.cat(
+            [torch.arange(c.length, c.length + n) for c, n in zip(caches, seq_lens, strict=True)]
+        )
         h = self.model.embed_tokens(input_ids)
         cos, sin = rotary_cos_sin(
             positions.to(h.device), self.config.head_dim, self.config.rope_theta, h.dtype
         )
         for layer in self.model.layers:
             h = layer(h, cos, sin, caches, seq_lens)
-        for cache, n in zip(caches, seq_lens):
+        for cache, n in zip(caches, seq_lens, strict=True):
             cache.length += n
         return self.model.norm(h)
 

@@ -26,7 +26,7 @@ class SafetensorsTensors(Mapping[str, torch.Tensor]):
         self._files: dict[str, Path] = {}
         for file in files:
             with safe_open(file, framework="pt") as shard:
-                for name in shard.keys():
+                for name in shard.keys():  # noqa: SIM118 (safe_open is not a dict)
                     if not _derived(name, config):
                         self._files[name] = file
 

@@ -7,7 +7,8 @@ import torch
 
 from services.engine.sampling_params import SamplingParams
 
-# Below this temperature, logits / temperature overflows float32; the distribution is one-hot anyway.
+# Dividing by a tiny temperature overflows to inf (NaN after softmax); far above that
+# the distribution is already one-hot, so such requests are treated as greedy.
 _GREEDY_BELOW = 1e-5
 
 
@@ -61,12 +62,16 @@ class Sampler:
         if params.repetition_penalty != 1:
             # Hugging Face's rule over prompt and output: always push a seen token's logit down.
             seen = torch.tensor(
-                sorted(set(request.prompt_ids) | set(request.output_ids)), dtype=torch.long, device=logits.device
+                sorted(set(request.prompt_ids) | set(request.output_ids)),
+                dtype=torch.long,
+                device=logits.device,
             )
             if seen.numel():
                 scores = logits[seen]
                 logits[seen] = torch.where(
-                    scores > 0, scores / params.repetition_penalty, scores * params.repetition_penalty
+                    scores > 0,
+                    scores / params.repetition_penalty,
+                    scores * params.repetition_penalty,
                 )
         if (params.presence_penalty or params.frequency_penalty) and request.output_ids:
             # OpenAI's rule, over generated tokens only.

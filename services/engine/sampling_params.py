@@ -27,14 +27,26 @@ class SamplingParams:
         """Raise ValueError naming the first field that holds an impossible value."""
         # Comparisons are written so that NaN fails them.
         checks = [
-            ("temperature", self.temperature >= 0 and math.isfinite(self.temperature), "must be >= 0"),
+            (
+                "temperature",
+                self.temperature >= 0 and math.isfinite(self.temperature),
+                "must be >= 0",
+            ),
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
             ("top_k", self.top_k >= 0, "must be >= 0 (0 disables it)"),
             ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
-            ("repetition_penalty", self.repetition_penalty > 0 and math.isfinite(self.repetition_penalty), "must be > 0"),
+            (
+                "repetition_penalty",
+                self.repetition_penalty > 0 and math.isfinite(self.repetition_penalty),
+                "must be > 0",
+            ),
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
-            ("seed", self.seed is None or _SEED_MIN <= self.seed <= _SEED_MAX, "must fit in 64 bits"),
+            (
+                "seed",
+                self.seed is None or _SEED_MIN <= self.seed <= _SEED_MAX,
+                "must fit in 64 bits",
+            ),
             ("max_tokens", self.max_tokens > 0, "must be > 0"),
             ("min_tokens", 0 <= self.min_tokens <= self.max_tokens, "must be in [0, max_tokens]"),
             ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),

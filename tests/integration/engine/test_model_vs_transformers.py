@@ -12,6 +12,7 @@ from services.engine.loader import load_model
 from services.engine.sampling_params import SamplingParams
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.slow
 
 MIN_NEW, MAX_NEW = 32, 40
 
@@ -38,8 +39,15 @@ LONG_TEXT = (
 CONVERSATIONS = {
     "fact": [{"role": "user", "content": "What is the capital of France?"}],
     "poem": [{"role": "user", "content": "Write a short poem about the sea at night."}],
-    "code": [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}],
-    "spanish": [{"role": "user", "content": "¿Cuáles son los beneficios de hacer ejercicio todos los días?"}],
+    "code": [
+        {
+            "role": "user",
+            "content": "Write a Python function that checks whether a number is prime.",
+        }
+    ],
+    "spanish": [
+        {"role": "user", "content": "¿Qué beneficios tiene hacer ejercicio todos los días?"}
+    ],
     "chinese": [{"role": "user", "content": "请简单介绍一下长城的历史。"}],
     "multi_turn": [
         {"role": "system", "content": "You are a concise assistant."},
@@ -47,7 +55,12 @@ CONVERSATIONS = {
         {"role": "assistant", "content": "Red, yellow and blue."},
         {"role": "user", "content": "Which two of them make green?"},
     ],
-    "long": [{"role": "user", "content": f"Summarise the following text in two sentences.\n\n{LONG_TEXT}"}],
+    "long": [
+        {
+            "role": "user",
+            "content": f"Summarise the following text in two sentences.\n\n{LONG_TEXT}",
+        }
+    ],
 }
 
 
@@ -61,7 +74,9 @@ def model_path():
 
 @pytest.fixture(scope="module")
 def tokenizer(model_path):
-    return transformers.AutoTokenizer.from_pretrained(str(model_path.parent), gguf_file=model_path.name)
+    return transformers.AutoTokenizer.from_pretrained(
+        str(model_path.parent), gguf_file=model_path.name
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +100,12 @@ def prompts(tokenizer) -> dict[str, list[int]]:
     }
 
 
-def greedy(generator: Generator, prompt: list[int], max_tokens: int, min_tokens: int = 0) -> list[int]:
-    state = generator.start(prompt, SamplingParams(temperature=0, max_tokens=max_tokens, min_tokens=min_tokens))
+def greedy(
+    generator: Generator, prompt: list[int], max_tokens: int, min_tokens: int = 0
+) -> list[int]:
+    state = generator.start(
+        prompt, SamplingParams(temperature=0, max_tokens=max_tokens, min_tokens=min_tokens)
+    )
     while state.finish_reason(generator.config) is None:
         generator.step(state)
     return state.output_ids
@@ -114,7 +133,7 @@ def test_greedy_tokens_match_transformers(name, prompts, ours, hf_model, tokeniz
             max_new_tokens=MAX_NEW,
             min_new_tokens=MIN_NEW,
             pad_token_id=tokenizer.eos_token_id,
-        )[0, len(prompt):].tolist()
+        )[0, len(prompt) :].tolist()
     assert len(reference) >= MIN_NEW
     assert greedy(ours, prompt, MAX_NEW, MIN_NEW) == reference
 
@@ -136,7 +155,9 @@ def test_safetensors_folder_loads_the_same_model(tmp_path, hf_model, prompts, ou
     model, config = load_model(tmp_path, torch.float32, progress=False)
     assert config == ours.config
     prompt = prompts["fact"]
-    torch.testing.assert_close(prefill_logits(Generator(model, config), prompt), prefill_logits(ours, prompt))
+    torch.testing.assert_close(
+        prefill_logits(Generator(model, config), prompt), prefill_logits(ours, prompt)
+    )
 
 
 def test_bfloat16_generates_the_same_start(model_path, prompts, ours, tokenizer):

@@ -1,4 +1,4 @@
-"""A tiny random Llama: exercises the engine's code paths in milliseconds, no weights file needed."""
+"""A tiny random Llama: the engine's code paths in milliseconds, with no weights file."""
 
 import pytest
 import torch

@@ -63,7 +63,9 @@ def test_stepping_a_finished_sequence_is_an_error(generator):
 
 def test_seeded_sampling_repeats(generator):
     def sample():
-        state = generator.start(PROMPT, SamplingParams(temperature=1.0, max_tokens=8, seed=123, ignore_eos=True))
+        state = generator.start(
+            PROMPT, SamplingParams(temperature=1.0, max_tokens=8, seed=123, ignore_eos=True)
+        )
         run_to_end(generator, state)
         return state.output_ids
 
@@ -75,7 +77,9 @@ def test_seeded_sampling_repeats(generator):
     [
         ([], SamplingParams(), "prompt"),
         (list(range(24)), SamplingParams(), "prompt"),
+        ([3, 64], SamplingParams(), "prompt_ids"),
         (PROMPT, SamplingParams(top_p=0), "top_p"),
+        (PROMPT, SamplingParams(stop_token_ids=[64]), "stop_token_ids"),
     ],
 )
 def test_start_rejects_bad_requests(generator, prompt, params, match):

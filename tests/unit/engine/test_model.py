@@ -49,7 +49,9 @@ def test_a_mixed_batch_matches_each_sequence_alone(tiny_model):
     with torch.inference_mode():
         hidden = tiny_model(ids, [cache_a, cache_b, cache_c], [1, 2, 1])
         logits = tiny_model.compute_logits(hidden[[0, 2, 3]])
-    torch.testing.assert_close(logits, torch.stack([expected_a, expected_b, expected_c]), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        logits, torch.stack([expected_a, expected_b, expected_c]), atol=1e-5, rtol=1e-5
+    )
     assert (cache_a.length, cache_b.length, cache_c.length) == (len(a), len(b), 1)
 
 
@@ -61,7 +63,9 @@ def test_an_overfull_cache_is_refused(tiny_model):
 
 
 def test_attention_bias_variant_runs_and_uses_its_bias(tiny_config):
-    config = dataclasses.replace(tiny_config, architecture="qwen2", attention_bias=True, tie_word_embeddings=False)
+    config = dataclasses.replace(
+        tiny_config, architecture="qwen2", attention_bias=True, tie_word_embeddings=False
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     for param in model.parameters():

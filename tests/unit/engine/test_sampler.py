@@ -55,7 +55,10 @@ def test_accepts_a_single_vocab_row():
 def test_does_not_modify_the_callers_logits():
     logits = random_logits()
     before = logits.clone()
-    sampler(logits, [Request(SamplingParams(repetition_penalty=2, top_p=0.5, min_p=0.1), prompt_ids=[1, 2, 3])])
+    sampler(
+        logits,
+        [Request(SamplingParams(repetition_penalty=2, top_p=0.5, min_p=0.1), prompt_ids=[1, 2, 3])],
+    )
     assert torch.equal(logits, before)
 
 
@@ -85,7 +88,11 @@ def test_unseeded_requests_differ():
 def test_a_request_samples_the_same_alone_or_in_a_batch():
     logits = random_logits(rows=3, seed=2)
     alone = Request(SamplingParams(seed=5))
-    batched = [Request(SamplingParams(seed=11)), Request(SamplingParams(seed=5)), Request(SamplingParams())]
+    batched = [
+        Request(SamplingParams(seed=11)),
+        Request(SamplingParams(seed=5)),
+        Request(SamplingParams()),
+    ]
     for _ in range(20):
         assert sampler(logits[1], [alone]) == sampler(logits, batched)[1:2]
 
@@ -106,13 +113,19 @@ def test_ignore_eos_always_suppresses_eos_but_not_stop_token_ids():
 def test_repetition_penalty_divides_seen_positive_logits():
     logits = logits_with({5: 2.0, 6: 1.5})
     assert draw(logits, SamplingParams(temperature=0), n=1, prompt_ids=[5]) == {5}
-    assert draw(logits, SamplingParams(temperature=0, repetition_penalty=2.0), n=1, prompt_ids=[5]) == {6}
-    assert draw(logits, SamplingParams(temperature=0, repetition_penalty=2.0), n=1, output_ids=[5]) == {6}
+    assert draw(
+        logits, SamplingParams(temperature=0, repetition_penalty=2.0), n=1, prompt_ids=[5]
+    ) == {6}
+    assert draw(
+        logits, SamplingParams(temperature=0, repetition_penalty=2.0), n=1, output_ids=[5]
+    ) == {6}
 
 
 def test_repetition_penalty_multiplies_seen_negative_logits():
     logits = logits_with({5: -1.0, 6: -1.5})
-    assert draw(logits, SamplingParams(temperature=0, repetition_penalty=2.0), n=1, prompt_ids=[5]) == {6}
+    assert draw(
+        logits, SamplingParams(temperature=0, repetition_penalty=2.0), n=1, prompt_ids=[5]
+    ) == {6}
 
 
 def test_presence_penalty_applies_to_output_tokens_only():
@@ -125,8 +138,12 @@ def test_presence_penalty_applies_to_output_tokens_only():
 def test_frequency_penalty_grows_with_count_and_presence_does_not():
     logits = logits_with({5: 3.0, 6: 2.5})
     output = [5, 5, 5, 6]
-    assert draw(logits, SamplingParams(temperature=0, presence_penalty=0.5), n=1, output_ids=output) == {5}
-    assert draw(logits, SamplingParams(temperature=0, frequency_penalty=0.5), n=1, output_ids=output) == {6}
+    assert draw(
+        logits, SamplingParams(temperature=0, presence_penalty=0.5), n=1, output_ids=output
+    ) == {5}
+    assert draw(
+        logits, SamplingParams(temperature=0, frequency_penalty=0.5), n=1, output_ids=output
+    ) == {6}
 
 
 def three_token_logits(p0: float, p1: float, p2: float) -> torch.Tensor:

@@ -1,0 +1,142 @@
+"""Continuous batching with chunked prefill and preemption by recompute.
+
+Every step spends a token budget (max_num_batched_tokens): running sequences
+first, in priority order, one token each for decodes and up to the rest of
+the budget for a prompt still being computed; then waiting sequences are
+admitted, in priority order and first come first served within a priority,
+while the budget, max_num_seqs and free blocks allow. A long prompt therefore
+runs as chunks that share steps with the decodes instead of freezing them.
+
+When a decode needs a block and none is free, the lowest-priority, newest
+running sequence is preempted: its blocks are freed and it goes back to
+waiting with its generated tokens, to be recomputed (often from the prefix
+cache) when room returns. Nobody fails for lack of blocks.
+"""
+
+from dataclasses import dataclass, field
+
+from services.engine.block_manager import BlockManager
+from services.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    enable_chunked_prefill: bool = True
+
+
+@dataclass
+class ScheduledSeq:
+    seq: Sequence
+    num_new_tokens: int
+
+    @property
+    def samples(self) -> bool:
+        """This step computes the sequence's last token, so it samples the next one."""
+        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    # (source, destination) block pairs to copy before the step: copy-on-write.
+    block_copies: list[tuple[int, int]] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
+        self.config = config
+        self.blocks = block_manager
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    def add_running(self, seq: Sequence) -> None:
+        """A forked sample joins its parent among the running."""
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        self.running.sort(key=Sequence.sort_key)
+        budget = self._schedule_running(out, budget)
+        if not out.preempted:
+            self._admit_waiting(out, budget)
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        index = 0
+        while index < len(self.running) and budget > 0:
+            seq = self.running[index]
+            while not self.blocks.can_append(seq):
+                victim = self.running[-1]
+                self._preempt(victim, out)
+                if victim is seq:
+                    break
+            else:
+                copy = self.blocks.append_slot(seq)
+                if copy is not None:
+                    out.block_copies.append(copy)
+                n = min(seq.num_uncomputed_tokens, budget)
+                out.scheduled.append(ScheduledSeq(seq, n))
+                budget -= n
+                index += 1
+        return budget
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        self.waiting.sort(key=Sequence.sort_key)
+        full_budget = self.config.max_num_batched_tokens
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            fits_whole = seq.num_uncomputed_tokens <= budget
+            # Without chunking a prompt runs whole; one larger than the budget
+            # runs alone, in a step of its own.
+            if not self.config.enable_chunked_prefill and not fits_whole and budget < full_budget:
+                break
+            if not self.blocks.can_allocate(seq):
+                break  # head-of-line: a later, smaller request must not starve it
+            seq.num_computed_tokens = self.blocks.allocate(seq)
+            self.waiting.pop(0)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            n = seq.num_uncomputed_tokens
+            if self.config.enable_chunked_prefill:
+                n = min(n, budget)
+            out.scheduled.append(ScheduledSeq(seq, n))
+            budget -= n
+
+    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        self.running.remove(seq)
+        self.blocks.free(seq)
+        seq.num_computed_tokens = 0
+        seq.num_cached_tokens = 0
+        seq.num_preemptions += 1
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+        out.preempted.append(seq)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        self.blocks.free(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+
+    def sequences_of(self, request_id: str) -> list[Sequence]:
+        return [s for s in (*self.running, *self.waiting) if s.request_id == request_id]

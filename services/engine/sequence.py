@@ -1,0 +1,69 @@
+"""One sequence in the engine: its tokens, how far its KV is computed, its blocks.
+
+A request with n parallel samples becomes n sequences that share the prompt's
+blocks (forked after the prompt is computed).
+"""
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from services.engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Sequence:
+    request_id: str
+    index: int  # which of the request's n samples
+    token_ids: list[int]  # prompt, then generated tokens
+    num_prompt_tokens: int
+    params: SamplingParams
+    generator: torch.Generator
+    priority: int = 0
+    arrival_time: float = field(default_factory=time.monotonic)
+    status: SequenceStatus = SequenceStatus.WAITING
+    # Tokens whose keys and values are in the cache. Everything from here to
+    # the end of token_ids is what the next steps must compute.
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)
+    num_preemptions: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def seq_id(self) -> tuple[str, int]:
+        return (self.request_id, self.index)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def in_prefill(self) -> bool:
+        """Still computing tokens it was given rather than ones it sampled."""
+        return self.num_uncomputed_tokens > 1 or not self.output_ids
+
+    def sort_key(self) -> tuple[int, float, int]:
+        """Higher priority first, then first come, first served."""
+        return (-self.priority, self.arrival_time, self.index)
