@@ -213,7 +213,7 @@ class BlockManager:
         fresh = self._num_blocks_for(len(seq.token_ids)) - len(hits)
         # A hit on a cached, unreferenced block is free of compute but still leaves
         # the evictable pool once referenced.
-        revived = sum(1 for _, block_id in hits if self.blocks[block_id].ref_count == 0)
+        revived = len(hits)
         return fresh + revived
 
     def _num_blocks_for(self, num_tokens: int) -> int:
@@ -221,7 +221,7 @@ class BlockManager:
 
     def _newest_block_is_shared(self, seq: BlockSeq) -> bool:
         block_id = seq.block_table[(len(seq.token_ids) - 1) // self.block_size]
-        return False
+        return self.blocks[block_id].ref_count > 1
 
     def _reference(self, block_id: int) -> None:
         block = self.blocks[block_id]

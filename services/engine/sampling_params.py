@@ -3,6 +3,8 @@
 import math
 from dataclasses import dataclass, field
 
+MAX_N = 16
+MAX_TOP_LOGPROBS = 20
 # torch.Generator.manual_seed accepts exactly this range.
 _SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
 
@@ -22,6 +24,9 @@ class SamplingParams:
     ignore_eos: bool = False
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
+    n: int = 1  # parallel samples of one prompt
+    logprobs: bool = False
+    top_logprobs: int = 0
 
     def validate(self) -> None:
         """Raise ValueError naming the first field that holds an impossible value."""
@@ -51,6 +56,9 @@ class SamplingParams:
             ("min_tokens", 0 <= self.min_tokens <= self.max_tokens, "must be in [0, max_tokens]"),
             ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
             ("stop_token_ids", all(i >= 0 for i in self.stop_token_ids), "must be >= 0"),
+            ("n", 1 <= self.n <= MAX_N, f"must be in [1, {MAX_N}]"),
+            ("top_logprobs", 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
+             f"must be in [0, {MAX_TOP_LOGPROBS}]"),
         ]
         for name, ok, requirement in checks:
             if not ok:

@@ -43,6 +43,7 @@ class SchedulerOutput:
     # (source, destination) block pairs to copy before the step: copy-on-write.
     block_copies: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    admitted: list[Sequence] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -113,6 +114,7 @@ class Scheduler:
             self.waiting.pop(0)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
+            out.admitted.append(seq)
             n = seq.num_uncomputed_tokens
             if self.config.enable_chunked_prefill:
                 n = min(n, budget)

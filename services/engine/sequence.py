@@ -38,6 +38,7 @@ class Sequence:
     block_hashes: list[int] = field(default_factory=list)
     num_preemptions: int = 0
     finish_reason: str | None = None
+    last_token_time: float | None = None
 
     @property
     def seq_id(self) -> tuple[str, int]:

@@ -1,6 +1,7 @@
-"""`maas serve engine`: load the model, then serve maas.v1.Engine."""
+"""`maas serve engine`: load the model, size the KV cache, then serve maas.v1.Engine."""
 
 import asyncio
+import dataclasses
 import time
 
 import torch
@@ -10,9 +11,13 @@ from services.common.grpc_server import GrpcService, run_until_signalled, start_
 from services.common.logging import get_logger
 from services.common.model_files import resolve_model_path
 from services.common.tokenizer_loader import load_tokenizer
+from services.engine.async_engine import AsyncEngine
 from services.engine.device import resolve_device, resolve_dtype
-from services.engine.generator import Generator
+from services.engine.kv_budget import kv_cache_bytes, num_blocks
+from services.engine.kv_cache import PagedKVCache
+from services.engine.llm_engine import EngineConfig, LLMEngine
 from services.engine.loader import load_model
+from services.engine.model_runner import ModelRunner
 from services.engine.servicer import EngineServicer
 from services.engine.settings import EngineSettings
 
@@ -20,7 +25,7 @@ log = get_logger(__name__)
 SERVICE_NAME = engine_pb2.DESCRIPTOR.services_by_name["Engine"].full_name
 
 
-def build_servicer(settings: EngineSettings) -> EngineServicer:
+def build_engine(settings: EngineSettings) -> LLMEngine:
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     path = resolve_model_path(settings.model_path)
@@ -28,22 +33,42 @@ def build_servicer(settings: EngineSettings) -> EngineServicer:
     dtype = resolve_dtype(settings.dtype, device)
     started = time.perf_counter()
     model, config = load_model(path, dtype=dtype, device=device, progress=True)
-    tokenizer = load_tokenizer(path)
     max_model_len = min(settings.max_model_len or config.max_model_len, config.max_model_len)
+    config = dataclasses.replace(config, max_model_len=max_model_len)
+    tokenizer = load_tokenizer(path)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    memory = kv_cache_bytes(settings, device, weight_bytes)
+    blocks = num_blocks(settings, config, dtype, memory)
+    cache = PagedKVCache.allocate(config, blocks, settings.block_size, dtype, device)
     log.info(
-        "model_loaded",
+        "engine_ready",
         path=str(path),
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
         max_model_len=max_model_len,
-        seconds=round(time.perf_counter() - started, 2),
+        kv_cache_bytes=memory,
+        kv_cache_blocks=blocks,
+        kv_cache_tokens=blocks * settings.block_size,
+        load_seconds=round(time.perf_counter() - started, 2),
     )
-    generator = Generator(model, config, device=device)
-    return EngineServicer(settings.model_id, generator, tokenizer, max_model_len, config.vocab_size)
+    engine_config = EngineConfig(
+        num_blocks=blocks,
+        max_model_len=max_model_len,
+        block_size=settings.block_size,
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        enable_chunked_prefill=settings.enable_chunked_prefill,
+        cache_salt=settings.cache_salt or settings.model_id,
+    )
+    runner = ModelRunner(model, config, cache, device)
+    return LLMEngine(engine_config, config, runner, tokenizer)
 
 
 async def serve(settings: EngineSettings) -> None:
-    servicer = await asyncio.to_thread(build_servicer, settings)
+    engine = AsyncEngine(await asyncio.to_thread(build_engine, settings))
+    engine.start()
+    engine_id = settings.engine_id or f"{settings.host}:{settings.port}"
+    servicer = EngineServicer(settings.model_id, engine_id, engine)
     handle = await start_server(
         "engine",
         settings,
@@ -54,6 +79,7 @@ async def serve(settings: EngineSettings) -> None:
         servicer.draining = True
 
     await run_until_signalled(handle, settings.shutdown_grace_seconds, on_stop=drain)
+    await engine.stop()
 
 
 def main(settings: EngineSettings) -> None:

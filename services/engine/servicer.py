@@ -1,33 +1,35 @@
-"""maas.v1.Engine over the single-sequence Generator.
+"""maas.v1.Engine over the continuously batched AsyncEngine.
 
-One request runs on the model at a time (an asyncio.Lock is the model slot,
-FIFO by arrival); the rest wait. The paged, continuously batched scheduler
-replaces this in the engine-core issue without changing the contract. Each
-model step runs in a worker thread so the event loop keeps serving GetLoad,
-Abort and other streams while torch computes.
+Validation failures are INVALID_ARGUMENT (the message names the field or the
+limit); a draining engine answers UNAVAILABLE so the gateway retries
+elsewhere; a failed model step is INTERNAL for the requests it carried.
 """
-
-import asyncio
-import contextlib
-import time
 
 import grpc
 
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
-from services.common.detokenizer import IncrementalDetokenizer
 from services.common.logging import get_logger
-from services.common.text_tokenizer import TextTokenizer
-from services.engine import metrics
-from services.engine.generator import Generator
-from services.engine.request_state import FINISH_REASONS, RequestState
+from services.engine.async_engine import AsyncEngine, EngineFailed
+from services.engine.llm_engine import RequestRejected
+from services.engine.request import SeqOutput
 from services.engine.sampling_params import SamplingParams
-from services.engine.stop_strings import StopStringMatcher
-from services.tokenizer.length_check import ContextLengthError, check_length
 
 log = get_logger(__name__)
 
+FINISH_REASONS = {
+    "stop": common_pb2.FINISH_REASON_STOP,
+    "length": common_pb2.FINISH_REASON_LENGTH,
+    "abort": common_pb2.FINISH_REASON_ABORT,
+}
+KV_KINDS = {
+    "stored": engine_pb2.KvEvent.KIND_STORED,
+    "evicted": engine_pb2.KvEvent.KIND_EVICTED,
+    "cleared": engine_pb2.KvEvent.KIND_CLEARED,
+}
+
 
 def sampling_from_proto(p: engine_pb2.SamplingParams, remaining: int) -> SamplingParams:
+    """Proto defaults (zeros) mean "unset": map them onto the engine's defaults."""
     return SamplingParams(
         temperature=p.temperature,
         top_p=p.top_p or 1.0,
@@ -37,39 +39,61 @@ def sampling_from_proto(p: engine_pb2.SamplingParams, remaining: int) -> Samplin
         presence_penalty=p.presence_penalty,
         frequency_penalty=p.frequency_penalty,
         seed=p.seed if p.HasField("seed") else None,
-        max_tokens=p.max_tokens or remaining,
+        max_tokens=p.max_tokens or max(remaining, 1),
         min_tokens=p.min_tokens,
         ignore_eos=p.ignore_eos,
         stop=list(p.stop),
         stop_token_ids=list(p.stop_token_ids),
+        n=p.n or 1,
+        logprobs=p.logprobs,
+        top_logprobs=p.top_logprobs,
     )
 
 
+def token_text(tokenizer, token_id: int) -> str:
+    # The text a token adds, not its byte-level vocabulary spelling ("Ġthe").
+    return tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+def response_of(output: SeqOutput, tokenizer) -> engine_pb2.GenerateResponse:
+    response = engine_pb2.GenerateResponse(
+        request_id=output.request_id,
+        index=output.index,
+        token_ids=output.token_ids,
+        text=output.text,
+    )
+    for lp in output.logprobs:
+        response.logprobs.append(
+            engine_pb2.TokenLogprob(
+                token_id=lp.token_id,
+                token=token_text(tokenizer, lp.token_id),
+                logprob=lp.logprob,
+                top_logprobs=[
+                    engine_pb2.TopLogprob(token_id=i, token=token_text(tokenizer, i), logprob=v)
+                    for i, v in lp.top
+                ],
+            )
+        )
+    if output.finish_reason is not None:
+        response.finish_reason = FINISH_REASONS[output.finish_reason]
+        response.usage.CopyFrom(
+            common_pb2.Usage(
+                prompt_tokens=output.prompt_tokens,
+                completion_tokens=output.completion_tokens,
+                cached_prompt_tokens=output.cached_prompt_tokens,
+            )
+        )
+    return response
+
+
 class EngineServicer(engine_pb2_grpc.EngineServicer):
-    def __init__(
-        self,
-        model_id: str,
-        generator: Generator,
-        tokenizer: TextTokenizer,
-        max_model_len: int,
-        vocab_size: int,
-    ):
+    def __init__(self, model_id: str, engine_id: str, engine: AsyncEngine):
         self._model_id = model_id
-        self._generator = generator
-        self._tokenizer = tokenizer
-        self._max_model_len = max_model_len
-        self._vocab_size = vocab_size
-        self._slot = asyncio.Lock()
-        self._requests: dict[str, RequestState] = {}
-        self._waiting = 0
-        self._running = 0
+        self._engine_id = engine_id
+        self._engine = engine
         self.draining = False
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._requests)
-
-    async def _validated(self, request, context) -> SamplingParams:
+    async def Generate(self, request, context):
         if request.model and request.model != self._model_id:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,
@@ -77,130 +101,51 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             )
         if self.draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "engine is draining")
-        if not request.request_id or request.request_id in self._requests:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "request_id must be set and unique in flight"
-            )
-        prompt = request.prompt_token_ids
-        if not prompt:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "prompt_token_ids is empty")
-        if any(not 0 <= t < self._vocab_size for t in prompt):
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"prompt token ids must be in [0, {self._vocab_size})",
-            )
-        if request.sampling.n > 1 or request.sampling.logprobs:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "n > 1 and logprobs are not supported by this engine yet",
-            )
-        remaining = self._max_model_len - len(prompt)
-        params = sampling_from_proto(request.sampling, remaining)
-        try:
-            params.validate()
-            check_length(len(prompt), params.max_tokens, self._max_model_len)
-        except (ValueError, ContextLengthError) as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        return params
-
-    async def Generate(self, request, context):
-        params = await self._validated(request, context)
-        state = RequestState(request.request_id, list(request.prompt_token_ids))
-        self._requests[state.request_id] = state
-        finish = "abort"
-        try:
-            async with self._model_slot(state):
-                async for response, reason in self._decode(state, params):
-                    finish = reason
-                    yield response
-        finally:
-            del self._requests[state.request_id]
-            metrics.REQUESTS_FINISHED.labels(finish).inc()
-            metrics.E2E_SECONDS.observe(time.perf_counter() - state.arrived_at)
-
-    @contextlib.asynccontextmanager
-    async def _model_slot(self, state: RequestState):
-        """Wait for the model, counting the request as waiting, then running."""
-        self._set_counts(waiting=+1)
-        try:
-            await self._slot.acquire()
-        finally:
-            self._set_counts(waiting=-1)
-        metrics.QUEUE_SECONDS.observe(time.perf_counter() - state.arrived_at)
-        self._set_counts(running=+1)
-        try:
-            yield
-        finally:
-            self._set_counts(running=-1)
-            self._slot.release()
-
-    def _set_counts(self, waiting: int = 0, running: int = 0) -> None:
-        self._waiting += waiting
-        self._running += running
-        metrics.REQUESTS_WAITING.set(self._waiting)
-        metrics.REQUESTS_RUNNING.set(self._running)
-
-    async def _decode(self, state: RequestState, params: SamplingParams):
-        """Yield (response, finish reason) once per generated token."""
-        seq = self._generator.start(state.prompt_ids, params)
-        metrics.PROMPT_TOKENS.inc(len(state.prompt_ids))
-        detok = IncrementalDetokenizer(self._tokenizer, state.prompt_ids)
-        stops = StopStringMatcher(params.stop)
-        while True:
-            if state.aborted:
-                yield self._response(state, [], "", "abort"), "abort"
-                return
-            token = await asyncio.to_thread(self._generator.step, seq)
-            if state.first_token_at is None:
-                state.first_token_at = time.perf_counter()
-                metrics.TTFT_SECONDS.observe(state.first_token_at - state.arrived_at)
-            state.completion_tokens += 1
-            metrics.GENERATION_TOKENS.inc()
-            finish = seq.finish_reason(self._generator.config)
-            text, stopped = stops.push(detok.push(token))
-            if stopped:
-                finish = "stop"
-            elif finish is not None:
-                text += stops.push(detok.flush())[0] + stops.flush()
-            yield self._response(state, [token], text, finish), finish
-            if finish is not None:
-                return
-
-    def _response(
-        self, state: RequestState, tokens: list[int], text: str, finish: str | None
-    ) -> engine_pb2.GenerateResponse:
-        response = engine_pb2.GenerateResponse(
-            request_id=state.request_id, token_ids=tokens, text=text
+        if not request.request_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request_id is required")
+        prompt = list(request.prompt_token_ids)
+        params = sampling_from_proto(
+            request.sampling, self._engine.engine.config.max_model_len - len(prompt)
         )
-        if finish is not None:
-            response.finish_reason = FINISH_REASONS[finish]
-            response.usage.CopyFrom(
-                common_pb2.Usage(
-                    prompt_tokens=len(state.prompt_ids),
-                    completion_tokens=state.completion_tokens,
-                )
-            )
-        return response
+        tokenizer = self._engine.engine.tokenizer
+        try:
+            async for output in self._engine.generate(
+                request.request_id, prompt, params, request.priority
+            ):
+                yield response_of(output, tokenizer)
+        except RequestRejected as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except EngineFailed as exc:
+            await context.abort(grpc.StatusCode.INTERNAL, str(exc))
 
     async def Abort(self, request, context):
-        state = self._requests.get(request.request_id)
-        if state is not None:
-            state.aborted = True
-        return engine_pb2.AbortResponse(found=state is not None)
+        return engine_pb2.AbortResponse(found=self._engine.abort(request.request_id))
 
     async def GetLoad(self, request, context):
+        engine = self._engine.engine
         return engine_pb2.LoadReport(
             model=self._model_id,
-            running=self._running,
-            waiting=self._waiting,
-            kv_cache_usage=0.0,
-            max_num_seqs=1,
-            max_model_len=self._max_model_len,
+            running=len(engine.scheduler.running),
+            waiting=len(engine.scheduler.waiting),
+            kv_cache_usage=engine.blocks.usage,
+            max_num_seqs=engine.config.max_num_seqs,
+            max_model_len=engine.config.max_model_len,
             draining=self.draining,
         )
 
     async def Drain(self, request, context):
         if not self.draining:
-            log.info("drain_started", in_flight=self.in_flight)
+            log.info("drain_started", in_flight=self._engine.in_flight)
         self.draining = True
-        return engine_pb2.DrainResponse(in_flight=self.in_flight)
+        return engine_pb2.DrainResponse(in_flight=self._engine.in_flight)
+
+    async def StreamKvEvents(self, request, context):
+        async for batch in self._engine.kv_events():
+            yield engine_pb2.KvEventBatch(
+                sequence=batch.sequence,
+                engine_id=self._engine_id,
+                events=[
+                    engine_pb2.KvEvent(kind=KV_KINDS[kind], block_hashes=hashes)
+                    for kind, hashes in batch.events
+                ],
+            )

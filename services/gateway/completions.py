@@ -10,7 +10,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -35,11 +35,15 @@ FINISH_NAMES = {
 
 @dataclass
 class Delta:
+    """One engine message: a sample's new text; the usage fields are running totals."""
+
     text: str
+    index: int = 0
     finish_reason: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_prompt_tokens: int = 0
+    logprobs: list[engine_pb2.TokenLogprob] = field(default_factory=list)
 
 
 def new_request_id(prefix: str) -> str:
@@ -141,10 +145,12 @@ class CompletionService:
                     cached = response.usage.cached_prompt_tokens
                 yield Delta(
                     text=response.text,
+                    index=response.index,
                     finish_reason=finish or None,
                     prompt_tokens=len(prompt_ids),
                     completion_tokens=completion_tokens,
                     cached_prompt_tokens=cached,
+                    logprobs=list(response.logprobs),
                 )
         except grpc.aio.AioRpcError as exc:
             finish = "error"

@@ -19,7 +19,7 @@ from maas.v1 import tokenizer_pb2
 from services.gateway.auth import authenticate
 from services.gateway.completions import CompletionService, Delta, new_request_id
 from services.gateway.errors import APIError
-from services.gateway.openai_format import ResponseShape
+from services.gateway.openai_format import Choices, ResponseShape
 from services.gateway.sampling import to_engine_sampling
 from services.gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from services.gateway.tenants import TenantStore
@@ -100,7 +100,10 @@ def create_app(service: CompletionService, store: TenantStore, redis: Redis) -> 
             for m in body.messages
         ]
         prompt_ids = await service.prepare_chat(body.model, messages, body.max_tokens)
-        shape = ResponseShape(new_request_id("chatcmpl"), body.model, chat=True)
+        shape = ResponseShape(
+            new_request_id("chatcmpl"), body.model, chat=True,
+            with_logprobs=body.top_logprobs_count is not None,
+        )
         deltas = service.generate(
             principal,
             shape.request_id,
@@ -120,7 +123,10 @@ def create_app(service: CompletionService, store: TenantStore, redis: Redis) -> 
             else body.prompt
         )
         prompt_ids = await service.prepare_text(body.model, prompt, body.max_tokens)
-        shape = ResponseShape(new_request_id("cmpl"), body.model, chat=False)
+        shape = ResponseShape(
+            new_request_id("cmpl"), body.model, chat=False,
+            with_logprobs=body.top_logprobs_count is not None,
+        )
         deltas = service.generate(
             principal,
             shape.request_id,
@@ -153,22 +159,24 @@ async def respond(
     first = await anext(deltas)
     headers = {"x-request-id": shape.request_id}
     if not body.stream:
+        choices, last = Choices(), first
         try:
-            text, last = first.text, first
-            async for delta in deltas:
-                text, last = text + delta.text, delta
+            async for delta in prepend(first, deltas):
+                if delta.finish_reason == "error":
+                    raise STREAM_BROKEN
+                choices.add(delta)
+                last = delta
         finally:
             await deltas.aclose()
-        if last.finish_reason == "error":
-            raise STREAM_BROKEN
         RESPONSES.labels(route, 200).inc()
-        return JSONResponse(shape.full(text, last), headers=headers)
+        return JSONResponse(shape.full(choices, last), headers=headers)
 
     async def events():
         last = first
         try:
             if shape.chat:
-                yield sse(shape.role_chunk(body.include_usage))
+                for index in range(body.n):
+                    yield sse(shape.role_chunk(index, body.include_usage))
             async for delta in prepend(first, deltas):
                 last = delta
                 if delta.finish_reason == "error":

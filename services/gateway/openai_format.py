@@ -1,8 +1,10 @@
 """OpenAI response and stream-chunk bodies for chat and text completions."""
 
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 
+from maas.v1 import engine_pb2
 from services.gateway.completions import Delta
 
 
@@ -15,6 +17,48 @@ def usage_body(delta: Delta) -> dict:
     }
 
 
+def chat_logprobs(logprobs: list[engine_pb2.TokenLogprob]) -> dict:
+    def entry(token: str, logprob: float) -> dict:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+    return {
+        "content": [
+            {
+                **entry(lp.token, lp.logprob),
+                "top_logprobs": [entry(t.token, t.logprob) for t in lp.top_logprobs],
+            }
+            for lp in logprobs
+        ]
+    }
+
+
+def completion_logprobs(logprobs: list[engine_pb2.TokenLogprob], offset: int) -> dict:
+    offsets, position = [], offset
+    for lp in logprobs:
+        offsets.append(position)
+        position += len(lp.token)
+    return {
+        "tokens": [lp.token for lp in logprobs],
+        "token_logprobs": [lp.logprob for lp in logprobs],
+        "top_logprobs": [{t.token: t.logprob for t in lp.top_logprobs} for lp in logprobs],
+        "text_offset": offsets,
+    }
+
+
+@dataclass
+class Choices:
+    """Deltas gathered per choice index, for a non-streamed response."""
+
+    text: dict[int, str] = field(default_factory=lambda: defaultdict(str))
+    finish: dict[int, str | None] = field(default_factory=dict)
+    logprobs: dict[int, list] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, delta: Delta) -> None:
+        self.text[delta.index] += delta.text
+        self.finish[delta.index] = delta.finish_reason
+        self.logprobs[delta.index] += delta.logprobs
+
+
 @dataclass
 class ResponseShape:
     """Everything that differs between chat and text completions."""
@@ -22,11 +66,18 @@ class ResponseShape:
     request_id: str
     model: str
     chat: bool
+    with_logprobs: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
+    # Streamed text emitted so far per choice, for the legacy text_offset field.
+    _emitted: dict[int, int] = field(default_factory=lambda: defaultdict(int))
 
     @property
     def object(self) -> str:
         return "chat.completion" if self.chat else "text_completion"
+
+    @property
+    def chunk_object(self) -> str:
+        return "chat.completion.chunk" if self.chat else "text_completion"
 
     def _envelope(self, obj: str, choices: list[dict]) -> dict:
         return {
@@ -37,32 +88,44 @@ class ResponseShape:
             "choices": choices,
         }
 
-    def _choice(self, text: str, finish: str | None, message_key: str) -> dict:
+    def _logprobs(self, logprobs: list, index: int) -> dict | None:
+        if not self.with_logprobs:
+            return None
         if self.chat:
-            return {"index": 0, message_key: text, "logprobs": None, "finish_reason": finish}
-        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            return chat_logprobs(logprobs)
+        return completion_logprobs(logprobs, self._emitted[index])
 
-    def full(self, text: str, last: Delta) -> dict:
-        content = {"role": "assistant", "content": text} if self.chat else text
-        choice = self._choice(content, last.finish_reason, "message")
-        return {**self._envelope(self.object, [choice]), "usage": usage_body(last)}
+    def _choice(self, index: int, body: dict, finish: str | None, logprobs: list) -> dict:
+        return {
+            "index": index,
+            **body,
+            "logprobs": self._logprobs(logprobs, index),
+            "finish_reason": finish,
+        }
 
-    @property
-    def chunk_object(self) -> str:
-        return "chat.completion.chunk" if self.chat else "text_completion"
+    def full(self, choices: Choices, last: Delta) -> dict:
+        bodies = []
+        for index in sorted(choices.text):
+            text = choices.text[index]
+            body = {"message": {"role": "assistant", "content": text}} if self.chat else {
+                "text": text}
+            bodies.append(
+                self._choice(index, body, choices.finish[index], choices.logprobs[index])
+            )
+        return {**self._envelope(self.object, bodies), "usage": usage_body(last)}
 
-    def role_chunk(self, include_usage: bool) -> dict:
-        """Chat streams open with the assistant role and empty content."""
-        return self._chunk_body(
-            self._choice({"role": "assistant", "content": ""}, None, "delta"), include_usage
-        )
+    def role_chunk(self, index: int, include_usage: bool) -> dict:
+        """Chat streams open each choice with the assistant role and empty content."""
+        body = {"delta": {"role": "assistant", "content": ""}}
+        return self._chunk_body(self._choice(index, body, None, []), include_usage)
 
     def chunk(self, delta: Delta, include_usage: bool) -> dict:
         if self.chat:
-            content = {"content": delta.text} if delta.text else {}
-            choice = self._choice(content, delta.finish_reason, "delta")
+            body = {"delta": {"content": delta.text} if delta.text else {}}
         else:
-            choice = self._choice(delta.text, delta.finish_reason, "")
+            body = {"text": delta.text}
+        choice = self._choice(delta.index, body, delta.finish_reason, delta.logprobs)
+        self._emitted[delta.index] += len(delta.text)
         return self._chunk_body(choice, include_usage)
 
     def _chunk_body(self, choice: dict, include_usage: bool) -> dict:

@@ -21,6 +21,8 @@ def to_engine_sampling(req: SamplingFields) -> engine_pb2.SamplingParams:
         min_tokens=req.min_tokens or 0,
         ignore_eos=req.ignore_eos,
         n=req.n,
+        logprobs=req.top_logprobs_count is not None,
+        top_logprobs=req.top_logprobs_count or 0,
     )
     if req.seed is not None:
         params.seed = req.seed

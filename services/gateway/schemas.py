@@ -45,13 +45,12 @@ class SamplingFields(BaseModel):
     max_tokens: int | None = Field(None, gt=0)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    n: int = Field(1, ge=1, le=1, description="parallel samples are not supported yet")
+    n: int = Field(1, ge=1, le=16)
     stop: str | Annotated[list[str], Field(max_length=16)] | None = None
     seed: int | None = Field(None, ge=0, lt=2**64)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     user: str | None = None
-    logprobs: bool | None = None
     # vLLM's extras.
     top_k: int | None = Field(None, ge=-1)
     min_p: float | None = Field(None, ge=0, le=1)
@@ -59,18 +58,16 @@ class SamplingFields(BaseModel):
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool = False
 
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, value: bool | None) -> bool | None:
-        if value:
-            raise ValueError("logprobs are not supported yet")
-        return value
-
     @property
     def stop_list(self) -> list[str]:
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def top_logprobs_count(self) -> int | None:
+        """None when logprobs are off, else how many alternatives per token."""
+        raise NotImplementedError
 
     @property
     def include_usage(self) -> bool:
@@ -80,6 +77,12 @@ class SamplingFields(BaseModel):
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, gt=0)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    @property
+    def top_logprobs_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @model_validator(mode="after")
     def _prefer_max_completion_tokens(self) -> "ChatCompletionRequest":
@@ -92,6 +95,12 @@ class CompletionRequest(SamplingFields):
     # A string, a one-element list of strings, or token ids.
     prompt: str | list[str] | list[int]
     echo: bool = False
+    # The legacy API's logprobs is the number of alternatives (0-5), or null.
+    logprobs: int | None = Field(None, ge=0, le=5)
+
+    @property
+    def top_logprobs_count(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod

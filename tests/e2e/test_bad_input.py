@@ -104,7 +104,8 @@ def test_token_id_prompt_out_of_vocab_is_400(http):
         ("max_tokens", 0),
         ("max_tokens", -3),
         ("presence_penalty", 3),
-        ("n", 2),
+        ("n", 17),
+        ("top_logprobs", 30),
     ],
 )
 def test_invalid_sampling_is_400_naming_the_field(http, field, value):

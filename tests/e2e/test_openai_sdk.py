@@ -133,3 +133,47 @@ def test_seeded_sampling_is_reproducible(client):
     first = client.chat.completions.create(**kwargs, seed=1234).choices[0].message.content
     again = client.chat.completions.create(**kwargs, seed=1234).choices[0].message.content
     assert first == again
+
+
+def test_parallel_samples_and_logprobs(client):
+    reply = client.chat.completions.create(
+        model=DEFAULT_MODEL_ID,
+        messages=ask("Name an animal."),
+        n=3,
+        temperature=1.0,
+        seed=5,
+        max_tokens=8,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    assert reply.usage.completion_tokens == sum(
+        len(c.logprobs.content) for c in reply.choices
+    )
+    for choice in reply.choices:
+        # The end-of-turn token, when sampled, has a logprob but adds no text.
+        joined = "".join(t.token for t in choice.logprobs.content)
+        assert joined.removesuffix("<|im_end|>") == choice.message.content
+        for token in choice.logprobs.content:
+            assert token.logprob <= 0
+            assert len(token.top_logprobs) == 2
+            assert token.top_logprobs[0].logprob >= token.top_logprobs[1].logprob
+
+
+def test_streamed_parallel_samples_carry_their_index(client):
+    chunks = list(
+        client.chat.completions.create(
+            model=DEFAULT_MODEL_ID,
+            messages=ask("Say a number."),
+            n=2,
+            temperature=0,
+            max_tokens=6,
+            stream=True,
+        )
+    )
+    texts = {0: "", 1: ""}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+    # Greedy samples of one prompt are the same text.
+    assert texts[0] == texts[1] and texts[0]

@@ -60,7 +60,8 @@ async def test_stream_reports_usage_and_length(engine):
     [
         ({"temperature": -1}, "temperature"),
         ({"top_p": 1.5}, "top_p"),
-        ({"n": 3}, "n > 1"),
+        ({"n": 17}, "n must be in"),
+        ({"max_tokens": 9000}, "maximum context length"),
     ],
 )
 async def test_invalid_sampling_is_invalid_argument(engine, sampling, words):

@@ -1,3 +1,4 @@
+import itertools
 from dataclasses import dataclass, field
 
 import pytest
@@ -339,6 +340,19 @@ class BlockManagerMachine(RuleBasedStateMachine):
     def pending(self) -> list[FakeSeq]:
         return [s for s in self.seqs if s.computed < len(s.token_ids)]
 
+    def fits(self, prompt: list[int]) -> bool:
+        """Whether a prompt fits the pool, worked out from the events and the live tables."""
+        live_blocks = {block_id for seq in self.seqs for block_id in seq.block_table}
+        hits = prefix_block_hashes(prompt, self.block_size, "s")[
+            : (len(prompt) - 1) // self.block_size
+        ]
+        in_use = 0
+        for block_hash in itertools.takewhile(self.mirror.__contains__, hits):
+            in_use += self.manager.hash_to_block[block_hash] in live_blocks
+        # Only hits on blocks some live seq already holds come for nothing.
+        needed = -(-len(prompt) // self.block_size) - in_use
+        return needed <= self.manager.num_free_blocks
+
     @rule(data=st.data())
     def add(self, data):
         prompt = data.draw(st.lists(st.integers(0, 1), min_size=1, max_size=4))
@@ -349,6 +363,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
             prompt = earlier[: data.draw(st.integers(0, len(earlier)))] + prompt
         self.prompts.append(prompt)
         seq = FakeSeq(list(prompt))
+        assert self.manager.can_allocate(seq) == self.fits(prompt)
         if not self.manager.can_allocate(seq):
             with pytest.raises(NoFreeBlocksError):
                 self.manager.allocate(seq)

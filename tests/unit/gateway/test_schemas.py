@@ -63,7 +63,8 @@ def test_vllm_extras_reach_the_engine():
         ({"top_p": 0}, "top_p"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"stop": 3}, "stop"),
-        ({"logprobs": True}, "logprobs"),
+        ({"top_logprobs": 21}, "top_logprobs"),
+        ({"n": 17}, "n"),
     ],
 )
 def test_validation_errors_name_the_field(fields, param):

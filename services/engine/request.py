@@ -1,0 +1,50 @@
+"""A request as the engine tracks it: its samples and its timings."""
+
+import time
+from dataclasses import dataclass, field
+
+from services.common.detokenizer import IncrementalDetokenizer
+from services.engine.logprobs import TokenLogprob
+from services.engine.sampling_params import SamplingParams
+from services.engine.sequence import Sequence
+from services.engine.stop_strings import StopStringMatcher
+
+
+@dataclass
+class SampleText:
+    """Per-sample text state: detokenizer and stop-string matcher."""
+
+    detokenizer: IncrementalDetokenizer
+    stops: StopStringMatcher
+
+
+@dataclass
+class Request:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    priority: int
+    seqs: list[Sequence] = field(default_factory=list)
+    texts: dict[int, SampleText] = field(default_factory=dict)
+    arrival_time: float = field(default_factory=time.monotonic)
+    cached_prompt_tokens: int | None = None  # from the first admission
+    first_token_time: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return len(self.seqs) == self.params.n and all(s.finish_reason for s in self.seqs)
+
+
+@dataclass
+class SeqOutput:
+    """What one step produced for one sample of a request."""
+
+    request_id: str
+    index: int
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int
+    logprobs: list[TokenLogprob] = field(default_factory=list)

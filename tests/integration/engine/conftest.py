@@ -1,0 +1,52 @@
+"""Session-wide references for engine tests: the real model and transformers' greedy outputs."""
+
+import pytest
+import torch
+
+from services.common.model_files import ModelNotFoundError, default_model_path
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="session")
+def smollm_path():
+    try:
+        return default_model_path()
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer(smollm_path):
+    return transformers.AutoTokenizer.from_pretrained(
+        str(smollm_path.parent), gguf_file=smollm_path.name
+    )
+
+
+@pytest.fixture(scope="session")
+def hf_model(smollm_path):
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        str(smollm_path.parent), gguf_file=smollm_path.name, dtype=torch.float32
+    ).eval()
+
+
+@pytest.fixture(scope="session")
+def hf_greedy(hf_model):
+    """transformers' greedy continuation of prompt ids, ignoring EOS, memoised."""
+    memo: dict[tuple[tuple[int, ...], int], list[int]] = {}
+
+    def greedy(prompt_ids: list[int], new_tokens: int) -> list[int]:
+        key = (tuple(prompt_ids), new_tokens)
+        if key not in memo:
+            with torch.inference_mode():
+                out = hf_model.generate(
+                    torch.tensor([prompt_ids]),
+                    attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    do_sample=False,
+                )
+            memo[key] = out[0, len(prompt_ids) :].tolist()
+        return memo[key]
+
+    return greedy

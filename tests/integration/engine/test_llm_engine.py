@@ -1,0 +1,185 @@
+"""The continuously batched engine on the real model, against transformers."""
+
+import pytest
+import torch
+from prometheus_client import REGISTRY
+
+from services.common.tokenizer_loader import load_tokenizer
+from services.engine.kv_cache import PagedKVCache
+from services.engine.llm_engine import EngineConfig, LLMEngine, RequestRejected
+from services.engine.loader import load_model
+from services.engine.model_runner import ModelRunner
+from services.engine.sampling_params import SamplingParams
+
+pytestmark = pytest.mark.slow
+
+NEW_TOKENS = 20
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about autumn.",
+    "Explain photosynthesis to a child.",
+    "List three prime numbers.",
+    "¿Cuál es el río más largo del mundo?",
+    "Translate 'good morning' into German.",
+    "Give me a tip for learning to code.",
+    "What is 12 times 12?",
+]
+LONG_QUESTION = "Summarise this text in one sentence.\n\n" + " ".join(
+    f"Sentence number {i} describes a small village by the river where people fish and sing."
+    for i in range(20)
+)
+
+
+@pytest.fixture(scope="module")
+def model(smollm_path):
+    return load_model(smollm_path, dtype=torch.float32, progress=False)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm_path):
+    return load_tokenizer(smollm_path)
+
+
+@pytest.fixture(scope="module")
+def prompts(hf_tokenizer) -> list[list[int]]:
+    def render(question: str) -> list[int]:
+        text = hf_tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+        )
+        return hf_tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    return [render(q) for q in [*QUESTIONS, LONG_QUESTION]]
+
+
+def make_engine(model, tokenizer, num_blocks=512, **overrides) -> LLMEngine:
+    llama, config = model
+    options = dict(num_blocks=num_blocks, max_model_len=config.max_model_len, block_size=16,
+                   max_num_seqs=16, max_num_batched_tokens=128)
+    options.update(overrides)
+    engine_config = EngineConfig(**options)
+    cache = PagedKVCache.allocate(config, num_blocks, 16, torch.float32, "cpu")
+    return LLMEngine(engine_config, config, ModelRunner(llama, config, cache, "cpu"), tokenizer)
+
+
+def greedy(max_tokens=NEW_TOKENS, **kw) -> SamplingParams:
+    return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, **kw)
+
+
+def run(engine: LLMEngine, requests: dict[str, tuple[list[int], SamplingParams]]) -> dict:
+    """Add every request at once and step until all finish.
+
+    Returns {(request id, sample index): [SeqOutput, ...]} and checks that the
+    block accounting is whole again afterwards.
+    """
+    for request_id, (prompt, params) in requests.items():
+        engine.add_request(request_id, prompt, params)
+    outputs: dict[tuple[str, int], list] = {}
+    steps = 0
+    while engine.has_work:
+        for out in engine.step():
+            outputs.setdefault((out.request_id, out.index), []).append(out)
+        steps += 1
+        assert steps < 10_000
+    engine.blocks.check_invariants([])
+    assert engine.blocks.num_used_blocks == 0
+    assert all(outs[-1].finish_reason for outs in outputs.values())
+    return outputs
+
+
+def tokens(outputs: list) -> list[int]:
+    return [t for out in outputs for t in out.token_ids]
+
+
+def test_concurrent_greedy_equals_transformers(model, tokenizer, prompts, hf_greedy):
+    assert max(len(p) for p in prompts) > 128, "one prompt must span several prefill chunks"
+    engine = make_engine(model, tokenizer)
+    got = run(engine, {f"r{i}": (p, greedy()) for i, p in enumerate(prompts)})
+    for i, prompt in enumerate(prompts):
+        assert tokens(got[(f"r{i}", 0)]) == hf_greedy(prompt, NEW_TOKENS), f"prompt {i} diverged"
+
+
+def test_prefix_cache_hit_gives_the_same_tokens(model, tokenizer, prompts):
+    engine = make_engine(model, tokenizer)
+    prompt = prompts[-1]
+    miss = run(engine, {"miss": (prompt, greedy())})[("miss", 0)]
+    hit = run(engine, {"hit": (prompt, greedy())})[("hit", 0)]
+    assert miss[-1].cached_prompt_tokens == 0
+    # Every full block but the last is reused; the last is recomputed to sample from.
+    assert hit[-1].cached_prompt_tokens == (len(prompt) // 16 - (len(prompt) % 16 == 0)) * 16
+    assert tokens(hit) == tokens(miss)
+
+
+def test_preemption_under_a_tiny_cache_keeps_every_answer(model, tokenizer, prompts, hf_greedy):
+    short = prompts[:6]
+    # Room for about two sequences at a time: the scheduler must preempt to finish.
+    needed = max(len(p) for p in short) + NEW_TOKENS
+    engine = make_engine(model, tokenizer, num_blocks=2 * (needed // 16 + 2))
+    before = REGISTRY.get_sample_value("maas_engine_preemptions_total")
+    got = run(engine, {f"r{i}": (p, greedy()) for i, p in enumerate(short)})
+    assert REGISTRY.get_sample_value("maas_engine_preemptions_total") > before
+    for i, prompt in enumerate(short):
+        assert tokens(got[(f"r{i}", 0)]) == hf_greedy(prompt, NEW_TOKENS), f"prompt {i} diverged"
+
+
+def test_seeded_sampling_is_reproducible_across_batches(model, tokenizer, prompts):
+    params = dict(temperature=0.9, top_p=0.95, max_tokens=16, seed=42)
+    alone = run(make_engine(model, tokenizer), {"a": (prompts[0], SamplingParams(**params))})
+    crowd = run(
+        make_engine(model, tokenizer),
+        {
+            "a": (prompts[0], SamplingParams(**params)),
+            **{f"b{i}": (p, SamplingParams(temperature=1.0, max_tokens=16)) for i, p in
+               enumerate(prompts[1:5])},
+        },
+    )
+    other_seed = run(
+        make_engine(model, tokenizer), {"a": (prompts[0], SamplingParams(**{**params, "seed": 7}))}
+    )
+    assert tokens(alone[("a", 0)]) == tokens(crowd[("a", 0)])
+    assert tokens(alone[("a", 0)]) != tokens(other_seed[("a", 0)])
+
+
+def test_parallel_samples_share_the_prompt_and_diverge(model, tokenizer, prompts, hf_greedy):
+    engine = make_engine(model, tokenizer)
+    got = run(engine, {"g": (prompts[1], greedy(n=3)), "s": (prompts[2], SamplingParams(
+        temperature=1.0, max_tokens=12, ignore_eos=True, seed=3, n=3))})
+    reference = hf_greedy(prompts[1], NEW_TOKENS)
+    assert [tokens(got[("g", i)]) for i in range(3)] == [reference] * 3
+    sampled = [tuple(tokens(got[("s", i)])) for i in range(3)]
+    assert len(set(sampled)) > 1
+
+
+def test_abort_frees_blocks_at_once(model, tokenizer, prompts):
+    engine = make_engine(model, tokenizer)
+    engine.add_request("x", prompts[-1], greedy(200))
+    for _ in range(3):
+        engine.step()
+    assert engine.blocks.num_used_blocks > 0
+    (out,) = engine.abort("x")
+    assert out.finish_reason == "abort"
+    assert engine.blocks.num_used_blocks == 0
+    assert not engine.has_work
+    engine.blocks.check_invariants([])
+
+
+def test_requests_that_can_never_fit_are_refused(model, tokenizer, prompts):
+    engine = make_engine(model, tokenizer, num_blocks=8)
+    with pytest.raises(RequestRejected, match="KV slots"):
+        engine.add_request("big", prompts[-1], greedy(100))
+    with pytest.raises(RequestRejected, match="maximum context length"):
+        make_engine(model, tokenizer).add_request("long", [1] * 9000, greedy(1))
+    with pytest.raises(RequestRejected, match="temperature"):
+        engine.add_request("bad", prompts[0], SamplingParams(temperature=-1))
+    assert not engine.has_work
+
+
+def test_stop_strings_and_max_tokens_finish_reasons(model, tokenizer, prompts):
+    engine = make_engine(model, tokenizer)
+    free = run(engine, {"free": (prompts[3], greedy(24))})[("free", 0)]
+    text = "".join(o.text for o in free)
+    stop = text.split()[2]
+    got = run(engine, {"stop": (prompts[3], greedy(24, stop=[stop]))})[("stop", 0)]
+    stopped_text = "".join(o.text for o in got)
+    assert got[-1].finish_reason == "stop"
+    assert stop not in stopped_text and text.startswith(stopped_text)
+    assert free[-1].finish_reason == "length"
