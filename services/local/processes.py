@@ -1,26 +1,16 @@
 """Child processes of `maas up`: started with logs to files, never orphaned.
 
-Each child asks the kernel for SIGTERM when its parent dies (PR_SET_PDEATHSIG),
-so even a `kill -9` of `maas up` leaves nothing running.
+Each child runs under services.local.guard, which asks the kernel for SIGTERM
+when its parent dies (PR_SET_PDEATHSIG), so even a `kill -9` of `maas up`
+leaves nothing running.
 """
 
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    # Ctrl-C goes to the terminal's process group; children get their stop
-    # signal from us instead, in order, after the gateway stops taking work.
-    os.setpgrp()
 
 
 @dataclass
@@ -35,12 +25,14 @@ class ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                self.argv,
+                [sys.executable, "-m", "services.local.guard", str(os.getpid()), *self.argv],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **self.env},
-                preexec_fn=_die_with_parent,
+                # Ctrl-C goes to the terminal's process group; children get
+                # their stop signal from us instead, in order.
+                process_group=0,
             )
 
     @property

@@ -19,7 +19,10 @@ def engine(tmp_path_factory):
     port = free_port()
     process = ManagedProcess(
         "engine",
-        serve_argv("engine", {"port": port, "metrics-port": free_port(), "dtype": "float32"}),
+        serve_argv(
+            "engine",
+            {"port": port, "metrics-port": free_port(), "dtype": "float32", "max-num-seqs": 2},
+        ),
         tmp_path_factory.mktemp("engine") / "engine.log",
     )
     process.start()
@@ -69,29 +72,30 @@ async def test_invalid_sampling_is_invalid_argument(engine, sampling, words):
     async with grpc.aio.insecure_channel(address) as channel:
         stub = engine_pb2_grpc.EngineStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            async for _ in stub.Generate(request("bad", 3, **sampling)):
+            async for _ in stub.Generate(request("bad", **{"max_tokens": 3, **sampling})):
                 pass
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert words in caught.value.details()
 
 
-async def test_abort_ends_a_queued_and_a_running_request(engine):
+async def test_abort_ends_running_and_queued_requests(engine):
     _, address = engine
     async with grpc.aio.insecure_channel(address) as channel:
         stub = engine_pb2_grpc.EngineStub(channel)
-        running = stub.Generate(request("long", 500))
-        await running.read()  # first token: it holds the model now
-        queued = stub.Generate(request("queued", 500))
-        await asyncio.sleep(0.3)
+        calls = {rid: stub.Generate(request(rid, 500)) for rid in ("a", "b", "c")}
+        await calls["a"].read()
+        await calls["b"].read()
         load = await stub.GetLoad(engine_pb2.GetLoadRequest())
-        assert (load.running, load.waiting) == (1, 1)
-        for rid in ("long", "queued"):
+        # Two run together in one batch (max-num-seqs 2); the third waits.
+        assert (load.running, load.waiting) == (2, 1)
+        for rid in calls:
             assert (await stub.Abort(engine_pb2.AbortRequest(request_id=rid))).found
-        last_running = (await read_all(running))[-1]
-        last_queued = (await read_all(queued))[-1]
-    assert last_running.finish_reason == common_pb2.FINISH_REASON_ABORT
-    assert last_queued.finish_reason == common_pb2.FINISH_REASON_ABORT
-    assert last_running.usage.completion_tokens < 500
+        last = {rid: (await read_all(call))[-1] for rid, call in calls.items()}
+        load = await stub.GetLoad(engine_pb2.GetLoadRequest())
+    assert all(r.finish_reason == common_pb2.FINISH_REASON_ABORT for r in last.values())
+    assert last["a"].usage.completion_tokens < 500
+    assert last["c"].usage.completion_tokens == 0
+    assert (load.running, load.waiting, load.kv_cache_usage) == (0, 0, 0.0)
 
 
 async def test_sigterm_finishes_in_flight_then_exits(engine):
