@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PROTOS := $(wildcard proto/maas/v1/*.proto)
 
-.PHONY: run test proto lint bench install install-test clean
+.PHONY: run test proto lint bench bench-engine install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,8 +42,17 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check services operators kernels tests
 	$(BIN)/ruff format --check services operators kernels tests
 
-bench: $(TEST_STAMP)
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	touch $@
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.stack_smoke --output benchmarks/results/stack_smoke.json
+
+bench-engine: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.engine_bench --output benchmarks/results/engine.json
 
 clean:
 	rm -rf $(VENV) .maas .pytest_cache

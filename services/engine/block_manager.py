@@ -213,7 +213,7 @@ class BlockManager:
         fresh = self._num_blocks_for(len(seq.token_ids)) - len(hits)
         # A hit on a cached, unreferenced block is free of compute but still leaves
         # the evictable pool once referenced.
-        revived = len(hits)
+        revived = sum(1 for _, block_id in hits if self.blocks[block_id].ref_count == 0)
         return fresh + revived
 
     def _num_blocks_for(self, num_tokens: int) -> int:

@@ -1,16 +1,17 @@
-"""Llama-family decoder (Llama, SmolLM, Qwen2) over per-sequence KV caches.
+"""Llama-family decoder (Llama, SmolLM, Qwen2) over the paged KV pool.
 
 A forward pass takes the new tokens of several sequences back to back, so one
-call can prefill a prompt, decode a batch, or mix both.
+call can prefill prompts in chunks, decode a batch, or mix both; the linear
+layers see one flat batch of tokens with no padding.
 """
-
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from services.engine.kv_cache import KVCache
+from services.engine.attention import paged_attention
+from services.engine.attention_metadata import AttentionMetadata
+from services.engine.kv_cache import PagedKVCache
 from services.engine.model_config import ModelConfig
 
 
@@ -76,38 +77,16 @@ class Attention(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        caches: Sequence[KVCache],
-        seq_lens: list[int],
+        kv_cache: PagedKVCache,
+        meta: AttentionMetadata,
     ) -> torch.Tensor:
         tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).split(self.qkv_proj.shard_sizes, dim=-1)
         q = apply_rotary(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
         k = apply_rotary(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
         v = v.view(tokens, self.num_kv_heads, self.head_dim)
-        outputs = []
-        per_sequence = zip(
-            caches, q.split(seq_lens), k.split(seq_lens), v.split(seq_lens), strict=True
-        )
-        for cache, q_i, k_i, v_i in per_sequence:
-            n, start = q_i.shape[0], cache.length
-            end = start + n
-            keys, values = cache.k[self.layer], cache.v[self.layer]
-            keys[:, start:end] = k_i.transpose(0, 1)
-            values[:, start:end] = v_i.transpose(0, 1)
-            out = F.scaled_dot_product_attention(
-                q_i.transpose(0, 1).unsqueeze(0),
-                keys[:, :end].unsqueeze(0),
-                values[:, :end].unsqueeze(0),
-                attn_mask=None if n == 1 else _causal_mask(n, start, x.device),
-                enable_gqa=True,
-            )
-            outputs.append(out[0].transpose(0, 1).reshape(n, -1))
-        return self.o_proj(torch.cat(outputs))
-
-
-def _causal_mask(n: int, start: int, device: torch.device) -> torch.Tensor:
-    # Query j sits at position start + j and sees every cached position up to its own.
-    return torch.ones(n, start + n, dtype=torch.bool, device=device).tril(start)
+        out = paged_attention(q, k, v, kv_cache.k[self.layer], kv_cache.v[self.layer], meta)
+        return self.o_proj(out.view(tokens, -1))
 
 
 class MLP(nn.Module):
@@ -135,10 +114,10 @@ class DecoderLayer(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        caches: Sequence[KVCache],
-        seq_lens: list[int],
+        kv_cache: PagedKVCache,
+        meta: AttentionMetadata,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, caches, seq_lens)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -172,29 +151,21 @@ class LlamaForCausalLM(nn.Module):
         )
 
     def forward(
-        self, input_ids: torch.Tensor, caches: Sequence[KVCache], seq_lens: list[int]
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_cache: PagedKVCache,
+        meta: AttentionMetadata,
     ) -> torch.Tensor:
-        """Run the new tokens of each sequence and append their keys/values to its cache.
+        """Run a step's new tokens, writing their keys and values into the pool.
 
-        input_ids holds seq_lens[i] tokens for caches[i], back to back. Returns
-        the final hidden states, [sum(seq_lens), hidden_size].
+        input_ids and positions are [tokens], the sequences back to back as meta
+        lays them out. Returns the final hidden states, [tokens, hidden_size].
         """
-        for cache, n in zip(caches, seq_lens, strict=True):
-            if cache.length + n > cache.max_len:
-                raise ValueError(
-                    f"KV cache holds {cache.max_len} positions, asked for {cache.length + n}"
-                )
-        positions = torch.cat(
-            [torch.arange(c.length, c.length + n) for c, n in zip(caches, seq_lens, strict=True)]
-        )
         h = self.model.embed_tokens(input_ids)
-        cos, sin = rotary_cos_sin(
-            positions.to(h.device), self.config.head_dim, self.config.rope_theta, h.dtype
-        )
+        cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta, h.dtype)
         for layer in self.model.layers:
-            h = layer(h, cos, sin, caches, seq_lens)
-        for cache, n in zip(caches, seq_lens, strict=True):
-            cache.length += n
+            h = layer(h, cos, sin, kv_cache, meta)
         return self.model.norm(h)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

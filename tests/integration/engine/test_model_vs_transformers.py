@@ -1,20 +1,29 @@
 """Our engine against transformers reading the same GGUF file: same weights, same tokens."""
 
 import json
+import random
 
 import pytest
 import torch
 
 from services.common.model_files import ModelNotFoundError, default_model_path
-from services.engine.generator import Generator
-from services.engine.kv_cache import KVCache
+from services.engine.attention_metadata import AttentionMetadata
+from services.engine.kv_cache import PagedKVCache
 from services.engine.loader import load_model
+from services.engine.model import LlamaForCausalLM
+from services.engine.model_config import ModelConfig
+from services.engine.model_runner import ModelRunner
+from services.engine.sampler import Sampler, make_generator
 from services.engine.sampling_params import SamplingParams
+from services.engine.scheduler import ScheduledSeq
+from services.engine.sequence import Sequence
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 
 MIN_NEW, MAX_NEW = 32, 40
+BLOCK_SIZE = 16
+CHUNK = 64  # most prompt tokens a sequence computes per step; the long prompt takes several
 
 LONG_TEXT = (
     "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg, "
@@ -87,9 +96,8 @@ def hf_model(model_path):
 
 
 @pytest.fixture(scope="module")
-def ours(model_path):
-    model, config = load_model(model_path, torch.float32, progress=False)
-    return Generator(model, config)
+def ours(model_path) -> tuple[LlamaForCausalLM, ModelConfig]:
+    return load_model(model_path, torch.float32, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -100,30 +108,85 @@ def prompts(tokenizer) -> dict[str, list[int]]:
     }
 
 
-def greedy(
-    generator: Generator, prompt: list[int], max_tokens: int, min_tokens: int = 0
-) -> list[int]:
-    state = generator.start(
-        prompt, SamplingParams(temperature=0, max_tokens=max_tokens, min_tokens=min_tokens)
+def greedy_batch(
+    model: LlamaForCausalLM,
+    config: ModelConfig,
+    prompts: list[list[int]],
+    max_tokens: int,
+    min_tokens: int = 0,
+) -> list[list[int]]:
+    """Greedy outputs of all prompts generated together, this function playing scheduler.
+
+    Every step runs each unfinished sequence: up to CHUNK prompt tokens, or its
+    one new token, so prompt chunks and decodes share steps.
+    """
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, min_tokens=min_tokens)
+    needed = [-(-(len(p) + max_tokens) // BLOCK_SIZE) for p in prompts]
+    free = list(range(sum(needed)))
+    random.Random(0).shuffle(free)
+    seqs = [
+        Sequence(
+            request_id=str(i),
+            index=0,
+            token_ids=list(prompt),
+            num_prompt_tokens=len(prompt),
+            params=params,
+            generator=make_generator(0),
+            block_table=[free.pop() for _ in range(n)],
+        )
+        for i, (prompt, n) in enumerate(zip(prompts, needed, strict=True))
+    ]
+    dtype = next(model.parameters()).dtype
+    pool = PagedKVCache.allocate(config, sum(needed), BLOCK_SIZE, dtype, "cpu")
+    runner = ModelRunner(model, config, pool, "cpu")
+    sampler = Sampler(config.eos_token_ids)
+    running = list(seqs)
+    while running:
+        work = [ScheduledSeq(s, min(s.num_uncomputed_tokens, CHUNK)) for s in running]
+        sampling = [w.seq for w in work if w.samples]
+        logits = runner.execute(work, [])
+        for w in work:
+            w.seq.num_computed_tokens += w.num_new_tokens
+        for seq, row in zip(sampling, logits, strict=True):
+            seq.token_ids.append(sampler(row, [seq])[0])
+        running = [s for s in running if not finished(s, config)]
+    return [s.output_ids for s in seqs]
+
+
+def finished(seq: Sequence, config: ModelConfig) -> bool:
+    outputs = seq.output_ids
+    return len(outputs) >= seq.params.max_tokens or (
+        bool(outputs) and outputs[-1] in config.eos_token_ids
     )
-    while state.finish_reason(generator.config) is None:
-        generator.step(state)
-    return state.output_ids
 
 
-def prefill_logits(generator: Generator, prompt: list[int]) -> torch.Tensor:
-    model = generator.model
-    cache = KVCache.allocate(generator.config, len(prompt), generator.dtype, "cpu")
+def prefill_logits(model: LlamaForCausalLM, prompt: list[int]) -> torch.Tensor:
+    """Logits at every position of the prompt, computed in one forward."""
+    blocks = -(-len(prompt) // BLOCK_SIZE)
+    dtype = next(model.parameters()).dtype
+    pool = PagedKVCache.allocate(model.config, blocks, BLOCK_SIZE, dtype, "cpu")
+    positions = torch.arange(len(prompt))
+    meta = AttentionMetadata.build(
+        positions, [len(prompt)], [len(prompt)], [list(range(blocks))], BLOCK_SIZE, "cpu"
+    )
     with torch.inference_mode():
-        return model.compute_logits(model(torch.tensor(prompt), [cache], [len(prompt)])).float()
+        hidden = model(torch.tensor(prompt), positions, pool, meta)
+        return model.compute_logits(hidden).float()
+
+
+@pytest.fixture(scope="module")
+def batched(ours, prompts) -> dict[str, list[int]]:
+    """Every conversation's greedy output, all generated in one concurrent batch."""
+    outputs = greedy_batch(*ours, list(prompts.values()), MAX_NEW, MIN_NEW)
+    return dict(zip(prompts, outputs, strict=True))
 
 
 def test_the_long_prompt_is_long(prompts):
-    assert len(prompts["long"]) >= 300
+    assert len(prompts["long"]) >= 300 > 4 * CHUNK
 
 
 @pytest.mark.parametrize("name", CONVERSATIONS)
-def test_greedy_tokens_match_transformers(name, prompts, ours, hf_model, tokenizer):
+def test_greedy_tokens_match_transformers(name, prompts, batched, hf_model, tokenizer):
     prompt = prompts[name]
     with torch.inference_mode():
         reference = hf_model.generate(
@@ -135,14 +198,14 @@ def test_greedy_tokens_match_transformers(name, prompts, ours, hf_model, tokeniz
             pad_token_id=tokenizer.eos_token_id,
         )[0, len(prompt) :].tolist()
     assert len(reference) >= MIN_NEW
-    assert greedy(ours, prompt, MAX_NEW, MIN_NEW) == reference
+    assert batched[name] == reference
 
 
 def test_prefill_logits_match_transformers(prompts, ours, hf_model):
     prompt = prompts["long"]
     with torch.inference_mode():
         reference = hf_model(torch.tensor([prompt])).logits[0]
-    torch.testing.assert_close(prefill_logits(ours, prompt), reference, atol=1e-3, rtol=1e-4)
+    torch.testing.assert_close(prefill_logits(ours[0], prompt), reference, atol=1e-3, rtol=1e-4)
 
 
 def test_safetensors_folder_loads_the_same_model(tmp_path, hf_model, prompts, ours):
@@ -153,22 +216,19 @@ def test_safetensors_folder_loads_the_same_model(tmp_path, hf_model, prompts, ou
     save_file(weights, tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text(json.dumps(hf_model.config.to_dict()))
     model, config = load_model(tmp_path, torch.float32, progress=False)
-    assert config == ours.config
+    assert config == ours[1]
     prompt = prompts["fact"]
-    torch.testing.assert_close(
-        prefill_logits(Generator(model, config), prompt), prefill_logits(ours, prompt)
-    )
+    torch.testing.assert_close(prefill_logits(model, prompt), prefill_logits(ours[0], prompt))
 
 
 def test_bfloat16_generates_the_same_start(model_path, prompts, ours, tokenizer):
     model, config = load_model(model_path, torch.bfloat16, progress=False)
     assert next(model.parameters()).dtype == torch.bfloat16
-    bf16 = Generator(model, config)
     prompt = prompts["fact"]
-    tokens = greedy(bf16, prompt, 12)
+    tokens = greedy_batch(model, config, [prompt], 12)[0]
     assert "Paris" in tokenizer.decode(tokens)
-    assert tokens[:4] == greedy(ours, prompt, 4)
-    logits = prefill_logits(bf16, prompts["code"])[-1]
-    reference = prefill_logits(ours, prompts["code"])[-1]
+    assert tokens[:4] == greedy_batch(*ours, [prompt], 4)[0]
+    logits = prefill_logits(model, prompts["code"])[-1]
+    reference = prefill_logits(ours[0], prompts["code"])[-1]
     assert logits.argmax() == reference.argmax()
     torch.testing.assert_close(logits, reference, atol=1.0, rtol=0.05)

@@ -343,9 +343,8 @@ class BlockManagerMachine(RuleBasedStateMachine):
     def fits(self, prompt: list[int]) -> bool:
         """Whether a prompt fits the pool, worked out from the events and the live tables."""
         live_blocks = {block_id for seq in self.seqs for block_id in seq.block_table}
-        hits = prefix_block_hashes(prompt, self.block_size, "s")[
-            : (len(prompt) - 1) // self.block_size
-        ]
+        before_last_token = (len(prompt) - 1) // self.block_size
+        hits = prefix_block_hashes(prompt, self.block_size, "s")[:before_last_token]
         in_use = 0
         for block_hash in itertools.takewhile(self.mirror.__contains__, hits):
             in_use += self.manager.hash_to_block[block_hash] in live_blocks

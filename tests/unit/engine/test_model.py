@@ -3,63 +3,32 @@ import dataclasses
 import pytest
 import torch
 
+from services.engine.attention_metadata import AttentionMetadata
 from services.engine.gguf_loader import _unpermute_rotary_rows
-from services.engine.kv_cache import KVCache
+from services.engine.kv_cache import PagedKVCache
 from services.engine.model import LlamaForCausalLM
+from tests.unit.engine.dense_reference import dense_logits
 
 TOKENS = [3, 17, 42, 8, 8, 60, 5, 21, 33, 9]
+BLOCK_SIZE = 4
 
 
-def run(model, cache: KVCache, ids: list[int]) -> torch.Tensor:
-    """Logits at every new position."""
+def paged_logits(model: LlamaForCausalLM, ids: list[int]) -> torch.Tensor:
+    """Logits at every position of one prompt run in one forward over a fresh pool."""
+    blocks = -(-len(ids) // BLOCK_SIZE)
+    pool = PagedKVCache.allocate(model.config, blocks + 1, BLOCK_SIZE, torch.float32, "cpu")
+    positions = torch.arange(len(ids))
+    # Blocks in reverse order, so that nothing depends on a table being contiguous.
+    table = list(range(blocks, 0, -1))
+    meta = AttentionMetadata.build(positions, [len(ids)], [len(ids)], [table], BLOCK_SIZE, "cpu")
     with torch.inference_mode():
-        return model.compute_logits(model(torch.tensor(ids), [cache], [len(ids)]))
+        return model.compute_logits(model(torch.tensor(ids), positions, pool, meta))
 
 
-def new_cache(model, max_len: int = 16) -> KVCache:
-    return KVCache.allocate(model.config, max_len, torch.float32, "cpu")
-
-
-def test_decoding_one_token_at_a_time_matches_one_pass(tiny_model):
-    full = run(tiny_model, new_cache(tiny_model), TOKENS)
-    cache = new_cache(tiny_model)
-    stepwise = torch.cat([run(tiny_model, cache, [t]) for t in TOKENS])
-    torch.testing.assert_close(stepwise, full, atol=1e-5, rtol=1e-5)
-    assert cache.length == len(TOKENS)
-
-
-def test_prefill_in_chunks_matches_one_pass(tiny_model):
-    full = run(tiny_model, new_cache(tiny_model), TOKENS)
-    cache = new_cache(tiny_model)
-    chunked = torch.cat([run(tiny_model, cache, TOKENS[:3]), run(tiny_model, cache, TOKENS[3:])])
-    torch.testing.assert_close(chunked, full, atol=1e-5, rtol=1e-5)
-
-
-def test_a_mixed_batch_matches_each_sequence_alone(tiny_model):
-    a, b = TOKENS[:6], TOKENS[4:]
-    expected_a = run(tiny_model, new_cache(tiny_model), a)[-1]
-    expected_b = run(tiny_model, new_cache(tiny_model), b)[-1]
-    expected_c = run(tiny_model, new_cache(tiny_model), [7])[-1]
-
-    cache_a, cache_b, cache_c = new_cache(tiny_model), new_cache(tiny_model), new_cache(tiny_model)
-    run(tiny_model, cache_a, a[:-1])
-    run(tiny_model, cache_b, b[:-2])
-    # a and b decode, c prefills, all in one call.
-    ids = torch.tensor([a[-1], *b[-2:], 7])
-    with torch.inference_mode():
-        hidden = tiny_model(ids, [cache_a, cache_b, cache_c], [1, 2, 1])
-        logits = tiny_model.compute_logits(hidden[[0, 2, 3]])
+def test_a_paged_forward_matches_a_dense_one_at_every_position(tiny_model):
     torch.testing.assert_close(
-        logits, torch.stack([expected_a, expected_b, expected_c]), atol=1e-5, rtol=1e-5
+        paged_logits(tiny_model, TOKENS), dense_logits(tiny_model, TOKENS), atol=1e-5, rtol=1e-5
     )
-    assert (cache_a.length, cache_b.length, cache_c.length) == (len(a), len(b), 1)
-
-
-def test_an_overfull_cache_is_refused(tiny_model):
-    cache = new_cache(tiny_model, max_len=4)
-    run(tiny_model, cache, TOKENS[:3])
-    with pytest.raises(ValueError, match="KV cache"):
-        run(tiny_model, cache, TOKENS[3:5])
 
 
 def test_attention_bias_variant_runs_and_uses_its_bias(tiny_config):
@@ -70,10 +39,11 @@ def test_attention_bias_variant_runs_and_uses_its_bias(tiny_config):
     model = LlamaForCausalLM(config)
     for param in model.parameters():
         torch.nn.init.normal_(param, std=0.3)
-    before = run(model, new_cache(model), TOKENS)
+    before = paged_logits(model, TOKENS)
+    torch.testing.assert_close(before, dense_logits(model, TOKENS), atol=1e-5, rtol=1e-5)
     model.model.layers[0].self_attn.qkv_proj.bias.data += 1
     assert before.shape == (len(TOKENS), config.vocab_size)
-    assert not torch.allclose(run(model, new_cache(model), TOKENS), before)
+    assert not torch.allclose(paged_logits(model, TOKENS), before)
 
 
 @pytest.mark.parametrize("heads", [1, 3, 9])

@@ -1,0 +1,78 @@
+"""Attention over the paged KV pool for a mixed batch of decodes and prefill chunks."""
+
+from itertools import pairwise
+
+import torch
+import torch.nn.functional as F
+
+from services.engine.attention_metadata import AttentionMetadata
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+) -> torch.Tensor:
+    """Store the new keys and values in the pool, then attend from the pool.
+
+    q is [tokens, heads, head_dim]; k and v are [tokens, kv_heads, head_dim];
+    k_cache and v_cache are one layer's pool, [blocks, block_size, kv_heads, head_dim].
+    Returns [tokens, heads, head_dim].
+    """
+    kv_heads, head_dim = k_cache.shape[2:]
+    k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k)
+    v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v)
+    out = torch.empty_like(q)
+    decodes = meta.num_decodes
+    if decodes:
+        out[:decodes] = _decode(q[:decodes], k_cache, v_cache, meta)
+    bounds = pairwise(meta.query_start_loc[decodes:])
+    chunks = zip(bounds, meta.prefill_block_ids, meta.prefill_masks, strict=True)
+    for (start, end), block_ids, mask in chunks:
+        out[start:end] = _prefill(q[start:end], k_cache, v_cache, block_ids, mask)
+    return out
+
+
+def _gather(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
+    """The listed blocks back to back, [len(block_ids) * block_size, kv_heads, head_dim]."""
+    return cache.index_select(0, block_ids).flatten(0, 1)
+
+
+def _decode(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
+) -> torch.Tensor:
+    seqs, heads, head_dim = q.shape
+    kv_heads = k_cache.shape[2]
+    # [seqs, kv_heads, positions, head_dim] as a strided view: SDPA reads it without a copy.
+    keys, values = (
+        _gather(cache, meta.decode_block_ids).view(seqs, -1, kv_heads, head_dim).transpose(1, 2)
+        for cache in (k_cache, v_cache)
+    )
+    # The query heads that share a KV head become that head's rows of queries,
+    # so grouped-query attention needs no copies of K and V per query head.
+    grouped = q.view(seqs, kv_heads, heads // kv_heads, head_dim)
+    out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=meta.decode_mask)
+    return out.view(seqs, heads, head_dim)
+
+
+def _prefill(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_ids: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    context = mask.shape[1]
+    keys = _gather(k_cache, block_ids)[:context].transpose(0, 1)
+    values = _gather(v_cache, block_ids)[:context].transpose(0, 1)
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1).unsqueeze(0),
+        keys.unsqueeze(0),
+        values.unsqueeze(0),
+        attn_mask=mask,
+        enable_gqa=True,
+    )
+    return out[0].transpose(0, 1)

@@ -1,0 +1,64 @@
+"""Run one scheduled step: a mixed batch of prefill chunks and decodes over the paged pool."""
+
+import torch
+
+from services.engine.attention_metadata import AttentionMetadata
+from services.engine.kv_cache import PagedKVCache
+from services.engine.model import LlamaForCausalLM
+from services.engine.model_config import ModelConfig
+from services.engine.scheduler import ScheduledSeq
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        config: ModelConfig,
+        kv_cache: PagedKVCache,
+        device: torch.device | str,
+    ):
+        self.model = model
+        self.config = config
+        self.kv_cache = kv_cache
+        self.device = device
+
+    @torch.inference_mode()
+    def execute(
+        self, scheduled: list[ScheduledSeq], block_copies: list[tuple[int, int]]
+    ) -> torch.Tensor:
+        """Compute each entry's new tokens; float32 logits [sampling entries, vocab].
+
+        Rows follow the order of the entries that sample. The sequences are left
+        as they are: advancing num_computed_tokens is the caller's bookkeeping.
+        """
+        self.kv_cache.copy_blocks(block_copies)
+        # Single-token entries first: attention runs the leading ones as one batch.
+        order = sorted(range(len(scheduled)), key=lambda i: scheduled[i].num_new_tokens != 1)
+        batch = [scheduled[i] for i in order]
+        input_ids: list[int] = []
+        positions: list[int] = []
+        last_row = [0] * len(scheduled)
+        for i, entry in zip(order, batch, strict=True):
+            start = entry.seq.num_computed_tokens
+            input_ids += entry.seq.token_ids[start : start + entry.num_new_tokens]
+            positions += range(start, start + entry.num_new_tokens)
+            last_row[i] = len(input_ids) - 1
+        cpu_positions = torch.tensor(positions, dtype=torch.long)
+        meta = AttentionMetadata.build(
+            cpu_positions,
+            query_lens=[e.num_new_tokens for e in batch],
+            context_lens=[e.seq.num_computed_tokens + e.num_new_tokens for e in batch],
+            block_tables=[e.seq.block_table for e in batch],
+            block_size=self.kv_cache.block_size,
+            device=self.device,
+        )
+        hidden = self.model(
+            torch.tensor(input_ids, dtype=torch.long, device=self.device),
+            cpu_positions.to(self.device),
+            self.kv_cache,
+            meta,
+        )
+        rows = [last_row[i] for i, entry in enumerate(scheduled) if entry.samples]
+        # The LM head is the widest matmul: run it only where a token is sampled.
+        picked = hidden[torch.tensor(rows, dtype=torch.long, device=self.device)]
+        return self.model.compute_logits(picked).float()
