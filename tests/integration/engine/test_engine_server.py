@@ -85,8 +85,12 @@ async def test_abort_ends_running_and_queued_requests(engine):
         calls = {rid: stub.Generate(request(rid, 500)) for rid in ("a", "b", "c")}
         await calls["a"].read()
         await calls["b"].read()
-        load = await stub.GetLoad(engine_pb2.GetLoadRequest())
         # Two run together in one batch (max-num-seqs 2); the third waits.
+        for _ in range(300):
+            load = await stub.GetLoad(engine_pb2.GetLoadRequest())
+            if (load.running, load.waiting) == (2, 1):
+                break
+            await asyncio.sleep(0.1)
         assert (load.running, load.waiting) == (2, 1)
         for rid in calls:
             assert (await stub.Abort(engine_pb2.AbortRequest(request_id=rid))).found
