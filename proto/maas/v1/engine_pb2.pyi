@@ -117,7 +117,7 @@ class GetLoadRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class LoadReport(_message.Message):
-    __slots__ = ("model", "running", "waiting", "kv_cache_usage", "max_num_seqs", "max_model_len", "draining")
+    __slots__ = ("model", "running", "waiting", "kv_cache_usage", "max_num_seqs", "max_model_len", "draining", "block_size", "cache_salt", "kv_cache_blocks")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +125,9 @@ class LoadReport(_message.Message):
     MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     model: str
     running: int
     waiting: int
@@ -132,7 +135,10 @@ class LoadReport(_message.Message):
     max_num_seqs: int
     max_model_len: int
     draining: bool
-    def __init__(self, model: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
+    block_size: int
+    cache_salt: str
+    kv_cache_blocks: int
+    def __init__(self, model: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., draining: _Optional[bool] = ..., block_size: _Optional[int] = ..., cache_salt: _Optional[str] = ..., kv_cache_blocks: _Optional[int] = ...) -> None: ...
 
 class DrainRequest(_message.Message):
     __slots__ = ()

@@ -51,7 +51,7 @@ class PoolStatsRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class ReplicaStats(_message.Message):
-    __slots__ = ("endpoint_id", "address", "ready", "draining", "running", "waiting", "in_flight", "kv_cache_usage", "max_num_seqs")
+    __slots__ = ("endpoint_id", "address", "ready", "draining", "running", "waiting", "in_flight", "kv_cache_usage", "max_num_seqs", "kv_cache_blocks", "block_size", "kv_events_live", "indexed_blocks")
     ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +61,10 @@ class ReplicaStats(_message.Message):
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
     MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    KV_EVENTS_LIVE_FIELD_NUMBER: _ClassVar[int]
+    INDEXED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     endpoint_id: str
     address: str
     ready: bool
@@ -70,19 +74,33 @@ class ReplicaStats(_message.Message):
     in_flight: int
     kv_cache_usage: float
     max_num_seqs: int
-    def __init__(self, endpoint_id: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., draining: _Optional[bool] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., in_flight: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ...) -> None: ...
+    kv_cache_blocks: int
+    block_size: int
+    kv_events_live: bool
+    indexed_blocks: int
+    def __init__(self, endpoint_id: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., draining: _Optional[bool] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., in_flight: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., kv_cache_blocks: _Optional[int] = ..., block_size: _Optional[int] = ..., kv_events_live: _Optional[bool] = ..., indexed_blocks: _Optional[int] = ...) -> None: ...
 
 class DeploymentStats(_message.Message):
-    __slots__ = ("model", "replicas", "queue_depth", "ready_replicas")
+    __slots__ = ("model", "replicas", "queue_depth", "ready_replicas", "running", "in_flight", "capacity", "kv_cache_usage", "routing_policy")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
     READY_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_POLICY_FIELD_NUMBER: _ClassVar[int]
     model: str
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStats]
     queue_depth: int
     ready_replicas: int
-    def __init__(self, model: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStats, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., ready_replicas: _Optional[int] = ...) -> None: ...
+    running: int
+    in_flight: int
+    capacity: int
+    kv_cache_usage: float
+    routing_policy: str
+    def __init__(self, model: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStats, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., ready_replicas: _Optional[int] = ..., running: _Optional[int] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., routing_policy: _Optional[str] = ...) -> None: ...
 
 class PoolStats(_message.Message):
     __slots__ = ("deployments",)

@@ -7,18 +7,22 @@ import uuid
 import pytest
 
 from services.billing.consumer import UsageConsumer
+from services.billing.prices import ModelPrice, PriceTable
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 
 
-def event(tenant: str, prompt: int, completion: int, request_id: str | None = None) -> UsageEvent:
+def event(
+    tenant: str, prompt: int, completion: int, when: float | None = None, cached: int = 0
+) -> UsageEvent:
     return UsageEvent(
-        request_id=request_id or uuid.uuid4().hex,
+        request_id=uuid.uuid4().hex,
         tenant=tenant,
         model="m",
         prompt_tokens=prompt,
+        cached_prompt_tokens=cached,
         completion_tokens=completion,
-        started_at=time.time(),
+        started_at=time.time() if when is None else when,
     )
 
 
@@ -29,8 +33,13 @@ async def redis(redis_url):
     await client.aclose()
 
 
-def consumer(redis, group: str, name: str = "c0") -> UsageConsumer:
-    return UsageConsumer(redis, group, name, batch=50, block_ms=100)
+PRICES = PriceTable(models={"m": ModelPrice(input="0.15", cached_input="0.075", output="0.6")})
+
+
+def consumer(redis, group: str, name: str = "c0", claim_idle_ms: int = 30_000) -> UsageConsumer:
+    return UsageConsumer(
+        redis, group, name, batch=50, block_ms=100, prices=PRICES, claim_idle_ms=claim_idle_ms
+    )
 
 
 async def run_briefly(c: UsageConsumer, seconds: float = 0.5) -> None:
@@ -50,10 +59,11 @@ async def test_counts_exactly_and_ignores_duplicate_deliveries(redis):
     await redis.xadd(USAGE_STREAM, events[0].to_fields())
     c = consumer(redis, group)
     await run_briefly(c)
-    totals = await c.counters.read(tenant)
-    assert totals["requests"] == 50
-    assert totals["prompt_tokens"] == sum(e.prompt_tokens for e in events)
-    assert totals["completion_tokens"] == sum(e.completion_tokens for e in events)
+    totals, models = await c.ledger.totals(tenant)
+    assert totals.requests == 50
+    assert totals.prompt_tokens == sum(e.prompt_tokens for e in events)
+    assert totals.completion_tokens == sum(e.completion_tokens for e in events)
+    assert models["m"] == totals
     pending = await redis.xpending(USAGE_STREAM, group)
     assert pending["pending"] == 0
 
@@ -71,9 +81,9 @@ async def test_entries_delivered_before_a_crash_are_applied_on_restart(redis):
     assert (await redis.xpending(USAGE_STREAM, group))["pending"] >= 5
     # The restarted consumer (same name) re-reads its pending entries first.
     await run_briefly(consumer(redis, group))
-    totals = await c.counters.read(tenant)
-    assert totals["requests"] == 5
-    assert totals["completion_tokens"] == 20
+    totals, _ = await c.ledger.totals(tenant)
+    assert totals.requests == 5
+    assert totals.completion_tokens == 20
 
 
 async def test_malformed_entry_is_rejected_without_blocking_others(redis):
@@ -83,5 +93,45 @@ async def test_malformed_entry_is_rejected_without_blocking_others(redis):
     await redis.xadd(USAGE_STREAM, good.to_fields())
     c = consumer(redis, group)
     await run_briefly(c)
-    assert (await c.counters.read(tenant))["completion_tokens"] == 2
+    assert (await c.ledger.totals(tenant))[0].completion_tokens == 2
+    assert (await redis.xpending(USAGE_STREAM, group))["pending"] == 0
+
+
+async def test_buckets_line_items_and_exact_cost(redis):
+    tenant, group = f"t-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    day = 1_790_000_000 - 1_790_000_000 % 86400
+    events = [
+        event(tenant, 1000, 100, when=day + 10),  # hour 0
+        event(tenant, 2000, 50, when=day + 3600 + 5, cached=1500),  # hour 1
+        event(tenant, 10, 1, when=day + 86400 + 1),  # next day
+    ]
+    for e in events:
+        await redis.xadd(USAGE_STREAM, e.to_fields())
+    c = consumer(redis, group)
+    await run_briefly(c)
+    hours = await c.ledger.buckets(tenant, day, day + 2 * 86400, 3600)
+    assert [(s - day, t.requests) for s, t in hours] == [(0, 1), (3600, 1), (86400, 1)]
+    days = await c.ledger.buckets(tenant, day, day + 2 * 86400, 86400)
+    assert [(s - day, t.prompt_tokens) for s, t in days] == [(0, 3000), (86400, 10)]
+    totals, _ = await c.ledger.totals(tenant)
+    # 0.15 $/M input, 0.075 $/M cached, 0.6 $/M output, in nano-USD (x1000 per token).
+    expected = (1000 * 150 + 100 * 600) + (500 * 150 + 1500 * 75 + 50 * 600) + (10 * 150 + 600)
+    assert totals.cost_nano_usd == expected
+    items = await c.ledger.line_items(tenant, day, day + 86400, offset=0, limit=10)
+    assert [i["request_id"] for i in items] == [events[0].request_id, events[1].request_id]
+    assert sum(i["cost_nano_usd"] for i in items) + 10 * 150 + 600 == expected
+
+
+async def test_entries_left_by_a_dead_consumer_are_claimed(redis):
+    tenant, group = f"t-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    live = consumer(redis, group, name="alive", claim_idle_ms=200)
+    await live.ensure_group()
+    events = [event(tenant, 5, 5) for _ in range(7)]
+    for e in events:
+        await redis.xadd(USAGE_STREAM, e.to_fields())
+    # "dead" read everything and vanished without acking.
+    await redis.xreadgroup(group, "dead", {USAGE_STREAM: ">"}, count=10_000)
+    await asyncio.sleep(0.3)
+    await run_briefly(live, 1.0)
+    assert (await live.ledger.totals(tenant))[0].requests == 7
     assert (await redis.xpending(USAGE_STREAM, group))["pending"] == 0

@@ -1,0 +1,165 @@
+"""The per-tenant ledger in Redis, written exactly once per request.
+
+One Lua script applies an event: the dedup mark (SET NX on the request id),
+running totals, the hour and day buckets, the line item, the monthly token
+counter and the prepaid balance, then XACKs the stream entry. A crash at any
+point either applied all of it or nothing, and a redelivered or duplicated
+event is acked without counting twice.
+
+Keys (all under maas:billing:):
+  seen:<request id>               dedup mark, expires after SEEN_TTL_SECONDS
+  tenant:<t>                      running totals, also per model
+  tenant:<t>:hour:<unix start>    hourly bucket
+  tenant:<t>:day:<unix start>     daily bucket
+  tenant:<t>:items                line items, a sorted set scored by time
+  tenant:<t>:month:<YYYYMM>       tokens used this month (quotas)
+  balance:<t>                     prepaid balance in nano-USD, if the tenant has one
+"""
+
+import json
+import time
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from services.billing.prices import PriceTable
+from services.common.usage_event import UsageEvent
+
+PREFIX = "maas:billing:"
+SEEN_TTL_SECONDS = 30 * 24 * 3600
+HOUR, DAY = 3600, 86400
+FIELDS = ("requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nano_usd")
+
+_APPLY = """
+local fresh = redis.call('SET', KEYS[1], ARGV[3], 'NX', 'EX', ARGV[1])
+if fresh then
+  local model = ARGV[4]
+  local values = {requests = 1, prompt_tokens = ARGV[5], cached_prompt_tokens = ARGV[6],
+                  completion_tokens = ARGV[7], cost_nano_usd = ARGV[8]}
+  for i = 2, 4 do
+    for field, value in pairs(values) do
+      redis.call('HINCRBY', KEYS[i], field, value)
+      redis.call('HINCRBY', KEYS[i], 'model:' .. model .. ':' .. field, value)
+    end
+  end
+  redis.call('ZADD', KEYS[5], ARGV[9], ARGV[10])
+  redis.call('HINCRBY', KEYS[7], 'tokens', ARGV[5] + ARGV[7])
+  if redis.call('EXISTS', KEYS[8]) == 1 then
+    redis.call('DECRBY', KEYS[8], ARGV[8])
+  end
+end
+redis.call('XACK', KEYS[6], ARGV[2], ARGV[3])
+if fresh then return 1 end
+return 0
+"""
+
+
+def tenant_key(tenant: str, suffix: str = "") -> str:
+    return f"{PREFIX}tenant:{tenant}{suffix}"
+
+
+def bucket_start(when: float, size: int) -> int:
+    return int(when // size) * size
+
+
+def month_key(tenant: str, when: float) -> str:
+    return tenant_key(tenant, f":month:{time.strftime('%Y%m', time.gmtime(when))}")
+
+
+def balance_key(tenant: str) -> str:
+    return f"{PREFIX}balance:{tenant}"
+
+
+@dataclass
+class Totals:
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_nano_usd: int = 0
+
+    @classmethod
+    def from_hash(cls, raw: dict[str, str], prefix: str = "") -> "Totals":
+        return cls(**{f: int(raw.get(prefix + f, 0)) for f in FIELDS})
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class Ledger:
+    def __init__(self, redis: Redis, stream: str, group: str, prices: PriceTable):
+        self._redis = redis
+        self._stream = stream
+        self._group = group
+        self._prices = prices
+        self._apply = redis.register_script(_APPLY)
+
+    async def apply(self, entry_id: str, event: UsageEvent) -> bool:
+        """Commit the event and ack its entry; False when it was already counted."""
+        finished = event.started_at + event.duration_seconds
+        cost = self._prices.for_model(event.model).cost_nano_usd(
+            event.prompt_tokens, event.cached_prompt_tokens, event.completion_tokens
+        )
+        item = {
+            "request_id": event.request_id,
+            "model": event.model,
+            "key_id": event.key_id,
+            "time": event.started_at,
+            "prompt_tokens": event.prompt_tokens,
+            "cached_prompt_tokens": event.cached_prompt_tokens,
+            "completion_tokens": event.completion_tokens,
+            "cost_nano_usd": cost,
+        }
+        t = event.tenant
+        applied = await self._apply(
+            keys=[
+                f"{PREFIX}seen:{event.request_id}",
+                tenant_key(t),
+                tenant_key(t, f":hour:{bucket_start(finished, HOUR)}"),
+                tenant_key(t, f":day:{bucket_start(finished, DAY)}"),
+                tenant_key(t, ":items"),
+                self._stream,
+                month_key(t, finished),
+                balance_key(t),
+            ],
+            args=[
+                SEEN_TTL_SECONDS,
+                self._group,
+                entry_id,
+                event.model,
+                event.prompt_tokens,
+                event.cached_prompt_tokens,
+                event.completion_tokens,
+                cost,
+                event.started_at,
+                json.dumps(item, sort_keys=True),
+            ],
+        )
+        return bool(applied)
+
+    async def totals(self, tenant: str) -> tuple[Totals, dict[str, Totals]]:
+        raw = await self._redis.hgetall(tenant_key(tenant))
+        models = sorted(
+            {k[len("model:") :].rsplit(":", 1)[0] for k in raw if k.startswith("model:")}
+        )
+        return Totals.from_hash(raw), {m: Totals.from_hash(raw, f"model:{m}:") for m in models}
+
+    async def buckets(
+        self, tenant: str, start: int, end: int, size: int
+    ) -> list[tuple[int, Totals]]:
+        starts = list(range(bucket_start(start, size), end, size))
+        suffix = "hour" if size == HOUR else "day"
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for s in starts:
+                pipe.hgetall(tenant_key(tenant, f":{suffix}:{s}"))
+            raws = await pipe.execute()
+        return [(s, Totals.from_hash(raw)) for s, raw in zip(starts, raws, strict=True) if raw]
+
+    async def line_items(
+        self, tenant: str, start: float, end: float, offset: int, limit: int
+    ) -> list[dict]:
+        members = await self._redis.zrangebyscore(
+            tenant_key(tenant, ":items"), start, f"({end}", start=offset, num=limit
+        )
+        return [json.loads(m) for m in members]

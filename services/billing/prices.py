@@ -1,0 +1,46 @@
+"""The price table: USD per million tokens for input, cached input and output.
+
+Loaded from a YAML file (a ConfigMap in Kubernetes). Charges are computed in
+nano-USD as exact integers, so summing millions of line items never drifts:
+a price of p USD per million tokens is p * 1000 nano-USD per token.
+
+    models:
+      smollm2-135m-instruct: {input: 0.05, cached_input: 0.025, output: 0.10}
+    default: {input: 0.0, cached_input: 0.0, output: 0.0}
+"""
+
+from decimal import ROUND_HALF_EVEN, Decimal
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, Field
+
+NANO_PER_TOKEN_PER_USD_PER_MILLION = Decimal(1000)
+
+
+class ModelPrice(BaseModel):
+    input: Decimal = Field(Decimal(0), ge=0)
+    cached_input: Decimal = Field(Decimal(0), ge=0)
+    output: Decimal = Field(Decimal(0), ge=0)
+
+    def cost_nano_usd(self, prompt: int, cached: int, completion: int) -> int:
+        uncached = max(prompt - cached, 0)
+        usd_per_million = (
+            uncached * self.input + cached * self.cached_input + completion * self.output
+        )
+        nano = usd_per_million * NANO_PER_TOKEN_PER_USD_PER_MILLION
+        return int(nano.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+
+
+class PriceTable(BaseModel):
+    models: dict[str, ModelPrice] = Field(default_factory=dict)
+    default: ModelPrice = Field(default_factory=ModelPrice)
+
+    def for_model(self, model: str) -> ModelPrice:
+        return self.models.get(model, self.default)
+
+    @classmethod
+    def load(cls, path: str) -> "PriceTable":
+        if not path:
+            return cls()
+        return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
