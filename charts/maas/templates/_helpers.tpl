@@ -1,0 +1,78 @@
+{{/* Names are "<release>-maas-<component>" unless the release is already called maas. */}}
+{{- define "maas.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "maas.name" -}}
+{{- printf "%s-%s" (include "maas.fullname" .root) .component -}}
+{{- end -}}
+
+{{- define "maas.selectorLabels" -}}
+app.kubernetes.io/name: maas
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "maas.labels" -}}
+{{ include "maas.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+{{- end -}}
+
+{{- define "maas.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "maas.redisUrl" -}}
+{{- printf "redis://%s:%d/0" (include "maas.name" (dict "root" . "component" "redis")) (int .Values.redis.port) -}}
+{{- end -}}
+
+{{/* Pod-level settings every maas pod shares. */}}
+{{- define "maas.podSpecCommon" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Env every `maas serve` container shares: listen on the pod IP, log JSON, caches in /tmp. */}}
+{{- define "maas.commonEnv" -}}
+- name: MAAS_HOST
+  value: "0.0.0.0"
+- name: MAAS_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+- name: HOME
+  value: /tmp
+{{- end -}}
+
+{{/* A writable /tmp: the root filesystem is read-only. */}}
+{{- define "maas.tmpVolume" -}}
+- name: tmp
+  emptyDir: {}
+{{- end -}}
+
+{{- define "maas.tmpMount" -}}
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{- define "maas.grpcProbes" -}}
+startupProbe:
+  grpc: {port: {{ . }}}
+  periodSeconds: 5
+  failureThreshold: 60
+readinessProbe:
+  grpc: {port: {{ . }}}
+  periodSeconds: 5
+livenessProbe:
+  grpc: {port: {{ . }}}
+  periodSeconds: 10
+  failureThreshold: 6
+{{- end -}}

@@ -1,0 +1,292 @@
+"""The ModelDeployment CRD's OpenAPI v3 schema: the one source of its shape.
+
+The chart's CRD YAML is generated from here (`make crd`, checked fresh by a
+test), and the operator and `maas operator simulate` apply the same defaults,
+so a spec means the same thing in the API server, the operator and the
+simulator.
+"""
+
+from typing import Any
+
+GROUP = "maas.io"
+VERSION = "v1alpha1"
+KIND = "ModelDeployment"
+PLURAL = "modeldeployments"
+SINGULAR = "modeldeployment"
+SHORT_NAMES = ["md", "mdep"]
+
+Schema = dict[str, Any]
+
+# A Kubernetes quantity as the engine understands it (bytes, binary or decimal suffix).
+QUANTITY_PATTERN = r"^[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?$"
+# file:// is inside the image, pvc://CLAIM/PATH on a volume, http(s):// and s3:// are fetched.
+SOURCE_PATTERN = r"^(file:///|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/|https?://|s3://).+"
+
+
+def _int(default: int | None = None, minimum: int | None = None, maximum: int | None = None, **kw):
+    schema: Schema = {"type": "integer", **kw}
+    if default is not None:
+        schema["default"] = default
+    if minimum is not None:
+        schema["minimum"] = minimum
+    if maximum is not None:
+        schema["maximum"] = maximum
+    return schema
+
+
+def _num(default: float, minimum: float, maximum: float, description: str) -> Schema:
+    return {
+        "type": "number",
+        "default": default,
+        "minimum": minimum,
+        "maximum": maximum,
+        "description": description,
+    }
+
+
+def _str(description: str, **kw) -> Schema:
+    return {"type": "string", "description": description, **kw}
+
+
+def _obj(properties: dict[str, Schema], description: str = "", **kw) -> Schema:
+    schema: Schema = {"type": "object", "properties": properties, **kw}
+    if description:
+        schema["description"] = description
+    # Every nested object gets `{}` as its default so the API server fills
+    # the nested defaults even when the user omits the whole block.
+    schema.setdefault("default", {})
+    return schema
+
+
+def _string_map(description: str) -> Schema:
+    return {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "description": description,
+    }
+
+
+MODEL = _obj(
+    {
+        "name": _str(
+            "model id clients ask for (the engine's --model-id); defaults to the resource name",
+            pattern=r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$",
+            maxLength=128,
+        ),
+        "source": _obj(
+            {
+                "uri": _str(
+                    "where the weights are: file:///PATH baked in the image, "
+                    "pvc://CLAIM/PATH on a volume, https://URL or s3://BUCKET/KEY fetched "
+                    "by an init container; omitted = the SmolLM2 GGUF bundled in the image",
+                    pattern=SOURCE_PATTERN,
+                ),
+                "fetchImage": _str("image of the init container that fetches http(s)/s3 URIs"),
+                "credentialsSecret": _str(
+                    "Secret whose keys become the fetch container's environment "
+                    "(AWS_ACCESS_KEY_ID, ...)"
+                ),
+            }
+        ),
+    },
+    "which model to serve",
+)
+
+ENGINE = _obj(
+    {
+        "dtype": _str(
+            "weights and activations dtype",
+            enum=["auto", "float32", "bfloat16", "float16"],
+            default="auto",
+        ),
+        "maxModelLen": _int(0, 0, description="context length cap; 0 = the model's own"),
+        "kvCacheMemory": _str(
+            "bytes for the KV cache (quantity, e.g. 8Gi); 0 = derive from memory utilization",
+            pattern=QUANTITY_PATTERN,
+            default="0",
+        ),
+        "gpuMemoryUtilization": _num(0.9, 0.05, 1.0, "fraction of device memory to use"),
+        "maxNumSeqs": _int(64, 1, 4096, description="sequences in one batch at most"),
+        "maxNumBatchedTokens": _int(2048, 16, description="tokens computed per step"),
+        "blockSize": _int(16, 1, 256, description="tokens per KV-cache block"),
+        "quantization": _str("weight quantization", enum=["none", "int8", "fp8"], default="none"),
+        "speculative": _obj(
+            {
+                "method": _str(
+                    "speculative decoding proposer", enum=["none", "ngram", "draft"], default="none"
+                ),
+                "numTokens": _int(4, 1, 16, description="tokens proposed per step"),
+                "draftModel": _str("draft model path, for method=draft"),
+            },
+            "speculative decoding",
+        ),
+        "extraArgs": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "passed verbatim to `maas serve engine`",
+        },
+    },
+    "engine arguments",
+)
+
+TOLERATION = {
+    "type": "object",
+    "properties": {
+        "key": {"type": "string"},
+        "operator": {"type": "string", "enum": ["Exists", "Equal"]},
+        "value": {"type": "string"},
+        "effect": {"type": "string", "enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+        "tolerationSeconds": {"type": "integer"},
+    },
+}
+
+RESOURCES = _obj(
+    {
+        "gpus": _int(0, 0, 16, description="nvidia.com/gpu per replica"),
+        "requests": _string_map("container requests, e.g. {cpu: '2', memory: 8Gi}"),
+        "limits": _string_map("container limits"),
+        "nodeSelector": _string_map("pod nodeSelector"),
+        "tolerations": {"type": "array", "items": TOLERATION},
+        "affinity": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    },
+    "what one replica needs and where it may run",
+)
+
+REPLICAS = _obj(
+    {
+        "min": _int(1, 0, 1000, description="never fewer replicas (kubectl scale sets this)"),
+        "max": _int(4, 1, 1000, description="never more replicas"),
+    },
+    "hard bounds for the autoscaler",
+    **{
+        "x-kubernetes-validations": [
+            {"rule": "self.min <= self.max", "message": "min must not exceed max"}
+        ]
+    },
+)
+
+AUTOSCALING = _obj(
+    {
+        "queueCapacityPerReplica": _int(
+            32, 1, description="waiting requests one replica absorbs before it is 'full'"
+        ),
+        "prewarmWatermark": _num(0.6, 0.01, 1.0, "utilisation that starts one more replica"),
+        "scaleOutWatermark": _num(0.9, 0.01, 10.0, "utilisation that scales out at once"),
+        "scaleInWatermark": _num(0.3, 0.0, 1.0, "utilisation under which replicas drain"),
+        "stabilizationSeconds": _int(
+            300, 0, description="how long utilisation must stay low before one replica drains"
+        ),
+        "cooldownSeconds": _int(60, 0, description="minimum time between pre-warm steps"),
+        "drainTimeoutSeconds": _int(
+            600, 1, description="remove a draining replica after this even if requests remain"
+        ),
+    },
+    "watermark autoscaling on queue depth",
+    **{
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.scaleInWatermark < self.prewarmWatermark && "
+                "self.prewarmWatermark <= self.scaleOutWatermark",
+                "message": "need scaleInWatermark < prewarmWatermark <= scaleOutWatermark",
+            }
+        ]
+    },
+)
+
+ROUTING = _obj(
+    {
+        "policy": _str(
+            "how the router picks a replica",
+            enum=["least-load", "prefix-affinity"],
+            default="least-load",
+        ),
+        "weights": {
+            "type": "object",
+            "additionalProperties": {"type": "number", "minimum": 0},
+            "description": "scorer weights by name, e.g. {prefix: 2, load: 1}",
+        },
+    },
+    "router policy for this model",
+)
+
+CANARY = _obj(
+    {
+        "version": _str("version label of the canary replicas", maxLength=63),
+        "image": _str("engine image of the canary; defaults to the main image"),
+        "weight": _int(0, 0, 100, description="percent of traffic for the canary"),
+    },
+    "a one-replica canary beside the main replicas",
+)
+
+SPEC = {
+    "type": "object",
+    "properties": {
+        "model": MODEL,
+        "image": _str("engine image; defaults to the operator's --engine-image"),
+        "version": _str("version label of the main replicas", default="v1", maxLength=63),
+        "engine": ENGINE,
+        "resources": RESOURCES,
+        "replicas": REPLICAS,
+        "autoscaling": AUTOSCALING,
+        "routing": ROUTING,
+        "canary": CANARY,
+    },
+}
+
+CONDITION = {
+    "type": "object",
+    "required": ["type", "status"],
+    "properties": {
+        "type": {"type": "string", "enum": ["Available", "Progressing", "ScalingLimited"]},
+        "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+        "reason": {"type": "string"},
+        "message": {"type": "string"},
+        "lastTransitionTime": {"type": "string", "format": "date-time"},
+        "observedGeneration": {"type": "integer"},
+    },
+}
+
+STATUS = {
+    "type": "object",
+    "properties": {
+        "replicas": {"type": "integer", "description": "engine pods that exist"},
+        "readyReplicas": {"type": "integer", "description": "replicas taking requests"},
+        "desiredReplicas": {"type": "integer", "description": "the autoscaler's target"},
+        "queueDepth": {"type": "integer", "description": "waiting requests in the pool"},
+        "utilization": {"type": "number", "description": "queue depth / ready capacity"},
+        "lastScaleTime": {"type": "string", "format": "date-time"},
+        "lastAction": {"type": "string", "description": "the autoscaler's last decision"},
+        "selector": {"type": "string", "description": "engine pods' label selector"},
+        "observedGeneration": {"type": "integer"},
+        "conditions": {"type": "array", "items": CONDITION},
+        # The autoscaler's memory lives in status so an operator restart
+        # resumes a stabilisation window or a drain instead of forgetting it.
+        "autoscaler": {
+            "type": "object",
+            "properties": {
+                "lowSince": {"type": "string", "format": "date-time"},
+                "drain": {
+                    "type": "object",
+                    "properties": {
+                        "endpointId": {"type": "string"},
+                        "address": {"type": "string"},
+                        "pod": {"type": "string"},
+                        "startedAt": {"type": "string", "format": "date-time"},
+                    },
+                },
+            },
+        },
+    },
+}
+
+OPENAPI_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        "spec": SPEC,
+        "status": STATUS,
+    },
+    "required": ["spec"],
+}

@@ -1,0 +1,56 @@
+"""`maas serve engine` arguments from spec.engine.
+
+Flags for optional features (quantization, speculative decoding) are only
+passed when the spec turns them on, so the default spec runs on any engine
+build, including one from before those features.
+"""
+
+import re
+
+GRPC_PORT = 50051
+METRICS_PORT = 9090
+
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_UNITS |= {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity_bytes(quantity: str) -> int:
+    match = re.fullmatch(r"([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?", quantity)
+    if not match:
+        raise ValueError(f"not a byte quantity: {quantity!r}")
+    return int(match.group(1)) * _UNITS[match.group(2) or ""]
+
+
+def engine_args(
+    model_id: str, model_path: str, engine: dict, shutdown_grace_seconds: int
+) -> list[str]:
+    # The image's entrypoint is `maas serve`.
+    args = [
+        "engine",
+        "--host=0.0.0.0",
+        f"--port={GRPC_PORT}",
+        f"--metrics-port={METRICS_PORT}",
+        f"--model-id={model_id}",
+        f"--dtype={engine['dtype']}",
+        f"--gpu-memory-utilization={engine['gpuMemoryUtilization']}",
+        f"--max-num-seqs={engine['maxNumSeqs']}",
+        f"--max-num-batched-tokens={engine['maxNumBatchedTokens']}",
+        f"--block-size={engine['blockSize']}",
+        f"--shutdown-grace-seconds={shutdown_grace_seconds}",
+    ]
+    if model_path:
+        args.append(f"--model-path={model_path}")
+    if engine["maxModelLen"]:
+        args.append(f"--max-model-len={engine['maxModelLen']}")
+    kv_bytes = quantity_bytes(engine["kvCacheMemory"])
+    if kv_bytes:
+        args.append(f"--kv-cache-memory={kv_bytes}")
+    if engine["quantization"] != "none":
+        args.append(f"--quantization={engine['quantization']}")
+    speculative = engine["speculative"]
+    if speculative["method"] != "none":
+        args.append(f"--speculative-method={speculative['method']}")
+        args.append(f"--num-speculative-tokens={speculative['numTokens']}")
+        if speculative.get("draftModel"):
+            args.append(f"--speculative-draft-model={speculative['draftModel']}")
+    return args + list(engine.get("extraArgs") or [])

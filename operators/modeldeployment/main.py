@@ -1,0 +1,40 @@
+"""`maas serve operator`: the ModelDeployment operator process."""
+
+import asyncio
+
+import kopf
+
+from operators.modeldeployment.autoscale import Dependencies
+from operators.modeldeployment.grpc_clients import RouterClient, drain_engine
+from operators.modeldeployment.handlers import OperatorContext, build_registry
+from operators.modeldeployment.kube import Credentials, KubeApi
+from operators.modeldeployment.settings import OperatorSettings
+from services.common.metrics import start_metrics_server
+
+
+async def serve(settings: OperatorSettings) -> None:
+    router = RouterClient(settings.router_address)
+    # Real credentials arrive with kopf's login, before any handler runs.
+    api = KubeApi(Credentials(server="https://kubernetes.default.svc"))
+    ctx = OperatorContext(
+        deps=Dependencies(api=api, pool_stats=router.pool_stats, drain_engine=drain_engine),
+        engine_image=settings.engine_image,
+        interval_seconds=settings.interval_seconds,
+    )
+    start_metrics_server(settings.host, settings.metrics_port)
+    try:
+        await kopf.operator(
+            registry=build_registry(ctx),
+            # One replica (Recreate strategy in the chart): no peering objects needed.
+            standalone=True,
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=f"http://{settings.host}:{settings.port}/healthz",
+        )
+    finally:
+        await router.close()
+        await api.close()
+
+
+def main(settings: OperatorSettings) -> None:
+    asyncio.run(serve(settings))

@@ -1,0 +1,239 @@
+"""The objects a ModelDeployment owns: engine Deployment(s), Service, PDB.
+
+Pure builders from the owner's metadata and its defaulted spec; the handlers
+apply them. Replica counts are not here: the autoscaler owns them.
+"""
+
+import json
+
+from operators.modeldeployment.crd_schema import GROUP, KIND, VERSION
+from operators.modeldeployment.engine_args import GRPC_PORT, METRICS_PORT, engine_args
+from operators.modeldeployment.model_source import model_mount
+from operators.modeldeployment.spec import model_id
+
+OWNER_LABEL = "maas.io/model-deployment"
+TRACK_LABEL = "maas.io/track"  # main or canary
+# The ReplicaSet controller removes the pod with the lowest cost first.
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+RUN_AS = 10001
+# Beyond the drain timeout, time for the engine to exit after its grace ends.
+EXIT_MARGIN_SECONDS = 15
+
+
+def names(name: str) -> dict[str, str]:
+    return {
+        "deployment": f"{name}-engine",
+        "canary": f"{name}-engine-canary",
+        "service": f"{name}-engine",
+        "pdb": f"{name}-engine",
+    }
+
+
+def selector(name: str, track: str = "main") -> dict[str, str]:
+    return {OWNER_LABEL: name, TRACK_LABEL: track}
+
+
+def selector_string(name: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in selector(name).items())
+
+
+def owner_reference(owner: dict) -> dict:
+    meta = owner["metadata"]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(owner: dict, name: str, labels: dict, annotations: dict | None = None) -> dict:
+    meta = {
+        "name": name,
+        "namespace": owner["metadata"]["namespace"],
+        "labels": labels,
+        "ownerReferences": [owner_reference(owner)],
+    }
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def _labels(owner: dict, spec: dict, track: str, version: str) -> dict:
+    name = owner["metadata"]["name"]
+    return {
+        "app.kubernetes.io/name": "maas-engine",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": "engine",
+        "app.kubernetes.io/managed-by": "maas-operator",
+        "maas.io/model": model_id(name, spec),
+        "maas.io/version": version,
+        **selector(name, track),
+    }
+
+
+def _container_resources(resources: dict) -> dict:
+    requests = dict(resources.get("requests") or {})
+    limits = dict(resources.get("limits") or {})
+    if resources["gpus"]:
+        # Extended resources must have requests equal to limits.
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(resources["gpus"])
+    out = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _grpc_probe(period: int, failures: int) -> dict:
+    return {"grpc": {"port": GRPC_PORT}, "periodSeconds": period, "failureThreshold": failures}
+
+
+def pod_template(owner: dict, spec: dict, image: str, track: str, version: str) -> dict:
+    name = owner["metadata"]["name"]
+    drain_timeout = spec["autoscaling"]["drainTimeoutSeconds"]
+    mount = model_mount(spec["model"]["source"])
+    resources = spec["resources"]
+    container = {
+        "name": "engine",
+        "image": image,
+        "args": engine_args(model_id(name, spec), mount.model_path, spec["engine"], drain_timeout),
+        "env": [
+            {"name": "MAAS_ENGINE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "MAAS_LOG_FORMAT", "value": "json"},
+            # Writable caches (torch, triton) under the one writable mount.
+            {"name": "HOME", "value": "/tmp"},
+        ],
+        "ports": [
+            {"name": "grpc", "containerPort": GRPC_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
+        # Loading weights takes minutes: the startup probe allows 20 before liveness applies.
+        "startupProbe": _grpc_probe(10, 120),
+        "readinessProbe": _grpc_probe(5, 2),
+        "livenessProbe": _grpc_probe(10, 6),
+        "resources": _container_resources(resources),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            *mount.volume_mounts,
+        ],
+    }
+    pod_spec = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": drain_timeout + EXIT_MARGIN_SECONDS,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [
+            {"name": "tmp", "emptyDir": {}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            *mount.volumes,
+        ],
+    }
+    if mount.init_containers:
+        pod_spec["initContainers"] = mount.init_containers
+    if resources.get("nodeSelector"):
+        pod_spec["nodeSelector"] = resources["nodeSelector"]
+    if resources.get("tolerations"):
+        pod_spec["tolerations"] = resources["tolerations"]
+    if resources.get("affinity"):
+        pod_spec["affinity"] = resources["affinity"]
+    return {
+        "metadata": {
+            "labels": _labels(owner, spec, track, version),
+            "annotations": {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(METRICS_PORT),
+            },
+        },
+        "spec": pod_spec,
+    }
+
+
+def deployment(owner: dict, spec: dict, image: str, replicas: int, track: str = "main") -> dict:
+    name = owner["metadata"]["name"]
+    version = spec["canary"]["version"] if track == "canary" else spec["version"]
+    image = (spec["canary"].get("image") or image) if track == "canary" else image
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(
+            owner,
+            names(name)["canary" if track == "canary" else "deployment"],
+            _labels(owner, spec, track, version),
+        ),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector(name, track)},
+            # Surge, never cut: a new pod is ready before an old one drains away.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": pod_template(owner, spec, image, track, version),
+        },
+    }
+
+
+def service(owner: dict, spec: dict) -> dict:
+    name = owner["metadata"]["name"]
+    # Routing intent for the router's Kubernetes discovery; both tracks are behind it.
+    annotations = {
+        "maas.io/routing-policy": spec["routing"]["policy"],
+        "maas.io/routing-weights": json.dumps(spec["routing"].get("weights") or {}, sort_keys=True),
+        "maas.io/canary-weight": str(
+            spec["canary"]["weight"] if spec["canary"].get("version") else 0
+        ),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(
+            owner,
+            names(name)["service"],
+            _labels(owner, spec, "main", spec["version"]),
+            annotations,
+        ),
+        "spec": {
+            # Headless: the router talks to each replica, never to a virtual IP.
+            "clusterIP": "None",
+            "publishNotReadyAddresses": False,
+            "selector": {OWNER_LABEL: name},
+            "ports": [
+                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc"},
+                {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"},
+            ],
+        },
+    }
+
+
+def pod_disruption_budget(owner: dict, spec: dict) -> dict:
+    name = owner["metadata"]["name"]
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(
+            owner, names(name)["pdb"], _labels(owner, spec, "main", spec["version"])
+        ),
+        # One replica at a time for node drains; each one drains itself on SIGTERM.
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {OWNER_LABEL: name}}},
+    }
+
+
+def canary_wanted(spec: dict) -> bool:
+    return bool(spec["canary"].get("version")) and spec["canary"]["weight"] > 0

@@ -1,0 +1,28 @@
+"""Typed views of a (defaulted) ModelDeployment spec."""
+
+from operators.modeldeployment.defaults import defaulted_spec
+from operators.modeldeployment.policy import AutoscalingConfig
+
+
+def autoscaling_config(spec: dict) -> AutoscalingConfig:
+    spec = defaulted_spec(spec)
+    bounds, scaling = spec["replicas"], spec["autoscaling"]
+    return AutoscalingConfig(
+        min_replicas=bounds["min"],
+        max_replicas=bounds["max"],
+        queue_capacity_per_replica=scaling["queueCapacityPerReplica"],
+        prewarm_watermark=scaling["prewarmWatermark"],
+        scale_out_watermark=scaling["scaleOutWatermark"],
+        scale_in_watermark=scaling["scaleInWatermark"],
+        stabilization_seconds=scaling["stabilizationSeconds"],
+        cooldown_seconds=scaling["cooldownSeconds"],
+    )
+
+
+def drain_timeout_seconds(spec: dict) -> float:
+    return defaulted_spec(spec)["autoscaling"]["drainTimeoutSeconds"]
+
+
+def model_id(name: str, spec: dict) -> str:
+    """The id clients and the router use; the resource name unless spec says otherwise."""
+    return (spec.get("model") or {}).get("name") or name

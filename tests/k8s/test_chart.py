@@ -1,0 +1,147 @@
+"""The Helm chart: lint, render, and validate every object offline.
+
+Built-in kinds go through kubernetes-validate (strict: unknown fields fail);
+ModelDeployments through the CRD's own schema. The helm binary comes from
+`make install-helm` (deploy/install-helm.sh), which `make test` runs first.
+"""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from operators.modeldeployment.validation import validate as validate_model_deployment
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "maas"
+KUBERNETES_VERSION = "1.35.0"  # what the pinned helm's client speaks
+VALUES = {"default": [], "gpu": ["-f", str(CHART / "ci" / "gpu-values.yaml")]}
+# Custom kinds kubernetes-validate has no schema for, and who checks them here.
+CUSTOM_KINDS = {"ModelDeployment", "ServiceMonitor"}
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    path = ROOT / ".venv" / "bin" / "helm"
+    found = str(path) if path.exists() else shutil.which("helm")
+    if not found:
+        pytest.fail("no helm binary: run `make install-helm`")
+    return found
+
+
+def run(helm: str, *args: str) -> str:
+    result = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr + result.stdout
+    return result.stdout
+
+
+def render(helm: str, values: str) -> list[dict]:
+    out = run(helm, "template", "maas", str(CHART), "-n", "maas", "--include-crds", *VALUES[values])
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+@pytest.fixture(scope="module", params=sorted(VALUES))
+def rendered(request, helm) -> list[dict]:
+    return render(helm, request.param)
+
+
+@pytest.mark.parametrize("values", sorted(VALUES))
+def test_lint_strict(helm, values):
+    run(helm, "lint", "--strict", str(CHART), *VALUES[values])
+
+
+def test_lint_rejects_values_outside_the_schema(helm):
+    result = subprocess.run(
+        [helm, "lint", "--strict", str(CHART), "--set", "gateway.httpPort=70000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "httpPort" in result.stdout + result.stderr
+
+
+def test_every_object_validates(rendered):
+    kinds = set()
+    for doc in rendered:
+        kinds.add(doc["kind"])
+        if doc["kind"] == "ModelDeployment":
+            assert validate_model_deployment(doc) == []
+        elif doc["kind"] not in CUSTOM_KINDS:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    expected = {"CustomResourceDefinition", "Deployment", "StatefulSet", "Service", "Secret"}
+    expected |= {"ConfigMap", "ServiceAccount", "ClusterRole", "NetworkPolicy", "ModelDeployment"}
+    assert expected <= kinds
+
+
+def test_a_broken_object_fails_validation():
+    # The check above can fail: an unknown field is an error in strict mode.
+    bad = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "x"},
+        "spec": {"ports": [{"port": 80, "targetPorts": 8080}]},
+    }
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, KUBERNETES_VERSION, strict=True)
+
+
+def _workloads(rendered):
+    return [d for d in rendered if d["kind"] in ("Deployment", "StatefulSet")]
+
+
+def test_components_are_all_there(rendered):
+    names = {d["metadata"]["name"] for d in _workloads(rendered)}
+    assert names == {
+        f"maas-{c}" for c in ("gateway", "router", "tokenizer", "billing", "operator", "redis")
+    }
+
+
+def test_pods_are_locked_down(rendered):
+    for workload in _workloads(rendered):
+        pod = workload["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, workload["metadata"]["name"]
+        for container in pod["containers"]:
+            ctx = container["securityContext"]
+            assert ctx["readOnlyRootFilesystem"] is True
+            assert ctx["allowPrivilegeEscalation"] is False
+            assert ctx["capabilities"]["drop"] == ["ALL"]
+            assert "readinessProbe" in container and "livenessProbe" in container
+            assert container["resources"]["requests"], container["name"]
+
+
+def test_only_the_operator_talks_to_the_api_server(rendered):
+    for workload in _workloads(rendered):
+        pod = workload["spec"]["template"]["spec"]
+        automount = pod.get("automountServiceAccountToken", True)
+        assert automount == workload["metadata"]["name"].endswith("-operator")
+    rules = [r for d in rendered if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
+    assert rules
+    for rule in rules:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+        assert not {"secrets", "configmaps"} & set(rule["resources"])
+
+
+def test_grpc_services_use_grpc_probes_and_the_gateway_http(rendered):
+    by_name = {d["metadata"]["name"]: d for d in _workloads(rendered)}
+    for name in ("maas-router", "maas-tokenizer", "maas-billing"):
+        (container,) = by_name[name]["spec"]["template"]["spec"]["containers"]
+        assert "grpc" in container["readinessProbe"]
+    (gateway,) = by_name["maas-gateway"]["spec"]["template"]["spec"]["containers"]
+    assert gateway["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_redis_keeps_an_append_only_file_on_a_volume(rendered):
+    (redis,) = [d for d in rendered if d["kind"] == "StatefulSet"]
+    args = redis["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert redis["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+
+
+def test_gpu_values_give_the_example_a_gpu_and_a_service_monitor(helm):
+    docs = render(helm, "gpu")
+    (example,) = [d for d in docs if d["kind"] == "ModelDeployment"]
+    assert example["spec"]["resources"]["gpus"] == 1
+    assert any(d["kind"] == "ServiceMonitor" for d in docs)

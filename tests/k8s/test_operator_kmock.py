@@ -1,0 +1,276 @@
+"""The real kopf operator against kmock's Kubernetes emulator over HTTP.
+
+Handlers, reconcile and the autoscaler run unchanged; only the API server
+(kmock), the router and the engines (fake gRPC servers) and the kubelet
+(FakePool.sync) are stand-ins.
+"""
+
+import asyncio
+import contextlib
+import threading
+import time
+
+import kmock
+import kopf
+import pytest
+
+from operators.modeldeployment.autoscale import Dependencies
+from operators.modeldeployment.grpc_clients import RouterClient, drain_engine
+from operators.modeldeployment.handlers import FINALIZER, OperatorContext, build_registry
+from operators.modeldeployment.kube import Credentials, KubeApi
+from operators.modeldeployment.resources import DELETION_COST
+from tests.k8s.emulator import StampingEmulator
+from tests.k8s.fake_pool import FakePool
+
+NAMESPACE = "maas-test"
+MDS = "maas.io/v1alpha1/modeldeployments"
+OWNED = [
+    ("apps/v1/deployments", "demo-engine"),
+    ("v1/services", "demo-engine"),
+    ("policy/v1/poddisruptionbudgets", "demo-engine"),
+]
+TICK = 0.2
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def model_deployment(**spec) -> dict:
+    return {
+        "apiVersion": "maas.io/v1alpha1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "demo", "namespace": NAMESPACE},
+        "spec": {
+            "model": {"name": "demo-model"},
+            "replicas": {"min": 1, "max": 4},
+            "autoscaling": {
+                "queueCapacityPerReplica": 10,
+                "scaleInWatermark": 0.3,
+                "stabilizationSeconds": 1,
+                "cooldownSeconds": 1,
+                "drainTimeoutSeconds": 60,
+            },
+            **spec,
+        },
+    }
+
+
+async def eventually(check, timeout: float = 15.0, what: str = ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        await asyncio.sleep(0.05)
+
+
+def live(emulator, resource: str, name: str):
+    key = (kmock.resource(resource), NAMESPACE, name)
+    if key not in emulator.objects or emulator.objects[key].deleted:
+        return None
+    return emulator.objects[key].raw
+
+
+def events(emulator) -> list[dict]:
+    return [
+        obj.raw
+        for (resource, _, _), obj in emulator.objects.items()
+        if resource.plural == "events" and not obj.deleted
+    ]
+
+
+def reasons(emulator) -> list[str]:
+    return [e.get("reason") for e in events(emulator)]
+
+
+async def _operator(url: str, router_address: str, stop: threading.Event, ready: threading.Event):
+    router = RouterClient(router_address)
+    api = KubeApi(Credentials(server=url))
+    ctx = OperatorContext(
+        deps=Dependencies(api=api, pool_stats=router.pool_stats, drain_engine=drain_engine),
+        engine_image="maas:test",
+        interval_seconds=TICK,
+        login=lambda **_: kopf.ConnectionInfo(server=url),
+    )
+    try:
+        await kopf.operator(
+            registry=build_registry(ctx),
+            standalone=True,
+            # kmock cannot parse the namespace list kopf watches for namespaced runs.
+            clusterwide=True,
+            stop_flag=stop,
+            ready_flag=ready,
+        )
+    finally:
+        await router.close()
+        await api.close()
+
+
+@contextlib.asynccontextmanager
+async def running_cluster():
+    """kmock over HTTP, a fake router + kubelet, and the operator running on them.
+
+    The operator runs in a thread with its own event loop, as in production:
+    when kopf stops it cancels every task of its loop that it did not start
+    with, which in a shared loop would be the fakes' servers.
+    """
+    async with StampingEmulator() as emulator, kmock.Server(emulator) as server:
+        emulator.resources.load_bundled()
+        emulator.resources[MDS] = kmock.ResourceInfo(
+            kind="ModelDeployment",
+            singular="modeldeployment",
+            namespaced=True,
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+            subresources={"status", "scale"},
+        )
+        pool = FakePool(emulator, NAMESPACE, "demo", "demo-model")
+        await pool.start()
+        stop, ready = threading.Event(), threading.Event()
+        thread = threading.Thread(
+            target=asyncio.run,
+            args=(_operator(str(server.url), pool.router_address, stop, ready),),
+            daemon=True,
+        )
+        thread.start()
+        kubelet = asyncio.create_task(pool.run())
+        try:
+            assert await asyncio.to_thread(ready.wait, 20), "the operator did not start"
+            yield emulator, server.client, pool
+        finally:
+            stop.set()
+            kubelet.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await kubelet
+            await asyncio.to_thread(thread.join, 20)
+            await pool.stop()
+
+
+async def create(client, body: dict) -> None:
+    response = await client.post(
+        f"/apis/maas.io/v1alpha1/namespaces/{NAMESPACE}/modeldeployments", json=body
+    )
+    assert response.status == 200, await response.text()
+
+
+async def patch(client, body: dict) -> None:
+    response = await client.patch(
+        f"/apis/maas.io/v1alpha1/namespaces/{NAMESPACE}/modeldeployments/demo",
+        json=body,
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert response.status == 200, await response.text()
+
+
+def md(emulator) -> dict:
+    return live(emulator, MDS, "demo")
+
+
+def replicas_asked(emulator) -> int:
+    return live(emulator, "apps/v1/deployments", "demo-engine")["spec"]["replicas"]
+
+
+async def test_create_owns_objects_patch_rolls_out_delete_cleans_up():
+    async with running_cluster() as (emulator, client, pool):
+        await _create_patch_delete(emulator, client, pool)
+
+
+async def _create_patch_delete(emulator, client, pool):
+    await create(client, model_deployment())
+    owned = await eventually(
+        lambda: (
+            all(live(emulator, r, n) for r, n in OWNED) and [live(emulator, r, n) for r, n in OWNED]
+        ),
+        what="Deployment, Service and PDB",
+    )
+    uid = md(emulator)["metadata"]["uid"]
+    for obj in owned:
+        (ref,) = obj["metadata"]["ownerReferences"]
+        assert ref["uid"] == uid and ref["kind"] == "ModelDeployment" and ref["controller"]
+    deployment = owned[0]
+    assert deployment["spec"]["replicas"] == 1
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--max-num-seqs=64" in args and "--model-id=demo-model" in args
+    assert FINALIZER in md(emulator)["metadata"]["finalizers"]
+
+    await patch(
+        client,
+        {"spec": {"engine": {"maxNumSeqs": 8}, "resources": {"nodeSelector": {"gpu": "h200"}}}},
+    )
+
+    def rolled_out():
+        template = live(emulator, "apps/v1/deployments", "demo-engine")["spec"]["template"]
+        return "--max-num-seqs=8" in template["spec"]["containers"][0]["args"] and template
+
+    template = await eventually(rolled_out, what="the new pod template")
+    assert template["spec"]["nodeSelector"] == {"gpu": "h200"}
+    assert replicas_asked(emulator) == 1, "a spec change must not reset the autoscaler's count"
+    await eventually(lambda: reasons(emulator).count("Reconciled") >= 2, what="Reconciled events")
+
+    response = await client.delete(
+        f"/apis/maas.io/v1alpha1/namespaces/{NAMESPACE}/modeldeployments/demo"
+    )
+    assert response.status == 200
+    await eventually(lambda: md(emulator) is None, what="the finalizer to be released")
+    assert not any(live(emulator, r, n) for r, n in OWNED)
+
+
+async def test_watermarks_scale_out_and_drain_before_scale_in():
+    async with running_cluster() as (emulator, client, pool):
+        await _scale_out_and_in(emulator, client, pool)
+
+
+async def _scale_out_and_in(emulator, client, pool):
+    pool.queue_depth = 0
+    await create(client, model_deployment())
+    await eventually(
+        lambda: len(pool.replicas) == 1 and all(r.ready for r in pool.replicas.values())
+    )
+
+    # 6 waiting on one replica of capacity 10 is 60%: pre-warm exactly one.
+    pool.hold_starting = True
+    pool.queue_depth = 6
+    await eventually(lambda: replicas_asked(emulator) == 2, what="pre-warm to 2")
+    await eventually(lambda: "Prewarm" in reasons(emulator), what="a Prewarm Event")
+    # While it loads, the starting replica counts as capacity: no further scale-out
+    # even after the cooldown has passed.
+    await asyncio.sleep(1.5)
+    assert replicas_asked(emulator) == 2
+    pool.hold_starting = False
+
+    # 30 waiting on two replicas is 150%: at once to the count that brings it under
+    # 60% (floor(30/6)+1 = 6), capped by max 4, which the status reports.
+    await eventually(lambda: md(emulator).get("status", {}).get("readyReplicas") == 2)
+    pool.queue_depth = 30
+    await eventually(lambda: replicas_asked(emulator) == 4, what="scale-out to max")
+    status = await eventually(
+        lambda: md(emulator)["status"].get("readyReplicas") == 4 and md(emulator)["status"]
+    )
+    limited = {c["type"]: c for c in status["conditions"]}["ScalingLimited"]
+    assert limited["status"] == "True" and limited["reason"] == "AtMaxReplicas"
+    await eventually(lambda: "ScaleOut" in reasons(emulator), what="a ScaleOut Event")
+
+    # Quiet: after the stabilisation window one replica drains. It keeps its
+    # pod while a request is still running on it.
+    for replica in pool.replicas.values():
+        replica.running = 1
+    pool.queue_depth = 0
+    idle = next(iter(pool.replicas.values()))
+    idle.running = 0
+    await eventually(lambda: idle.drain_calls == 1, what="Drain on the idle replica")
+    victim = idle.pod
+    await eventually(lambda: pool.removed == [victim], what="exactly the drained pod removed")
+    assert replicas_asked(emulator) == 3
+    assert all(r.drain_calls == 0 for r in pool.replicas.values()), "only one replica drained"
+    await eventually(lambda: {"DrainStarted", "ScaledIn"} <= set(reasons(emulator)))
+
+    # The next drain waits for a busy replica to finish its request.
+    await eventually(lambda: sum(r.drain_calls for r in pool.replicas.values()) == 1)
+    (busy,) = [r for r in pool.replicas.values() if r.drain_calls]
+    pod = live(emulator, "v1/pods", busy.pod)
+    assert pod["metadata"]["annotations"][DELETION_COST] == "-1000000"
+    await asyncio.sleep(1.0)
+    assert busy.pod in pool.replicas and replicas_asked(emulator) == 3
+    busy.running = 0
+    await eventually(lambda: pool.removed[-1:] == [busy.pod], what="the second drained pod removed")
+    assert replicas_asked(emulator) == 2

@@ -1,0 +1,38 @@
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from services.billing.prices import ModelPrice, PriceTable
+
+CHART_VALUES = Path(__file__).parents[3] / "charts" / "maas" / "values.yaml"
+
+
+def test_cost_is_exact_nano_usd_with_cached_tokens_at_their_own_price():
+    price = ModelPrice(input=Decimal("0.15"), cached_input=Decimal("0.075"), output=Decimal("0.6"))
+    # 800 uncached at 150, 200 cached at 75, 50 out at 600 nano-USD per token.
+    assert (
+        price.cost_nano_usd(prompt=1000, cached=200, completion=50)
+        == 800 * 150 + 200 * 75 + 50 * 600
+    )
+
+
+def test_unknown_models_use_the_default_price():
+    table = PriceTable(
+        models={"a": ModelPrice(output=Decimal(1))}, default=ModelPrice(output=Decimal(2))
+    )
+    assert table.for_model("b").cost_nano_usd(0, 0, 1) == 2000
+
+
+def test_negative_prices_are_refused():
+    with pytest.raises(ValidationError):
+        ModelPrice(input=Decimal("-1"))
+
+
+def test_the_charts_price_table_is_what_billing_reads():
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    table = PriceTable.model_validate(values["prices"])
+    assert table.models, "the chart ships no prices"
+    assert all(p.output > 0 for p in table.models.values())
