@@ -24,6 +24,9 @@ def _serve(service: str, argv: list[str]) -> None:
     elif service == "billing":
         from services.billing.server import main as run
         from services.billing.settings import BillingSettings as Settings
+    elif service == "operator":
+        from operators.modeldeployment.main import main as run
+        from operators.modeldeployment.settings import OperatorSettings as Settings
     else:
         from services.gateway.server import main as run
         from services.gateway.settings import GatewaySettings as Settings
@@ -49,6 +52,23 @@ def _up_parser(sub) -> None:
         help="use this Redis instead of starting one",
     )
     up.add_argument("--startup-timeout", type=float, default=600.0)
+    up.add_argument(
+        "--routes",
+        default="",
+        help="model routing table YAML, re-read on change (default: STATE_DIR/routes.yaml)",
+    )
+    up.add_argument(
+        "--routing-policy",
+        default="prefix_affinity",
+        choices=["prefix_affinity", "least_load", "round_robin"],
+        help="how the router picks an engine replica",
+    )
+    up.add_argument(
+        "--kv-cache-memory",
+        type=int,
+        default=0,
+        help="bytes of KV cache for every engine (0: the engine's own default)",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,12 +76,31 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="maas", description="Model-as-a-Service platform")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run one service", add_help=False)
-    serve.add_argument("service", choices=["gateway", "tokenizer", "router", "engine", "billing"])
+    serve.add_argument(
+        "service", choices=["gateway", "tokenizer", "router", "engine", "billing", "operator"]
+    )
     _up_parser(sub)
+    operator = sub.add_parser("operator", help="ModelDeployment operator tools", add_help=False)
+    operator.add_argument("tool", choices=["simulate"])
+    for admin in ("tenants", "keys"):
+        sub.add_parser(admin, help=f"manage {admin} (see maas {admin} --help)", add_help=False)
+    sub.add_parser("billing", help="usage, charges and reconciliation", add_help=False)
     args, rest = parser.parse_known_args(argv)
+    if args.command in ("tenants", "keys"):
+        from services.admin.cli import main as admin_main
+
+        sys.exit(admin_main(args.command, rest))
+    if args.command == "billing":
+        from services.billing.admin import main as billing_main
+
+        sys.exit(billing_main(rest))
     if args.command == "serve":
         _serve(args.service, rest)
         return
+    if args.command == "operator":
+        from operators.modeldeployment.simulate import main as simulate
+
+        sys.exit(simulate(rest))
     from pathlib import Path
 
     from services.local.stack import StackConfig
@@ -74,9 +113,12 @@ def main(argv: list[str] | None = None) -> None:
         state_dir=Path(args.state_dir),
         gateway_port=args.port,
         engine_replicas=args.engine_replicas,
-        engine_args=rest,
+        engine_args=rest
+        + ([f"--kv-cache-memory={args.kv_cache_memory}"] if args.kv_cache_memory else []),
         redis_url=args.redis_url,
         startup_timeout=args.startup_timeout,
+        routes_file=Path(args.routes) if args.routes else None,
+        routing_policy=args.routing_policy,
     )
     sys.exit(up(config, DEFAULT_MODEL_ID))
 
