@@ -7,6 +7,8 @@ import grpc
 import pytest
 
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
+from services.common.block_hash import prefix_block_hashes
+from services.common.model_files import DEFAULT_MODEL_ID
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
@@ -100,6 +102,34 @@ async def test_abort_ends_running_and_queued_requests(engine):
     assert last["a"].usage.completion_tokens < 500
     assert last["c"].usage.completion_tokens == 0
     assert (load.running, load.waiting, load.kv_cache_usage) == (0, 0, 0.0)
+
+
+async def test_kv_events_report_exactly_the_cached_prompt_blocks(engine):
+    _, address = engine
+    prompt = list(range(1000, 1000 + 16 * 5 + 3))  # five full blocks and a tail
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        events = stub.StreamKvEvents(engine_pb2.KvEventsRequest())
+        snapshot = await events.read()
+        assert snapshot.events[0].kind == engine_pb2.KvEvent.KIND_CLEARED
+        known = set(snapshot.events[1].block_hashes)
+        generate = engine_pb2.GenerateRequest(
+            request_id="kv",
+            model=DEFAULT_MODEL_ID,
+            prompt_token_ids=prompt,
+            sampling=engine_pb2.SamplingParams(max_tokens=2, ignore_eos=True),
+        )
+        await read_all(stub.Generate(generate))
+        stored: set[int] = set()
+        expected = set(prefix_block_hashes(prompt, 16, DEFAULT_MODEL_ID)) - known
+        while not expected <= stored:
+            batch = await asyncio.wait_for(events.read(), timeout=30)
+            assert batch.sequence > snapshot.sequence
+            for event in batch.events:
+                if event.kind == engine_pb2.KvEvent.KIND_STORED:
+                    stored.update(event.block_hashes)
+        events.cancel()
+    assert len(expected) == 5
 
 
 async def test_sigterm_finishes_in_flight_then_exits(engine):
