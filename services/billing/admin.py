@@ -12,6 +12,7 @@ import io
 import json
 import sys
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -21,6 +22,7 @@ from redis.exceptions import RedisError
 from services.admin.redis_locator import RedisNotFoundError, locate_redis
 from services.billing.ledger import DAY, HOUR, PREFIX, Ledger, Totals
 from services.billing.prices import PriceTable
+from services.billing.quota import Quotas, QuotaState
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM
 
@@ -78,6 +80,16 @@ def usage_csv(report: dict) -> str:
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()
+
+
+def quota_dict(state: QuotaState) -> dict:
+    balance = state.balance_nano_usd
+    return {
+        "balance_usd": None if balance is None else balance / 1e9,
+        "monthly_token_budget": state.monthly_token_budget,
+        "tokens_this_month": state.tokens_this_month,
+        "exhausted": state.exhausted,
+    }
 
 
 async def ledger_grand_total(redis) -> Totals:
@@ -147,6 +159,17 @@ def _parser() -> argparse.ArgumentParser:
     use.add_argument("--granularity", choices=["hour", "day"], default=None)
     use.add_argument("--start", type=parse_time, default=0)
     use.add_argument("--end", type=parse_time, default=None)
+    quota = sub.add_parser("quota", help="set a tenant's monthly token budget")
+    quota.add_argument("--tenant", required=True)
+    quota.add_argument(
+        "--monthly-tokens",
+        type=int,
+        default=None,
+        help="tokens per calendar month (UTC); omit to remove the budget",
+    )
+    top = sub.add_parser("topup", help="add prepaid balance (makes the tenant prepaid)")
+    top.add_argument("--tenant", required=True)
+    top.add_argument("--usd", type=Decimal, required=True)
     rec = sub.add_parser("reconcile", help="ledger totals vs the engines' token counters")
     rec.add_argument("--engine-metrics", nargs="*", default=None, help="engine /metrics URLs")
     return parser
@@ -157,9 +180,19 @@ async def _main(args: argparse.Namespace) -> str:
     try:
         if args.action == "reconcile":
             return json.dumps(await reconcile(redis, args), indent=2)
+        quotas = Quotas(redis)
+        if args.action == "quota":
+            await quotas.set_monthly_budget(args.tenant, args.monthly_tokens)
+            return json.dumps(quota_dict(await quotas.state(args.tenant)), indent=2)
+        if args.action == "topup":
+            if args.usd <= 0:
+                raise ValueError("--usd must be positive")
+            await quotas.top_up(args.tenant, int(args.usd * Decimal(10**9)))
+            return json.dumps(quota_dict(await quotas.state(args.tenant)), indent=2)
         if args.end is None:
             args.end = int(datetime.now(UTC).timestamp()) + 1
         report = await usage(Ledger(redis, USAGE_STREAM, "billing", PriceTable()), args)
+        report["quota"] = quota_dict(await quotas.state(args.tenant))
         return usage_csv(report) if args.format == "csv" else json.dumps(report, indent=2)
     finally:
         await redis.aclose()
