@@ -6,7 +6,7 @@ asyncio side (async_engine.py) only talks to it through that thread.
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,6 +21,7 @@ from services.engine.sampler import Sampler, make_generator
 from services.engine.sampling_params import SamplingParams
 from services.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from services.engine.sequence import Sequence
+from services.engine.spec.decoder import SpecConfig, SpeculativeDecoder
 from services.engine.stop_strings import StopStringMatcher
 from services.tokenizer.length_check import ContextLengthError, check_length
 
@@ -35,6 +36,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     # Part of every block hash: caches of different weights never match.
     cache_salt: str = ""
+    speculative: SpecConfig = field(default_factory=SpecConfig)
 
 
 class RequestRejected(ValueError):
@@ -66,6 +68,7 @@ class LLMEngine:
             self.blocks,
         )
         self.sampler = Sampler(model_config.eos_token_ids)
+        self.spec = SpeculativeDecoder(config.speculative, self.sampler, config.max_model_len)
         self.requests: dict[str, Request] = {}
 
     @property
@@ -147,27 +150,53 @@ class LLMEngine:
         return outputs
 
     def step(self) -> list[SeqOutput]:
+        self.spec.propose(self.scheduler.running)
         plan = self.scheduler.schedule()
         self._record_schedule(plan)
         if not plan.scheduled:
             return []
         logits = self.runner.execute(plan.scheduled, plan.block_copies)
-        sampling = [item.seq for item in plan.scheduled if item.samples]
+        rows_of: list[tuple[Sequence, torch.Tensor]] = []
+        offset = 0
         for item in plan.scheduled:
-            item.seq.num_computed_tokens += item.num_new_tokens
-            self.blocks.mark_computed(item.seq, item.seq.num_computed_tokens)
+            if item.num_logits:
+                rows_of.append((item.seq, logits[offset : offset + item.num_logits]))
+                offset += item.num_logits
+            # Drafted positions count as computed only once accepted (below).
+            item.seq.num_computed_tokens += item.num_new_tokens - item.seq.num_draft_tokens
+        outputs: list[SeqOutput] = []
         samplers: list[Sequence] = []
         rows: list[torch.Tensor] = []
-        for row, seq in zip(logits, sampling, strict=True):
+        for seq, seq_rows in rows_of:
+            if seq.num_draft_tokens:
+                outputs += self._append_verified(seq, seq_rows)
+                continue
+            self.blocks.mark_computed(seq, seq.num_computed_tokens)
             group = [seq, *self._fork_samples(seq)]
             samplers += group
-            rows += [row] * len(group)
+            rows += [seq_rows[-1]] * len(group)
+        for item in plan.scheduled:
+            if not item.num_logits:
+                self.blocks.mark_computed(item.seq, item.seq.num_computed_tokens)
         tokens = self.sampler(torch.stack(rows), samplers) if rows else []
-        outputs = [
+        outputs += [
             self._append_token(seq, token, row)
             for seq, token, row in zip(samplers, tokens, rows, strict=True)
         ]
         self._record_state()
+        return outputs
+
+    def _append_verified(self, seq: Sequence, rows: torch.Tensor) -> list[SeqOutput]:
+        """Keep the accepted draft and the token after it, stopping where the sequence ends."""
+        tokens = self.spec.accept(seq, rows)
+        # The KV of the last real token and of every accepted draft token is valid.
+        seq.num_computed_tokens += len(tokens) - 1
+        self.blocks.mark_computed(seq, seq.num_computed_tokens)
+        outputs = []
+        for token, row in zip(tokens, rows, strict=False):
+            outputs.append(self._append_token(seq, token, row))
+            if outputs[-1].finish_reason is not None:
+                break
         return outputs
 
     def _fork_samples(self, seq: Sequence) -> list[Sequence]:

@@ -26,9 +26,10 @@ class ModelRunner:
     def execute(
         self, scheduled: list[ScheduledSeq], block_copies: list[tuple[int, int]]
     ) -> torch.Tensor:
-        """Compute each entry's new tokens; float32 logits [sampling entries, vocab].
+        """Compute each entry's new tokens; float32 logits [sum of num_logits, vocab].
 
-        Rows follow the order of the entries that sample. The sequences are left
+        Rows follow the order of the entries that sample, each entry's rows in
+        position order. The sequences are left
         as they are: advancing num_computed_tokens is the caller's bookkeeping.
         """
         self.kv_cache.copy_blocks(block_copies)
@@ -58,7 +59,13 @@ class ModelRunner:
             self.kv_cache,
             meta,
         )
-        rows = [last_row[i] for i, entry in enumerate(scheduled) if entry.samples]
+        # A sampling entry needs its last position; one with draft tokens needs
+        # every drafted position too, to verify them.
+        rows = [
+            row
+            for i, entry in enumerate(scheduled)
+            for row in range(last_row[i] - entry.num_logits + 1, last_row[i] + 1)
+        ]
         # The LM head is the widest matmul: run it only where a token is sampled.
         picked = hidden[torch.tensor(rows, dtype=torch.long, device=self.device)]
         return self.model.compute_logits(picked).float()

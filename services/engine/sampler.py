@@ -39,13 +39,23 @@ class Sampler:
         return [self._sample_one(row, request) for row, request in zip(rows, requests, strict=True)]
 
     def _sample_one(self, logits: torch.Tensor, request: SamplingRequest) -> int:
+        probs, argmax = self.distribution(logits, request)
+        if probs is None:
+            return argmax
+        return int(torch.multinomial(probs, 1, generator=request.generator))
+
+    def distribution(
+        self, logits: torch.Tensor, request: SamplingRequest
+    ) -> tuple[torch.Tensor | None, int]:
+        """(next-token probabilities, or None when greedy; the processed argmax)."""
         params = request.params
-        logits = self._penalize(logits.clone(), request)
+        logits = self._penalize(logits.float().clone(), request)
         banned = self._banned_ids(request)
         if banned:
             logits[banned] = float("-inf")
+        argmax = int(logits.argmax())
         if params.temperature < _GREEDY_BELOW:
-            return int(logits.argmax())
+            return None, argmax
         logits = logits / params.temperature
         if params.top_k:
             kth_largest = logits.topk(min(params.top_k, logits.numel())).values[-1]
@@ -55,7 +65,8 @@ class Sampler:
         probs = logits.softmax(-1)
         if params.min_p:
             probs[probs < params.min_p * probs.max()] = 0
-        return int(torch.multinomial(probs, 1, generator=request.generator))
+            probs /= probs.sum()
+        return probs, argmax
 
     def _penalize(self, logits: torch.Tensor, request: SamplingRequest) -> torch.Tensor:
         params = request.params

@@ -27,6 +27,7 @@ class SamplingParams:
     n: int = 1  # parallel samples of one prompt
     logprobs: bool = False
     top_logprobs: int = 0
+    speculative: bool = False  # opt in to speculative decoding, where the engine has it
 
     def validate(self) -> None:
         """Raise ValueError naming the first field that holds an impossible value."""

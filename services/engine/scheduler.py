@@ -36,6 +36,11 @@ class ScheduledSeq:
         """This step computes the sequence's last token, so it samples the next one."""
         return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
 
+    @property
+    def num_logits(self) -> int:
+        """Positions whose logits the step needs: the last, and one per draft token."""
+        return 1 + self.seq.num_draft_tokens if self.samples else 0
+
 
 @dataclass
 class SchedulerOutput:
@@ -83,6 +88,8 @@ class Scheduler:
         index = 0
         while index < len(self.running) and budget > 0:
             seq = self.running[index]
+            if seq.num_uncomputed_tokens > budget:
+                seq.drop_drafts()  # verifying drafts needs all of them in one step
             while not self.blocks.can_append(seq):
                 victim = self.running[-1]
                 self._preempt(victim, out)
@@ -122,6 +129,7 @@ class Scheduler:
             budget -= n
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        seq.drop_drafts()
         self.running.remove(seq)
         self.blocks.free(seq)
         seq.num_computed_tokens = 0

@@ -39,6 +39,16 @@ class Sequence:
     num_preemptions: int = 0
     finish_reason: str | None = None
     last_token_time: float | None = None
+    # Speculative guesses appended to token_ids for this step only; verification
+    # keeps the accepted ones and drops the rest.
+    num_draft_tokens: int = 0
+    # Moving average of the fraction of drafts accepted: low means stop guessing.
+    draft_acceptance: float = 1.0
+
+    def drop_drafts(self) -> None:
+        if self.num_draft_tokens:
+            del self.token_ids[-self.num_draft_tokens :]
+            self.num_draft_tokens = 0
 
     @property
     def seq_id(self) -> tuple[str, int]:

@@ -20,6 +20,7 @@ from services.engine.loader import load_model
 from services.engine.model_runner import ModelRunner
 from services.engine.servicer import EngineServicer
 from services.engine.settings import EngineSettings
+from services.engine.spec.decoder import SpecConfig
 
 log = get_logger(__name__)
 SERVICE_NAME = engine_pb2.DESCRIPTOR.services_by_name["Engine"].full_name
@@ -59,6 +60,11 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
         max_num_batched_tokens=settings.max_num_batched_tokens,
         enable_chunked_prefill=settings.enable_chunked_prefill,
         cache_salt=settings.cache_salt or settings.model_id,
+        speculative=SpecConfig(
+            method=settings.speculative_method,
+            num_tokens=settings.num_speculative_tokens,
+            max_batch=settings.speculative_max_batch,
+        ),
     )
     runner = ModelRunner(model, config, cache, device)
     return LLMEngine(engine_config, config, runner, tokenizer)

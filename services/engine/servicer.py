@@ -47,6 +47,7 @@ def sampling_from_proto(p: engine_pb2.SamplingParams, remaining: int) -> Samplin
         n=p.n or 1,
         logprobs=p.logprobs,
         top_logprobs=p.top_logprobs,
+        speculative=p.speculative,
     )
 
 

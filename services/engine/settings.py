@@ -30,3 +30,10 @@ class EngineSettings(ServiceSettings):
     max_num_batched_tokens: int = Field(2048, gt=0, description="tokens computed per step")
     enable_chunked_prefill: bool = Field(True, description="split long prompts across steps")
     cache_salt: str = Field("", description="prefix-cache hash salt; empty = model id")
+    speculative_method: Literal["", "ngram"] = Field(
+        "", description="speculative decoding proposer for requests that opt in; empty = off"
+    )
+    num_speculative_tokens: int = Field(4, gt=0, le=16, description="draft tokens per step")
+    speculative_max_batch: int = Field(
+        8, gt=0, description="no speculation when more sequences than this are running"
+    )
