@@ -1,0 +1,32 @@
+"""Triton kernels for the engine's GPU path, each beside a plain-torch twin.
+
+Call the ops re-exported here (kernels/ops.py): on CUDA tensors they run the
+Triton kernel, elsewhere the twin, which computes what the engine's own torch
+code computes. Each kernel module (rms_norm, activation, rotary,
+paged_attention, quant_int8, quant_int4) holds one Triton kernel and its
+launcher, <op>_triton; <module>_ref.py beside it holds the twin,
+<op>_reference, and for the quantized matmuls the quantize and dequantize
+functions that define the weight format. docs/kernels.md has the recipe for
+wiring them into the engine.
+
+No module is named after an op: importing kernels.<name> sets the package
+attribute <name>, which would replace the op of that name re-exported here.
+"""
+
+from kernels.ops import (
+    int4_matmul,
+    int8_matmul,
+    paged_attention_decode,
+    rms_norm_residual,
+    rotary_embedding,
+    silu_and_mul,
+)
+
+__all__ = [
+    "int4_matmul",
+    "int8_matmul",
+    "paged_attention_decode",
+    "rms_norm_residual",
+    "rotary_embedding",
+    "silu_and_mul",
+]

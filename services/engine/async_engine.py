@@ -17,6 +17,7 @@ from services.common.logging import get_logger
 from services.engine.llm_engine import LLMEngine, RequestRejected
 from services.engine.request import SeqOutput
 from services.engine.sampling_params import SamplingParams
+from services.engine.span_events import record_timeline
 
 log = get_logger(__name__)
 
@@ -75,16 +76,19 @@ class AsyncEngine:
         outputs: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = outputs
         self._commands.put(("add", request_id, prompt_ids, params, priority))
-        finished = 0
+        finished, last = 0, None
         try:
             while finished < params.n:
                 item = await outputs.get()
                 if isinstance(item, BaseException):
                     raise item
                 finished += item.finish_reason is not None
+                last = item
                 yield item
         finally:
             del self._streams[request_id]
+            if last is not None:
+                record_timeline(last)
             if finished < params.n:
                 self._commands.put(("abort", request_id))
 

@@ -263,6 +263,9 @@ class LLMEngine:
             completion_tokens=len(seq.output_ids),
             cached_prompt_tokens=request.cached_prompt_tokens or 0,
             logprobs=list(logprobs),
+            arrival_time=request.arrival_time,
+            scheduled_time=request.scheduled_time,
+            first_token_time=request.first_token_time,
         )
 
     def _record_schedule(self, plan: SchedulerOutput) -> None:
@@ -273,6 +276,7 @@ class LLMEngine:
             metrics.PREFIX_HITS.inc(seq.num_cached_tokens)
             if request.cached_prompt_tokens is None:
                 request.cached_prompt_tokens = seq.num_cached_tokens
+                request.scheduled_time = now
                 metrics.PROMPT_TOKENS.inc(len(request.prompt_ids))
                 metrics.QUEUE_SECONDS.observe(now - request.arrival_time)
         metrics.PREEMPTIONS.inc(len(plan.preempted))

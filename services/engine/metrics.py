@@ -44,13 +44,15 @@ BATCH_SIZE = Histogram(
     "maas_engine_batch_size", "Sequences in one model step", buckets=BATCH_BUCKETS
 )
 STEP_TOKENS = Histogram(
-    "maas_engine_step_tokens", "Tokens computed in one model step",
+    "maas_engine_step_tokens",
+    "Tokens computed in one model step",
     buckets=(1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
 )
 SPEC_DRAFT_TOKENS = Counter("maas_engine_spec_draft_tokens", "Speculative tokens proposed")
 SPEC_ACCEPTED_TOKENS = Counter("maas_engine_spec_accepted_tokens", "Speculative tokens accepted")
 SPEC_ACCEPTED_LENGTH = Histogram(
-    "maas_engine_spec_accepted_length", "Draft tokens accepted per verification",
+    "maas_engine_spec_accepted_length",
+    "Draft tokens accepted per verification",
     buckets=(0, 1, 2, 3, 4, 5, 6, 8, 10, 16),
 )
 SPEC_PROPOSER_SECONDS = Histogram(

@@ -28,6 +28,7 @@ class Request:
     texts: dict[int, SampleText] = field(default_factory=dict)
     arrival_time: float = field(default_factory=time.monotonic)
     cached_prompt_tokens: int | None = None  # from the first admission
+    scheduled_time: float | None = None  # the first admission into a batch
     first_token_time: float | None = None
 
     @property
@@ -48,3 +49,7 @@ class SeqOutput:
     completion_tokens: int
     cached_prompt_tokens: int
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    # The request's timeline (time.monotonic()), for the engine's trace span.
+    arrival_time: float = 0.0
+    scheduled_time: float | None = None
+    first_token_time: float | None = None

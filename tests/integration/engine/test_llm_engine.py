@@ -10,6 +10,7 @@ from services.engine.llm_engine import EngineConfig, LLMEngine, RequestRejected
 from services.engine.loader import load_model
 from services.engine.model_runner import ModelRunner
 from services.engine.sampling_params import SamplingParams
+from services.engine.spec.decoder import SpecConfig
 
 pytestmark = pytest.mark.slow
 
@@ -53,8 +54,13 @@ def prompts(hf_tokenizer) -> list[list[int]]:
 
 def make_engine(model, tokenizer, num_blocks=512, **overrides) -> LLMEngine:
     llama, config = model
-    options = dict(num_blocks=num_blocks, max_model_len=config.max_model_len, block_size=16,
-                   max_num_seqs=16, max_num_batched_tokens=128)
+    options = dict(
+        num_blocks=num_blocks,
+        max_model_len=config.max_model_len,
+        block_size=16,
+        max_num_seqs=16,
+        max_num_batched_tokens=128,
+    )
     options.update(overrides)
     engine_config = EngineConfig(**options)
     cache = PagedKVCache.allocate(config, num_blocks, 16, torch.float32, "cpu")
@@ -128,8 +134,10 @@ def test_seeded_sampling_is_reproducible_across_batches(model, tokenizer, prompt
         make_engine(model, tokenizer),
         {
             "a": (prompts[0], SamplingParams(**params)),
-            **{f"b{i}": (p, SamplingParams(temperature=1.0, max_tokens=16)) for i, p in
-               enumerate(prompts[1:5])},
+            **{
+                f"b{i}": (p, SamplingParams(temperature=1.0, max_tokens=16))
+                for i, p in enumerate(prompts[1:5])
+            },
         },
     )
     other_seed = run(
@@ -141,8 +149,16 @@ def test_seeded_sampling_is_reproducible_across_batches(model, tokenizer, prompt
 
 def test_parallel_samples_share_the_prompt_and_diverge(model, tokenizer, prompts, hf_greedy):
     engine = make_engine(model, tokenizer)
-    got = run(engine, {"g": (prompts[1], greedy(n=3)), "s": (prompts[2], SamplingParams(
-        temperature=1.0, max_tokens=12, ignore_eos=True, seed=3, n=3))})
+    got = run(
+        engine,
+        {
+            "g": (prompts[1], greedy(n=3)),
+            "s": (
+                prompts[2],
+                SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True, seed=3, n=3),
+            ),
+        },
+    )
     reference = hf_greedy(prompts[1], NEW_TOKENS)
     assert [tokens(got[("g", i)]) for i in range(3)] == [reference] * 3
     sampled = [tuple(tokens(got[("s", i)])) for i in range(3)]
@@ -183,3 +199,29 @@ def test_stop_strings_and_max_tokens_finish_reasons(model, tokenizer, prompts):
     assert got[-1].finish_reason == "stop"
     assert stop not in stopped_text and text.startswith(stopped_text)
     assert free[-1].finish_reason == "length"
+
+
+def test_speculative_greedy_is_token_identical_and_accepts_drafts(
+    model, tokenizer, hf_tokenizer, hf_greedy, prompts
+):
+    text = "The quick brown fox jumps over the lazy dog near the quiet river bank."
+    rendered = hf_tokenizer.apply_chat_template(
+        [{"role": "user", "content": f"Repeat this sentence three times: {text}"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    repeat = hf_tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    engine = make_engine(
+        model, tokenizer, speculative=SpecConfig(method="ngram", num_tokens=4, max_batch=8)
+    )
+    accepted = REGISTRY.get_sample_value("maas_engine_spec_accepted_tokens_total") or 0.0
+    got = run(
+        engine,
+        {
+            "spec": (repeat, greedy(40, speculative=True)),
+            "plain": (prompts[0], greedy()),  # shares the batch, does not opt in
+        },
+    )
+    assert tokens(got[("spec", 0)]) == hf_greedy(repeat, 40)
+    assert tokens(got[("plain", 0)]) == hf_greedy(prompts[0], NEW_TOKENS)
+    assert REGISTRY.get_sample_value("maas_engine_spec_accepted_tokens_total") > accepted
