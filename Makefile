@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PROTOS := $(wildcard proto/maas/v1/*.proto)
 
-.PHONY: run test proto lint bench bench-engine bench-billing install install-test install-helm crd chart-lint chart-template clean
+.PHONY: run test proto lint bench bench-engine bench-billing bench-gateway install install-test install-helm crd chart-lint chart-template clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,9 @@ bench-billing: $(BENCH_STAMP)
 
 bench-engine: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.engine_bench --output benchmarks/results/engine.json
+
+bench-gateway: $(STAMP)
+	$(BIN)/python -m benchmarks.gateway_bench --output benchmarks/results/gateway.json
 
 clean:
 	rm -rf $(VENV) .maas .pytest_cache

@@ -1,16 +1,30 @@
-"""Bearer API-key authentication.
+"""Bearer API-key authentication, with a short per-replica cache.
 
-When Redis cannot be reached the gateway fails closed: it cannot tell a
-revoked key from a good one, so it answers 503 rather than serve anyone.
+Every request needs its key checked, so verified keys are kept for
+`ttl` seconds (0.5 s by default): a revoked key or a disabled tenant stops
+working on every replica within that time, and a burst from one tenant costs
+Redis one lookup per replica per TTL instead of one per request.
+
+When Redis cannot be reached, `fail_closed` answers 503: a replica cannot
+tell a revoked key from a good one. `fail_open` serves keys this replica
+verified before, as they last were; keys it never saw still get 503.
 """
 
+import time
+from typing import Literal
+
+from prometheus_client import Counter
 from redis.exceptions import RedisError
 
 from services.common.logging import get_logger
 from services.gateway.errors import unauthorized, unavailable
-from services.gateway.tenants import Principal, TenantStore
+from services.gateway.tenants import Principal, TenantStore, hash_key
 
 log = get_logger(__name__)
+
+REDIS_DOWN = Counter(
+    "maas_gateway_auth_redis_errors", "Key checks that could not reach Redis", ["outcome"]
+)
 
 
 def bearer_token(authorization: str | None) -> str:
@@ -24,13 +38,52 @@ def bearer_token(authorization: str | None) -> str:
     return token.strip()
 
 
-async def authenticate(store: TenantStore, authorization: str | None) -> Principal:
-    token = bearer_token(authorization)
-    try:
-        principal = await store.authenticate(token)
-    except RedisError as exc:
-        log.error("auth_store_unavailable", error=str(exc))
-        raise unavailable("authentication is temporarily unavailable") from exc
-    if principal is None:
-        raise unauthorized("Incorrect API key provided.")
-    return principal
+class Authenticator:
+    def __init__(
+        self,
+        store: TenantStore,
+        ttl: float = 0.5,
+        on_redis_error: Literal["fail_closed", "fail_open"] = "fail_closed",
+    ):
+        self._store = store
+        self._ttl = ttl
+        self._on_redis_error = on_redis_error
+        # sha256 of the key -> (checked at, principal or None for a refused key)
+        self._cache: dict[str, tuple[float, Principal | None]] = {}
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        token = bearer_token(authorization)
+        digest = hash_key(token)
+        now = time.monotonic()
+        cached = self._cache.get(digest)
+        if cached is not None and now - cached[0] < self._ttl:
+            principal = cached[1]
+        else:
+            principal = await self._lookup(token, digest, cached)
+        if principal is None:
+            raise unauthorized("Incorrect API key provided.")
+        return principal
+
+    async def _lookup(self, token: str, digest: str, cached) -> Principal | None:
+        try:
+            principal = await self._store.authenticate(token)
+        except RedisError as exc:
+            if self._on_redis_error == "fail_open" and cached is not None:
+                REDIS_DOWN.labels("served_from_cache").inc()
+                log.warning("auth_served_from_cache", error=str(exc))
+                return cached[1]
+            REDIS_DOWN.labels("refused").inc()
+            log.error("auth_store_unavailable", error=str(exc))
+            raise unavailable("authentication is temporarily unavailable") from exc
+        self._prune()
+        self._cache[digest] = (time.monotonic(), principal)
+        return principal
+
+    def _prune(self) -> None:
+        # Bounded memory under a flood of random keys: refused keys go first;
+        # good keys are kept past their TTL because fail_open serves them.
+        if len(self._cache) > 10_000:
+            self._cache = {k: v for k, v in self._cache.items() if v[1] is not None}
+        if len(self._cache) > 10_000:
+            now = time.monotonic()
+            self._cache = {k: v for k, v in self._cache.items() if now - v[0] < self._ttl}

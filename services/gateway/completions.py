@@ -1,9 +1,12 @@
-"""The request path shared by the HTTP and gRPC fronts.
+"""The engine side of the request path, shared by the HTTP and gRPC fronts.
 
-prepare: model exists? -> tokenizer renders/encodes and checks the length.
-generate: router picks an engine -> engine streams deltas -> on the way out,
-release the pick and publish the usage event. That last step runs as its own
-task so a client disconnect (which cancels the stream) cannot cancel billing.
+encode_*: the tokenizer renders/encodes and checks the length.
+generate: the router picks an engine, the engine streams deltas. Until the
+first token reaches the caller a failed engine is left for another replica
+(at most max_attempts, never one whose circuit breaker is open); after that
+a broken stream ends with finish_reason "error". On the way out the pick is
+released and the usage event published in a task of their own, so a client
+disconnect (which cancels the stream) cannot cancel billing.
 """
 
 import asyncio
@@ -16,8 +19,10 @@ import grpc
 
 from maas.v1 import common_pb2, engine_pb2, router_pb2, tokenizer_pb2
 from services.common.logging import get_logger
+from services.common.tracing import current_traceparent
 from services.common.usage_event import UsageEvent
-from services.gateway.errors import APIError, from_upstream, model_not_found, unavailable
+from services.gateway.circuit_breaker import Breakers
+from services.gateway.errors import APIError, from_upstream, unavailable
 from services.gateway.model_catalog import ModelCatalog
 from services.gateway.tenants import Principal
 from services.gateway.upstreams import Upstreams
@@ -31,6 +36,16 @@ FINISH_NAMES = {
     common_pb2.FINISH_REASON_ABORT: "abort",
     common_pb2.FINISH_REASON_CONTENT_FILTER: "content_filter",
 }
+# Worth another replica: the engine is down, overloaded, slow or broke.
+RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+}
+# Counted against the endpoint's breaker; an overloaded engine is healthy.
+BREAKING = RETRYABLE - {grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
 @dataclass
@@ -46,6 +61,41 @@ class Delta:
     logprobs: list[engine_pb2.TokenLogprob] = field(default_factory=list)
 
 
+@dataclass
+class Prompt:
+    token_ids: list[int]
+    max_model_len: int
+
+
+@dataclass
+class Job:
+    """One generation: who asked, for what (alias), where it runs (deployment)."""
+
+    principal: Principal
+    request_id: str
+    model: str
+    deployment: str
+    prompt_ids: list[int]
+    sampling: engine_pb2.SamplingParams
+    priority: int = 0
+    session_id: str = ""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect: float
+    first_token: float
+    total: float
+
+
+class EngineFailedError(Exception):
+    """An attempt failed before any token; `error` is what the client would see."""
+
+    def __init__(self, error: APIError, code: grpc.StatusCode):
+        super().__init__(error.message)
+        self.error, self.code = error, code
+
+
 def new_request_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
@@ -56,28 +106,27 @@ class CompletionService:
         upstreams: Upstreams,
         catalog: ModelCatalog,
         usage: UsageEmitter,
-        request_timeout: float,
+        timeouts: Timeouts,
+        breakers: Breakers,
+        max_attempts: int,
     ):
         self._up = upstreams
         self._catalog = catalog
-        self._usage = usage
-        self._timeout = request_timeout
+        self.usage = usage
+        self._timeouts = timeouts
+        self._breakers = breakers
+        self._max_attempts = max_attempts
         self._background: set[asyncio.Task] = set()
 
-    async def list_models(self) -> list[str]:
+    async def deployments(self) -> dict[str, router_pb2.DeploymentStats]:
         try:
-            return sorted(await self._catalog.models())
+            return await self._catalog.models()
         except grpc.aio.AioRpcError as exc:
             raise unavailable(f"the model catalog is unreachable: {exc.code().name}") from exc
 
-    async def require_model(self, model: str) -> None:
-        if model not in await self.list_models():
-            raise model_not_found(model)
-
-    async def prepare_chat(
+    async def encode_chat(
         self, model: str, messages: list[tokenizer_pb2.ChatMessage], max_tokens: int | None
-    ) -> list[int]:
-        await self.require_model(model)
+    ) -> Prompt:
         request = tokenizer_pb2.RenderChatRequest(
             model=model, messages=messages, add_generation_prompt=True, max_tokens=max_tokens or 0
         )
@@ -85,58 +134,121 @@ class CompletionService:
             encoded = await self._up.tokenizer.RenderChat(request, timeout=30)
         except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, model, param="messages") from exc
-        return list(encoded.token_ids)
+        return Prompt(list(encoded.token_ids), encoded.max_model_len)
 
-    async def prepare_text(
+    async def encode_text(
         self, model: str, prompt: str | list[int], max_tokens: int | None
-    ) -> list[int]:
-        await self.require_model(model)
-        if isinstance(prompt, list):
-            # Token ids go straight to the engine, which checks their range and
-            # the context length with the same rule the tokenizer uses.
-            return list(prompt)
+    ) -> Prompt:
         request = tokenizer_pb2.EncodeRequest(
-            model=model, text=prompt, add_special_tokens=True, max_tokens=max_tokens or 0
+            model=model,
+            text=prompt if isinstance(prompt, str) else "",
+            add_special_tokens=True,
+            max_tokens=max_tokens or 0,
         )
         try:
+            if isinstance(prompt, list):
+                # Token ids go straight to the engine, which checks their range
+                # and the context length with the tokenizer's rule; counting
+                # nothing still tells the model's context length.
+                counted = await self._up.tokenizer.Count(request, timeout=30)
+                return Prompt(list(prompt), counted.max_model_len)
             encoded = await self._up.tokenizer.Encode(request, timeout=30)
         except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, model, param="prompt") from exc
         if not encoded.token_ids:
             raise APIError(400, "prompt must not be empty", param="prompt")
-        return list(encoded.token_ids)
+        return Prompt(list(encoded.token_ids), encoded.max_model_len)
 
-    async def generate(
-        self,
-        principal: Principal,
-        request_id: str,
-        model: str,
-        prompt_ids: list[int],
-        sampling: engine_pb2.SamplingParams,
-        session_id: str = "",
-    ) -> AsyncIterator[Delta]:
+    async def generate(self, job: Job) -> AsyncIterator[Delta]:
         """Stream deltas; errors before the first token raise APIError.
 
         A stream that breaks after tokens were sent ends with a delta whose
         finish_reason is "error"; what was generated is still billed.
         """
         started = time.time()
-        pick = await self._pick(request_id, model, prompt_ids, principal, session_id)
-        stub = self._up.engine(pick.address)
-        call = stub.Generate(
-            engine_pb2.GenerateRequest(
-                request_id=request_id,
-                model=model,
-                prompt_token_ids=prompt_ids,
-                sampling=sampling,
-                tenant=principal.tenant.name,
-            ),
-            timeout=self._timeout,
-        )
-        completion_tokens, finish, first_token_at = 0, "", 0.0
-        cached = 0
+        deadline = time.monotonic() + self._timeouts.total
+        tried: list[str] = []
+        failure: EngineFailedError | None = None
+        for _ in range(self._max_attempts):
+            pick = await self._pick(job, tried, failure)
+            try:
+                call, first = await self._start(job, pick, deadline)
+            except EngineFailedError as exc:
+                tried.append(pick.endpoint_id)
+                failure = exc
+                if exc.code not in RETRYABLE:
+                    break
+                continue
+            async for delta in self._stream(job, pick, call, first, started):
+                yield delta
+            return
+        raise failure.error
+
+    async def _start(self, job: Job, pick: router_pb2.PickResponse, deadline: float):
+        """Open the engine stream and wait for its first message (connect and
+        first-token timeouts); on failure the pick is released and charged to
+        the endpoint's breaker."""
+        self._breakers.begin(pick.endpoint_id)
+        call = None
         try:
-            async for response in call:
+            await self._up.wait_connected(pick.address, self._timeouts.connect)
+            call = self._up.engine(pick.address).Generate(
+                engine_pb2.GenerateRequest(
+                    request_id=job.request_id,
+                    model=job.deployment,
+                    prompt_token_ids=job.prompt_ids,
+                    sampling=job.sampling,
+                    priority=job.priority,
+                    tenant=job.principal.tenant.name,
+                ),
+                timeout=max(deadline - time.monotonic(), 0.001),
+            )
+            first = await asyncio.wait_for(call.read(), self._timeouts.first_token)
+            if first is grpc.aio.EOF:
+                raise EngineFailedError(
+                    APIError(502, "the model ended without output", "api_error", "upstream_error"),
+                    grpc.StatusCode.INTERNAL,
+                )
+        except grpc.aio.AioRpcError as exc:
+            self._failed(job, pick, call, exc.code())
+            raise EngineFailedError(from_upstream(exc, job.model), exc.code()) from exc
+        except TimeoutError as exc:
+            self._failed(job, pick, call, grpc.StatusCode.DEADLINE_EXCEEDED)
+            stage = "connect" if call is None else "first token"
+            error = APIError(
+                504, f"the model did not answer in time ({stage})", "timeout", "timeout"
+            )
+            raise EngineFailedError(error, grpc.StatusCode.DEADLINE_EXCEEDED) from exc
+        except EngineFailedError as exc:
+            self._failed(job, pick, call, exc.code)
+            raise
+        except BaseException:
+            # The client went away while we waited: not the engine's fault.
+            if call is not None:
+                call.cancel()
+            self.in_background(self._release(job.request_id, pick.endpoint_id, success=False))
+            raise
+        self._breakers.succeeded(pick.endpoint_id)
+        return call, first
+
+    def _failed(self, job: Job, pick, call, code: grpc.StatusCode) -> None:
+        if call is not None:
+            call.cancel()
+        if code in BREAKING:
+            self._breakers.failed(pick.endpoint_id)
+        log.warning(
+            "engine_attempt_failed",
+            request_id=job.request_id,
+            endpoint=pick.endpoint_id,
+            code=code.name,
+        )
+        self.in_background(self._release(job.request_id, pick.endpoint_id, success=False))
+
+    async def _stream(self, job: Job, pick, call, first, started: float):
+        completion_tokens, finish, first_token_at, cached = 0, "", 0.0, 0
+        response = first
+        try:
+            while response is not grpc.aio.EOF:
                 completion_tokens += len(response.token_ids)
                 if response.token_ids and not first_token_at:
                     first_token_at = time.time()
@@ -147,73 +259,83 @@ class CompletionService:
                     text=response.text,
                     index=response.index,
                     finish_reason=finish or None,
-                    prompt_tokens=len(prompt_ids),
+                    prompt_tokens=len(job.prompt_ids),
                     completion_tokens=completion_tokens,
                     cached_prompt_tokens=cached,
                     logprobs=list(response.logprobs),
                 )
+                response = await call.read()
         except grpc.aio.AioRpcError as exc:
             finish = "error"
-            if completion_tokens == 0:
-                raise from_upstream(exc, model) from exc
-            log.warning("engine_stream_broken", request_id=request_id, code=exc.code().name)
+            log.warning("engine_stream_broken", request_id=job.request_id, code=exc.code().name)
             yield Delta(
                 text="",
                 finish_reason="error",
-                prompt_tokens=len(prompt_ids),
+                prompt_tokens=len(job.prompt_ids),
                 completion_tokens=completion_tokens,
                 cached_prompt_tokens=cached,
             )
         finally:
+            # First thing on a client disconnect: the engine frees the
+            # request's KV blocks as soon as it sees the cancellation.
             call.cancel()
             event = UsageEvent(
-                request_id=request_id,
-                tenant=principal.tenant.name,
-                key_id=principal.key_id,
-                model=model,
-                deployment=model,
+                request_id=job.request_id,
+                tenant=job.principal.tenant.name,
+                key_id=job.principal.key_id,
+                model=job.model,
+                deployment=job.deployment,
                 endpoint=pick.endpoint_id,
-                prompt_tokens=len(prompt_ids),
+                prompt_tokens=len(job.prompt_ids),
                 cached_prompt_tokens=cached,
                 completion_tokens=completion_tokens,
                 finish_reason=finish or "client_disconnect",
                 started_at=started,
                 ttft_seconds=max(0.0, first_token_at - started) if first_token_at else 0.0,
                 duration_seconds=time.time() - started,
+                traceparent=current_traceparent(),
             )
-            self._in_background(self._finish(request_id, pick.endpoint_id, event))
+            self.in_background(self._finish(job.request_id, pick.endpoint_id, event))
 
     async def _pick(
-        self, request_id: str, model: str, prompt_ids: list[int], principal: Principal, session: str
+        self, job: Job, tried: list[str], failure: EngineFailedError | None
     ) -> router_pb2.PickResponse:
         request = router_pb2.PickRequest(
-            request_id=request_id,
-            model=model,
-            token_ids=prompt_ids,
-            tenant=principal.tenant.name,
-            session_id=session,
+            request_id=job.request_id,
+            model=job.deployment,
+            token_ids=job.prompt_ids,
+            tenant=job.principal.tenant.name,
+            session_id=job.session_id,
+            exclude_endpoint_ids=sorted({*tried, *self._breakers.blocked()}),
         )
         try:
             return await self._up.router.Pick(request, timeout=10)
         except grpc.aio.AioRpcError as exc:
-            raise from_upstream(exc, model) from exc
+            # Out of replicas to retry on: the engine's own error says more.
+            if failure is not None and exc.code() == grpc.StatusCode.UNAVAILABLE:
+                raise failure.error from exc
+            raise from_upstream(exc, job.model) from exc
 
     async def _finish(self, request_id: str, endpoint_id: str, event: UsageEvent) -> None:
         if event.completion_tokens > 0:
-            await self._usage.emit(event)
+            await self.usage.emit(event)
+        await self._release(
+            request_id, endpoint_id, success=event.finish_reason in ("stop", "length")
+        )
+
+    async def _release(self, request_id: str, endpoint_id: str, success: bool) -> None:
         try:
             await self._up.router.Release(
                 router_pb2.ReleaseRequest(
-                    request_id=request_id,
-                    endpoint_id=endpoint_id,
-                    success=event.finish_reason in ("stop", "length"),
+                    request_id=request_id, endpoint_id=endpoint_id, success=success
                 ),
                 timeout=5,
             )
         except grpc.aio.AioRpcError as exc:
             log.warning("router_release_failed", request_id=request_id, code=exc.code().name)
 
-    def _in_background(self, coro) -> None:
+    def in_background(self, coro) -> None:
+        """Run `coro` to completion even if the request that started it is cancelled."""
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)

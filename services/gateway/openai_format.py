@@ -107,11 +107,10 @@ class ResponseShape:
         bodies = []
         for index in sorted(choices.text):
             text = choices.text[index]
-            body = {"message": {"role": "assistant", "content": text}} if self.chat else {
-                "text": text}
-            bodies.append(
-                self._choice(index, body, choices.finish[index], choices.logprobs[index])
+            body = (
+                {"message": {"role": "assistant", "content": text}} if self.chat else {"text": text}
             )
+            bodies.append(self._choice(index, body, choices.finish[index], choices.logprobs[index]))
         return {**self._envelope(self.object, bodies), "usage": usage_body(last)}
 
     def role_chunk(self, index: int, include_usage: bool) -> dict:

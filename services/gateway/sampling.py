@@ -20,6 +20,7 @@ def to_engine_sampling(req: SamplingFields) -> engine_pb2.SamplingParams:
         max_tokens=req.max_tokens or 0,
         min_tokens=req.min_tokens or 0,
         ignore_eos=req.ignore_eos,
+        speculative=req.speculative,
         n=req.n,
         logprobs=req.top_logprobs_count is not None,
         top_logprobs=req.top_logprobs_count or 0,

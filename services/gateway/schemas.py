@@ -8,7 +8,31 @@ OpenAI-compatible servers commonly do, so newer SDKs keep working.
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+INT32_MAX = 2**31 - 1
+
+
+def _encodable(value: str) -> str:
+    # JSON may carry lone surrogates ("\ud800"): valid JSON, but no UTF-8
+    # encoding exists, so the protobuf layer would fail on them later.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_encodable)]
+# Values that travel in int32 protobuf fields.
+Int32 = Annotated[int, Field(ge=0, le=INT32_MAX)]
 
 
 class StreamOptions(BaseModel):
@@ -17,7 +41,7 @@ class StreamOptions(BaseModel):
 
 class TextPart(BaseModel):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(BaseModel):
@@ -25,8 +49,8 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     # Clients send a string or a list of text parts; both mean the same text.
-    content: str | list[TextPart] | None = None
-    name: str | None = None
+    content: Text | list[TextPart] | None = None
+    name: Text | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -39,24 +63,26 @@ class ChatMessage(BaseModel):
 class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(min_length=1)
+    model: Text = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, gt=0, le=INT32_MAX)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     n: int = Field(1, ge=1, le=16)
-    stop: str | Annotated[list[str], Field(max_length=16)] | None = None
+    stop: Text | Annotated[list[Text], Field(max_length=16)] | None = None
     seed: int | None = Field(None, ge=0, lt=2**64)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    user: str | None = None
+    user: Text | None = None
     # vLLM's extras.
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, le=INT32_MAX)
     min_p: float | None = Field(None, ge=0, le=1)
     repetition_penalty: float | None = Field(None, gt=0, le=2)
-    min_tokens: int | None = Field(None, ge=0)
+    min_tokens: int | None = Field(None, ge=0, le=INT32_MAX)
     ignore_eos: bool = False
+    # maas's own extra: opt in to speculative decoding where the engine runs it.
+    speculative: bool = False
 
     @property
     def stop_list(self) -> list[str]:
@@ -76,7 +102,7 @@ class SamplingFields(BaseModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, gt=0)
+    max_completion_tokens: int | None = Field(None, gt=0, le=INT32_MAX)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
@@ -93,7 +119,7 @@ class ChatCompletionRequest(SamplingFields):
 
 class CompletionRequest(SamplingFields):
     # A string, a one-element list of strings, or token ids.
-    prompt: str | list[str] | list[int]
+    prompt: Text | list[Text] | list[Int32]
     echo: bool = False
     # The legacy API's logprobs is the number of alternatives (0-5), or null.
     logprobs: int | None = Field(None, ge=0, le=5)

@@ -1,36 +1,77 @@
 """`maas serve gateway`: the HTTP API (uvicorn) and the tenant gRPC API in one loop."""
 
 import asyncio
+from pathlib import Path
 
 import uvicorn
 
-from maas.v1 import gateway_pb2, gateway_pb2_grpc
+from maas.v1 import billing_pb2_grpc, gateway_pb2, gateway_pb2_grpc
+from services.common.grpc_client import open_channel
 from services.common.grpc_server import GrpcService, install_stop_signals, start_server
 from services.common.logging import get_logger
 from services.common.redis_client import open_redis
-from services.gateway.completions import CompletionService
+from services.gateway.admission import Admission
+from services.gateway.auth import Authenticator
+from services.gateway.circuit_breaker import Breakers
+from services.gateway.completions import CompletionService, Timeouts
 from services.gateway.grpc_front import GatewayServicer
-from services.gateway.http_app import create_app
+from services.gateway.http_app import Gateway, create_app
 from services.gateway.model_catalog import ModelCatalog
+from services.gateway.output_filter import OutputFilter
+from services.gateway.pipeline import Pipeline
+from services.gateway.quota_gate import QuotaGate
+from services.gateway.rate_limiter import RateLimiter
+from services.gateway.routes_watcher import RoutesWatcher
 from services.gateway.settings import GatewaySettings
 from services.gateway.tenants import TenantStore
 from services.gateway.upstreams import Upstreams
 from services.gateway.usage_emitter import UsageEmitter
+from services.gateway.usage_spool import UsageSpool
 
 log = get_logger(__name__)
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
 
 
-async def serve(settings: GatewaySettings) -> None:
-    redis = open_redis(settings.redis_url)
-    upstreams = Upstreams(settings.tokenizer_address, settings.router_address)
+def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, routes) -> Pipeline:
     service = CompletionService(
         upstreams,
         ModelCatalog(upstreams.router, settings.models_cache_seconds),
-        UsageEmitter(redis),
-        settings.request_timeout_seconds,
+        UsageEmitter(redis, UsageSpool(Path(settings.usage_spool_dir))),
+        Timeouts(
+            connect=settings.connect_timeout_seconds,
+            first_token=settings.first_token_timeout_seconds,
+            total=settings.request_timeout_seconds,
+        ),
+        Breakers(settings.breaker_failures, settings.breaker_cooldown_seconds),
+        settings.max_attempts,
     )
-    store = TenantStore(redis)
+    # A concurrency lease outlives any request: queue wait plus the whole request.
+    lease = settings.queue_timeout_seconds + settings.request_timeout_seconds + 60
+    return Pipeline(
+        service,
+        RateLimiter(redis, lease, settings.rate_limit_on_redis_error),
+        routes,
+        Admission(settings.queue_size, settings.queue_timeout_seconds),
+        OutputFilter(settings.blocked_terms, settings.blocked_terms_action),
+        QuotaGate(redis, settings.rate_limit_on_redis_error),
+    )
+
+
+async def serve(settings: GatewaySettings) -> None:
+    redis = open_redis(settings.redis_url)
+    upstreams = Upstreams(settings.tokenizer_address, settings.router_address)
+    routes = RoutesWatcher(settings.routes_file, settings.routes_poll_seconds)
+    routes.start()
+    pipeline = build_pipeline(settings, upstreams, redis, routes)
+    pipeline.service.usage.start()
+    billing = (
+        billing_pb2_grpc.BillingStub(open_channel(settings.billing_address, "gateway"))
+        if settings.billing_address
+        else None
+    )
+    auth = Authenticator(
+        TenantStore(redis), settings.auth_cache_seconds, settings.auth_on_redis_error
+    )
     grpc_settings = settings.model_copy(update={"port": settings.grpc_port})
     handle = await start_server(
         "gateway",
@@ -38,16 +79,20 @@ async def serve(settings: GatewaySettings) -> None:
         [
             GrpcService(
                 SERVICE_NAME,
-                GatewayServicer(service, store),
+                GatewayServicer(pipeline, auth),
                 gateway_pb2_grpc.add_GatewayServicer_to_server,
             )
         ],
     )
     config = uvicorn.Config(
-        create_app(service, store, redis),
+        create_app(Gateway(pipeline, auth, redis, settings.max_body_bytes, billing)),
         host=settings.host,
         port=settings.port,
         log_config=None,
+        http="httptools",
+        # One log line per request would cost more than shedding a 429;
+        # maas_gateway_http_responses_total counts them instead.
+        access_log=False,
         timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
     )
     http = uvicorn.Server(config)
@@ -61,7 +106,9 @@ async def serve(settings: GatewaySettings) -> None:
     await handle.set_serving(False)
     http.should_exit = True
     await asyncio.gather(http_task, handle.server.stop(settings.shutdown_grace_seconds))
-    await service.wait_background()
+    await routes.stop()
+    await pipeline.service.wait_background()
+    await pipeline.service.usage.stop()
     await upstreams.close()
     await redis.aclose()
     log.info("shutdown_complete")

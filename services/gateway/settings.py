@@ -12,9 +12,51 @@ class GatewaySettings(ServiceSettings):
     redis_url: str = Field(DEFAULT_REDIS_URL, description="Redis with tenants, keys and usage")
     tokenizer_address: str = Field("127.0.0.1:50051", description="tokenizer service HOST:PORT")
     router_address: str = Field("127.0.0.1:50052", description="router service HOST:PORT")
-    connect_timeout_seconds: float = Field(5.0, gt=0)
-    request_timeout_seconds: float = Field(600.0, gt=0, description="total time for one request")
     models_cache_seconds: float = Field(2.0, ge=0, description="how long the model list is reused")
-    auth_on_redis_error: Literal["fail_closed"] = Field(
-        "fail_closed", description="when Redis is down, refuse (503) rather than serve unknown keys"
+    routes_file: str = Field(
+        "", description="routing table YAML, re-read when it changes; empty = every model as is"
+    )
+    routes_poll_seconds: float = Field(1.0, gt=0, description="how often the routes file is read")
+    billing_address: str = Field("", description="billing service HOST:PORT, for /v1/usage")
+    usage_spool_dir: str = Field(
+        ".maas/spool", description="durable folder for usage events while Redis is down"
+    )
+
+    # Engine calls.
+    connect_timeout_seconds: float = Field(5.0, gt=0, description="to reach an engine")
+    first_token_timeout_seconds: float = Field(
+        120.0, gt=0, description="from sending to an engine until its first token"
+    )
+    request_timeout_seconds: float = Field(600.0, gt=0, description="total time for one request")
+    max_attempts: int = Field(
+        3, ge=1, description="engine replicas tried per request, while no token was sent"
+    )
+    breaker_failures: int = Field(3, ge=1, description="failures in a row that open a breaker")
+    breaker_cooldown_seconds: float = Field(
+        5.0, gt=0, description="how long an open breaker keeps an endpoint out"
+    )
+
+    # Admission.
+    queue_size: int = Field(256, ge=0, description="requests that may wait per deployment")
+    queue_timeout_seconds: float = Field(30.0, gt=0, description="longest wait for a slot")
+
+    # Tenants and limits.
+    auth_cache_seconds: float = Field(
+        0.5, ge=0, lt=1, description="how long a checked key is trusted (revocation delay)"
+    )
+    auth_on_redis_error: Literal["fail_closed", "fail_open"] = Field(
+        "fail_closed",
+        description="Redis down: refuse (503), or serve keys this replica already checked",
+    )
+    rate_limit_on_redis_error: Literal["fail_open", "fail_closed"] = Field(
+        "fail_open", description="Redis down: serve without limits (logged, counted), or 503"
+    )
+
+    # Input and output.
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="larger bodies get 413")
+    blocked_terms: list[str] = Field(
+        default_factory=list, description="terms filtered out of generated text"
+    )
+    blocked_terms_action: Literal["mask", "stop"] = Field(
+        "mask", description="mask: replace with *; stop: end with finish_reason content_filter"
     )

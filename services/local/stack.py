@@ -35,6 +35,11 @@ class StackConfig:
     redis_url: str = ""
     startup_timeout: float = 600.0
     stop_timeout: float = 30.0
+    # The gateway's routing table; None means state_dir/routes.yaml. A missing
+    # file serves every model under its own name until one is written.
+    routes_file: Path | None = None
+    # The router's policy: prefix_affinity, least_load or round_robin.
+    routing_policy: str = "prefix_affinity"
 
 
 @dataclass
@@ -100,7 +105,9 @@ class Stack:
         )
         await asyncio.gather(*(self._ready(p, addr) for p, addr in stage))
 
-        router, router_addr = self._service("router", "router", {"engines": engines})
+        router, router_addr = self._service(
+            "router", "router", {"engines": engines, "routing-policy": cfg.routing_policy}
+        )
         await self._ready(router, router_addr)
 
         grpc_port = free_port(cfg.host)
@@ -115,6 +122,9 @@ class Stack:
                     "redis-url": self.redis_url,
                     "tokenizer-address": self.addresses["tokenizer"],
                     "router-address": router_addr,
+                    "routes-file": cfg.routes_file or cfg.state_dir / "routes.yaml",
+                    "billing-address": self.addresses["billing"],
+                    "usage-spool-dir": cfg.state_dir / "spool",
                 },
             ),
         )

@@ -131,3 +131,76 @@ def test_service_still_answers_after_bad_input(http):
     response = http.post("/v1/chat/completions", json=chat(temperature=0))
     assert response.status_code == 200
     assert response.json()["usage"]["completion_tokens"] > 0
+
+
+def raw(http, body: bytes, content_type: str = "application/json", path="/v1/chat/completions"):
+    return http.post(path, content=body, headers={"Content-Type": content_type})
+
+
+MALFORMED = [
+    (b"\xff\xfe\x00not utf-8", "application/json"),
+    (b'{"model": "\xe9t\xe9"}', "application/json"),
+    (b'{"model": "m"}', "text/plain"),
+    (b'{"model": "m"}', "application/x-www-form-urlencoded"),
+    (b"", "application/json"),
+    (b"[]", "application/json"),
+    (b'"a string"', "application/json"),
+    (b"null", "application/json"),
+    (b"[" * 100_000, "application/json"),
+    (b'{"max_tokens": ' + b"9" * 5000 + b"}", "application/json"),
+    (b'{"model": "m", "messages": "hi"}', "application/json"),
+    (b'{"model": "m", "messages": [{"role": "user", "content": {"a": 1}}]}', "application/json"),
+    (b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}', "application/json"),
+    (b'{"model": "m", "messages": [{"role": "user"}], "temperature": NaN}', "application/json"),
+    (
+        b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1e400}',
+        "application/json",
+    ),
+    (b'{"model": 5, "messages": [{"role": "user", "content": "x"}]}', "application/json"),
+    (b'{"model": "", "messages": [{"role": "user", "content": "x"}]}', "application/json"),
+]
+FIELDS = [
+    {"max_tokens": 10**20},
+    {"max_tokens": "ten"},
+    {"seed": -1},
+    {"stop": [1, 2]},
+    {"stop": ["x"] * 17},
+    {"n": 1.5},
+    {"top_k": 10**12},
+    {"stream_options": "yes"},
+    {"messages": [{"role": "user", "content": [{"type": "image", "url": "x"}]}]},
+]
+PROMPTS = [[1, -5], [1, 2**40], [[1, 2]], {"a": 1}, [], "", ["a", "b"]]
+
+
+def test_a_batch_of_malformed_requests_gets_only_4xx_openai_errors(http):
+    answers = [raw(http, body, ctype) for body, ctype in MALFORMED]
+    answers += [http.post("/v1/chat/completions", json=chat(**fields)) for fields in FIELDS]
+    answers += [
+        http.post("/v1/completions", json={"model": DEFAULT_MODEL_ID, "prompt": p, "max_tokens": 2})
+        for p in PROMPTS
+    ]
+    answers += [http.get("/v1/nothing-here"), http.delete("/v1/models")]
+    for answer in answers:
+        assert 400 <= answer.status_code < 500, (answer.request.content[:80], answer.text)
+        assert set(answer.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_oversized_body_is_413_and_wrong_content_type_is_415(http):
+    big = chat(messages=[{"role": "user", "content": "x" * (4 * 1024 * 1024)}])
+    error = error_of(http.post("/v1/chat/completions", json=big), 413)
+    assert error["code"] == "request_too_large"
+    error = error_of(raw(http, b'{"model": "m"}', "text/plain"), 415)
+    assert "application/json" in error["message"]
+
+
+def test_non_utf8_is_400(http):
+    assert error_of(raw(http, b'{"model": "\xff"}'), 400)["code"] == "invalid_encoding"
+
+
+def test_unknown_fields_are_ignored(http):
+    response = http.post(
+        "/v1/chat/completions",
+        json=chat(temperature=0, logit_bias={"1": 5}, some_future_field={"x": [1]}),
+    )
+    assert response.status_code == 200, response.text

@@ -147,9 +147,7 @@ def test_parallel_samples_and_logprobs(client):
         top_logprobs=2,
     )
     assert [c.index for c in reply.choices] == [0, 1, 2]
-    assert reply.usage.completion_tokens == sum(
-        len(c.logprobs.content) for c in reply.choices
-    )
+    assert reply.usage.completion_tokens == sum(len(c.logprobs.content) for c in reply.choices)
     for choice in reply.choices:
         # The end-of-turn token, when sampled, has a logprob but adds no text.
         joined = "".join(t.token for t in choice.logprobs.content)

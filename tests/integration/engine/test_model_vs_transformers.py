@@ -6,7 +6,6 @@ import random
 import pytest
 import torch
 
-from services.common.model_files import ModelNotFoundError, default_model_path
 from services.engine.attention_metadata import AttentionMetadata
 from services.engine.kv_cache import PagedKVCache
 from services.engine.loader import load_model
@@ -74,36 +73,14 @@ CONVERSATIONS = {
 
 
 @pytest.fixture(scope="module")
-def model_path():
-    try:
-        return default_model_path()
-    except ModelNotFoundError as exc:
-        pytest.skip(str(exc))
+def ours(smollm_path) -> tuple[LlamaForCausalLM, ModelConfig]:
+    return load_model(smollm_path, torch.float32, progress=False)
 
 
 @pytest.fixture(scope="module")
-def tokenizer(model_path):
-    return transformers.AutoTokenizer.from_pretrained(
-        str(model_path.parent), gguf_file=model_path.name
-    )
-
-
-@pytest.fixture(scope="module")
-def hf_model(model_path):
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        str(model_path.parent), gguf_file=model_path.name, dtype=torch.float32
-    ).eval()
-
-
-@pytest.fixture(scope="module")
-def ours(model_path) -> tuple[LlamaForCausalLM, ModelConfig]:
-    return load_model(model_path, torch.float32, progress=False)
-
-
-@pytest.fixture(scope="module")
-def prompts(tokenizer) -> dict[str, list[int]]:
+def prompts(hf_tokenizer) -> dict[str, list[int]]:
     return {
-        name: tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
+        name: hf_tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
         for name, messages in CONVERSATIONS.items()
     }
 
@@ -186,7 +163,7 @@ def test_the_long_prompt_is_long(prompts):
 
 
 @pytest.mark.parametrize("name", CONVERSATIONS)
-def test_greedy_tokens_match_transformers(name, prompts, batched, hf_model, tokenizer):
+def test_greedy_tokens_match_transformers(name, prompts, batched, hf_model, hf_tokenizer):
     prompt = prompts[name]
     with torch.inference_mode():
         reference = hf_model.generate(
@@ -195,7 +172,7 @@ def test_greedy_tokens_match_transformers(name, prompts, batched, hf_model, toke
             do_sample=False,
             max_new_tokens=MAX_NEW,
             min_new_tokens=MIN_NEW,
-            pad_token_id=tokenizer.eos_token_id,
+            pad_token_id=hf_tokenizer.eos_token_id,
         )[0, len(prompt) :].tolist()
     assert len(reference) >= MIN_NEW
     assert batched[name] == reference
@@ -221,12 +198,12 @@ def test_safetensors_folder_loads_the_same_model(tmp_path, hf_model, prompts, ou
     torch.testing.assert_close(prefill_logits(model, prompt), prefill_logits(ours[0], prompt))
 
 
-def test_bfloat16_generates_the_same_start(model_path, prompts, ours, tokenizer):
-    model, config = load_model(model_path, torch.bfloat16, progress=False)
+def test_bfloat16_generates_the_same_start(smollm_path, prompts, ours, hf_tokenizer):
+    model, config = load_model(smollm_path, torch.bfloat16, progress=False)
     assert next(model.parameters()).dtype == torch.bfloat16
     prompt = prompts["fact"]
     tokens = greedy_batch(model, config, [prompt], 12)[0]
-    assert "Paris" in tokenizer.decode(tokens)
+    assert "Paris" in hf_tokenizer.decode(tokens)
     assert tokens[:4] == greedy_batch(*ours, [prompt], 4)[0]
     logits = prefill_logits(model, prompts["code"])[-1]
     reference = prefill_logits(ours[0], prompts["code"])[-1]

@@ -1,0 +1,336 @@
+"""Gateway overhead and shedding: `make bench-gateway`.
+
+Real Redis, tokenizer, router and gateway processes in front of stub engines
+(tests/integration/gateway/stubs.py) that answer instantly or at a fixed
+pace, so what is measured is the gateway and not the model:
+
+1. Added latency: the same chat request through the gateway (HTTP, a tenant
+   with limits, so the Lua limiter runs) against the same tokens sent straight
+   to the engine's Generate; p50 and p99 of the difference in time to the
+   first token and to the last.
+2. Shedding: a tenant over its RPM floods the gateway (pinned to one core)
+   while other tenants' streams run from a paced engine; 429s per second, and
+   those streams' inter-token latency against the same streams without the
+   flood.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+
+from maas.v1 import engine_pb2, engine_pb2_grpc, tokenizer_pb2, tokenizer_pb2_grpc
+from services.common.model_files import DEFAULT_MODEL_ID
+from services.common.redis_client import open_redis
+from services.gateway.tenants import TenantStore
+from services.local.ports import free_port
+from services.local.processes import ManagedProcess, serve_argv
+from services.local.readiness import wait_ready
+from services.local.redis_server import redis_process
+
+MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
+ROUTES = """
+deployments:
+  stub-fast: {tokenizer: %(model)s}
+  stub-paced: {tokenizer: %(model)s, max_in_flight: 256}
+"""
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
+
+
+def ms(value: float) -> float:
+    return round(value * 1000, 3)
+
+
+class Processes:
+    def __init__(self, state: Path):
+        self.state = state
+        self.running: list[ManagedProcess] = []
+
+    def start(self, name: str, argv: list[str]) -> ManagedProcess:
+        process = ManagedProcess(name, argv, self.state / "logs" / f"{name}.log")
+        process.start()
+        self.running.append(process)
+        return process
+
+    def stop(self) -> None:
+        for process in reversed(self.running):
+            process.stop(10)
+
+
+async def wait_engine(address: str) -> None:
+    for _ in range(200):
+        try:
+            async with grpc.aio.insecure_channel(address) as channel:
+                await engine_pb2_grpc.EngineStub(channel).GetLoad(
+                    engine_pb2.GetLoadRequest(), timeout=1
+                )
+            return
+        except grpc.aio.AioRpcError:
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"stub engine at {address} never answered")
+
+
+async def start_stack(procs: Processes, tokens: int) -> dict:
+    redis_port = free_port()
+    redis = redis_process(procs.state, redis_port)
+    redis.start()
+    procs.running.append(redis)
+    redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    addr = {name: f"127.0.0.1:{free_port()}" for name in ("tokenizer", "fast", "paced", "router")}
+    tokenizer = procs.start(
+        "tokenizer", serve_argv("tokenizer", {"port": addr["tokenizer"].split(":")[1]})
+    )
+    stub = [sys.executable, "-m", "tests.integration.gateway.stubs", "--tokens", str(tokens)]
+    procs.start("fast", [*stub, "--port", addr["fast"].split(":")[1], "--model-id", "stub-fast"])
+    procs.start(
+        "paced",
+        [*stub, "--port", addr["paced"].split(":")[1], "--model-id", "stub-paced"]
+        + ["--delay", "0.02"],
+    )
+    await wait_ready(redis, redis_url, 30)
+    await asyncio.gather(
+        wait_ready(tokenizer, addr["tokenizer"], 120),
+        wait_engine(addr["fast"]),
+        wait_engine(addr["paced"]),
+    )
+    router = procs.start(
+        "router",
+        serve_argv(
+            "router",
+            {
+                "port": addr["router"].split(":")[1],
+                "engines": [f"fast={addr['fast']}", f"paced={addr['paced']}"],
+            },
+        ),
+    )
+    await wait_ready(router, addr["router"], 60)
+    routes = procs.state / "routes.yaml"
+    routes.write_text(ROUTES % {"model": DEFAULT_MODEL_ID})
+    url = f"http://127.0.0.1:{free_port()}"
+    gateway = procs.start(
+        "gateway",
+        serve_argv(
+            "gateway",
+            {
+                "port": url.rsplit(":", 1)[1],
+                "redis-url": redis_url,
+                "tokenizer-address": addr["tokenizer"],
+                "router-address": addr["router"],
+                "routes-file": routes,
+                "log-level": "warning",
+            },
+        ),
+    )
+    await wait_ready(gateway, f"{url}/readyz", 60)
+    # The gateway gets a core of its own; everything else shares the other.
+    if hasattr(os, "sched_setaffinity") and os.cpu_count() > 1:
+        os.sched_setaffinity(gateway.pid, {0})
+        for process in procs.running:
+            if process is not gateway:
+                os.sched_setaffinity(process.pid, set(range(1, os.cpu_count())))
+        os.sched_setaffinity(0, set(range(1, os.cpu_count())))
+    return {"redis_url": redis_url, "url": url, "gateway_pid": gateway.pid, **addr}
+
+
+async def tenant_key(redis_url: str, name: str, **limits) -> str:
+    redis = open_redis(redis_url)
+    try:
+        store = TenantStore(redis)
+        await store.create_tenant(name, **limits)
+        return (await store.create_key(name))[1]
+    finally:
+        await redis.aclose()
+
+
+async def direct(stack: dict, runs: int, max_tokens: int) -> tuple[list, list]:
+    async with grpc.aio.insecure_channel(stack["tokenizer"]) as channel:
+        encoded = await tokenizer_pb2_grpc.TokenizerStub(channel).RenderChat(
+            tokenizer_pb2.RenderChatRequest(
+                model=DEFAULT_MODEL_ID,
+                messages=[tokenizer_pb2.ChatMessage(**m) for m in MESSAGES],
+                add_generation_prompt=True,
+            )
+        )
+    firsts, totals = [], []
+    async with grpc.aio.insecure_channel(stack["fast"]) as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        for i in range(runs):
+            started = time.perf_counter()
+            first = None
+            request = engine_pb2.GenerateRequest(
+                request_id=f"direct-{i}",
+                model="stub-fast",
+                prompt_token_ids=encoded.token_ids,
+                sampling=engine_pb2.SamplingParams(max_tokens=max_tokens),
+            )
+            async for _ in stub.Generate(request):
+                first = first or time.perf_counter()
+            firsts.append(first - started)
+            totals.append(time.perf_counter() - started)
+    return firsts, totals
+
+
+async def through_gateway(client: httpx.AsyncClient, runs: int, max_tokens: int, model: str):
+    firsts, totals, gaps = [], [], []
+    body = {"model": model, "messages": MESSAGES, "max_tokens": max_tokens, "stream": True}
+    for _ in range(runs):
+        started = time.perf_counter()
+        arrivals = []
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if line.startswith("data: {") and '"content": "' in line:
+                    arrivals.append(time.perf_counter())
+        firsts.append(arrivals[0] - started)
+        totals.append(time.perf_counter() - started)
+        gaps += [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    return firsts, totals, gaps
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def flood(url: str, key: str, seconds: float, connections: int) -> dict[int, int]:
+    """Keep-alive connections sending one request after another. Raw HTTP/1.1
+    rather than httpx: the client must cost far less than the server."""
+    host, port = url.split("//")[1].split(":")
+    body = json.dumps({"model": "stub-fast", "messages": MESSAGES, "max_tokens": 1}).encode()
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    counts: dict[int, int] = {}
+    until = time.perf_counter() + seconds
+
+    async def connection():
+        reader, writer = await asyncio.open_connection(host, int(port))
+        while time.perf_counter() < until:
+            writer.write(request)
+            status = int((await reader.readline()).split()[1])
+            length = 0
+            while (line := await reader.readline()) != b"\r\n":
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            counts[status] = counts.get(status, 0) + 1
+        writer.close()
+
+    await asyncio.gather(*(connection() for _ in range(connections)))
+    return counts
+
+
+async def paced_streams(url: str, key: str, streams: int, tokens: int) -> list[float]:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as client:
+        runs = await asyncio.gather(
+            *(through_gateway(client, 2, tokens, "stub-paced") for _ in range(streams))
+        )
+    return [gap for _, _, gaps in runs for gap in gaps]
+
+
+async def run(args) -> dict:
+    with tempfile.TemporaryDirectory() as state:
+        procs = Processes(Path(state))
+        try:
+            stack = await start_stack(procs, args.tokens)
+            limited = await tenant_key(
+                stack["redis_url"], "bench", rpm=10**9, tpm=10**12, max_concurrency=10**4
+            )
+            flooder = await tenant_key(stack["redis_url"], "flooder", rpm=1)
+            streamer = await tenant_key(stack["redis_url"], "streamer")
+            headers = {"Authorization": f"Bearer {limited}"}
+            async with httpx.AsyncClient(base_url=stack["url"], headers=headers) as client:
+                await through_gateway(client, 20, args.tokens, "stub-fast")  # warm up
+                cpu_before = cpu_seconds(stack["gateway_pid"])
+                gw_first, gw_total, _ = await through_gateway(
+                    client, args.runs, args.tokens, "stub-fast"
+                )
+                request_cpu = (cpu_seconds(stack["gateway_pid"]) - cpu_before) / args.runs
+            await direct(stack, 20, args.tokens)
+            d_first, d_total = await direct(stack, args.runs, args.tokens)
+
+            calm = await paced_streams(stack["url"], streamer, args.streams, 50)
+            cpu_before, started = cpu_seconds(stack["gateway_pid"]), time.perf_counter()
+            flooding = asyncio.ensure_future(
+                flood(stack["url"], flooder, args.flood_seconds, args.workers)
+            )
+            await asyncio.sleep(0.5)
+            stormy = await paced_streams(stack["url"], streamer, args.streams, 50)
+            statuses = await flooding
+            elapsed = time.perf_counter() - started
+            flood_cpu = cpu_seconds(stack["gateway_pid"]) - cpu_before
+        finally:
+            procs.stop()
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_1m": round(os.getloadavg()[0], 2),
+        },
+        "added_latency_ms": {
+            "first_token_p50": ms(pct(gw_first, 50) - pct(d_first, 50)),
+            "first_token_p99": ms(pct(gw_first, 99) - pct(d_first, 99)),
+            "total_p50": ms(pct(gw_total, 50) - pct(d_total, 50)),
+            "total_p99": ms(pct(gw_total, 99) - pct(d_total, 99)),
+            "direct_total_p50": ms(pct(d_total, 50)),
+            "gateway_total_p50": ms(pct(gw_total, 50)),
+            # The gateway's own work per request, whatever else the machine runs.
+            "gateway_cpu_ms_each": ms(request_cpu),
+            "runs": args.runs,
+            "tokens": args.tokens,
+        },
+        "rejections": {
+            "per_second": round(statuses.get(429, 0) / elapsed, 1),
+            # Robust to a shared machine: what one rejection costs the
+            # gateway's core, and so how many one whole core would shed.
+            "gateway_cpu_ms_each": round(flood_cpu * 1000 / statuses.get(429, 1), 3),
+            "per_core_second": round(statuses.get(429, 0) / flood_cpu, 1),
+            "gateway_cpu_share": round(flood_cpu / elapsed, 2),
+            "statuses": statuses,
+            "connections": args.workers,
+        },
+        "inter_token_latency_ms": {
+            "engine_pace": 20.0,
+            "without_flood_p50": ms(pct(calm, 50)),
+            "without_flood_p99": ms(pct(calm, 99)),
+            "during_flood_p50": ms(pct(stormy, 50)),
+            "during_flood_p99": ms(pct(stormy, 99)),
+            "streams": args.streams,
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--streams", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=16, help="flood connections")
+    parser.add_argument("--flood-seconds", type=float, default=6.0)
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+    results = asyncio.run(run(args))
+    print(json.dumps(results, indent=2))
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

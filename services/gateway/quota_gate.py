@@ -1,0 +1,48 @@
+"""Refuse tenants whose prepaid balance or monthly token budget is used up.
+
+The quota state is billing's (services/billing/quota.py), moved in the same
+commit as the ledger; the gateway only reads it. Like rate limits, a Redis
+outage fails open by default: serving a few requests past a quota is cheaper
+than refusing every tenant, and the ledger still bills them.
+"""
+
+from prometheus_client import Counter
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from services.billing.quota import Quotas
+from services.common.logging import get_logger
+from services.gateway.errors import APIError, unavailable
+
+log = get_logger(__name__)
+
+QUOTA_CHECKS = Counter("maas_gateway_quota_checks", "Quota checks by outcome", ["outcome"])
+
+
+def insufficient_quota(reason: str) -> APIError:
+    return APIError(
+        429,
+        f"You exceeded your current quota: {reason}. Top up or raise the budget to continue.",
+        type="insufficient_quota",
+        code="insufficient_quota",
+    )
+
+
+class QuotaGate:
+    def __init__(self, redis: Redis, on_redis_error: str = "fail_open"):
+        self._quotas = Quotas(redis)
+        self._fail_open = on_redis_error == "fail_open"
+
+    async def check(self, tenant: str) -> None:
+        try:
+            state = await self._quotas.state(tenant)
+        except RedisError as exc:
+            QUOTA_CHECKS.labels("redis_error").inc()
+            log.warning("quota_unchecked", tenant=tenant, error=str(exc))
+            if self._fail_open:
+                return
+            raise unavailable("quota checks are temporarily unavailable") from exc
+        if state.exhausted:
+            QUOTA_CHECKS.labels("exhausted").inc()
+            raise insufficient_quota(state.exhausted)
+        QUOTA_CHECKS.labels("ok").inc()

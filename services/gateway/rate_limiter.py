@@ -1,0 +1,189 @@
+"""Per-tenant RPM, TPM and concurrency limits, exact across gateway replicas.
+
+A request reserves prompt + max_tokens at admission and settles to what it
+really used when it ends, so the TPM window holds real usage, not guesses.
+
+When Redis cannot be reached, `fail_open` serves the request without limits
+(logged and counted in maas_gateway_rate_limit_bypassed_total): an outage of
+the limiter should not become an outage of the API. `fail_closed` answers 503.
+"""
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from prometheus_client import Counter
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from services.common.logging import get_logger
+from services.gateway.errors import APIError, unavailable
+from services.gateway.limiter_scripts import ADMIT, SETTLE
+from services.gateway.tenants import Tenant
+
+log = get_logger(__name__)
+
+REFUSED = Counter("maas_gateway_rate_limited", "Requests refused by a tenant limit", ["reason"])
+BYPASSED = Counter(
+    "maas_gateway_rate_limit_bypassed", "Requests served unlimited because Redis was unreachable"
+)
+
+
+def format_duration(ms: int) -> str:
+    """OpenAI's reset format: "20ms", "1.5s", "6m0s"."""
+    if ms < 1000:
+        return f"{ms}ms"
+    minutes, seconds = divmod(ms / 1000, 60)
+    text = f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
+    return f"{int(minutes)}m{text}" if minutes else text
+
+
+@dataclass(frozen=True)
+class LimitDecision:
+    tenant: Tenant
+    admitted: bool
+    reason: str = ""
+    retry_after_ms: int = 0
+    requests_left: int = 0
+    tokens_left: int = 0
+    reset_ms: int = 0
+    # Admitted without asking Redis (it was down): there are no counts to report.
+    bypassed: bool = False
+
+    def headers(self) -> dict[str, str]:
+        """x-ratelimit-* for each limit the tenant has; unlimited ones have none."""
+        headers = {}
+        if self.bypassed:
+            return headers
+        for kind, limit, left in (
+            ("requests", self.tenant.rpm, self.requests_left),
+            ("tokens", self.tenant.tpm, self.tokens_left),
+        ):
+            if limit:
+                headers[f"x-ratelimit-limit-{kind}"] = str(limit)
+                headers[f"x-ratelimit-remaining-{kind}"] = str(left)
+                headers[f"x-ratelimit-reset-{kind}"] = format_duration(self.reset_ms)
+        return headers
+
+    def error(self, need: int) -> APIError:
+        tenant = self.tenant
+        messages = {
+            "requests": f"Rate limit reached for requests: limit {tenant.rpm} per minute.",
+            "tokens": f"Rate limit reached for tokens: limit {tenant.tpm} per minute, "
+            f"used {tenant.tpm - self.tokens_left}, requested {need}.",
+            "too_large": f"Request too large: it needs {need} tokens (prompt + max_tokens) "
+            f"and your limit is {tenant.tpm} tokens per minute.",
+            "concurrency": f"Too many concurrent requests: limit {tenant.max_concurrency}.",
+        }
+        # Whole seconds, rounded up: retrying early would only be refused again.
+        retry_after = max(1, -(-self.retry_after_ms // 1000))
+        return APIError(
+            429,
+            messages[self.reason],
+            type="requests" if self.reason != "tokens" else "tokens",
+            code="rate_limit_exceeded",
+            headers={**self.headers(), "Retry-After": str(retry_after)},
+        )
+
+
+class RateLimiter:
+    def __init__(
+        self,
+        redis: Redis,
+        lease_seconds: float,
+        on_redis_error: Literal["fail_open", "fail_closed"] = "fail_open",
+        window_seconds: float = 60.0,
+    ):
+        self._admit = redis.register_script(ADMIT)
+        self._settle = redis.register_script(SETTLE)
+        self._lease_ms = int(lease_seconds * 1000)
+        # "Per minute" is the API's promise; tests shorten it to see it slide.
+        self._window_ms = int(window_seconds * 1000)
+        # (tenant, its rpm) -> (when refused, the refusal), see _rpm_blocked.
+        self._blocked: dict[tuple[str, int], tuple[float, LimitDecision]] = {}
+        self._on_redis_error = on_redis_error
+
+    @staticmethod
+    def _keys(tenant: str) -> list[str]:
+        return [f"maas:rl:{{{tenant}}}:{part}" for part in ("log", "tokens", "sum", "inflight")]
+
+    async def check(self, tenant: Tenant, need: int) -> LimitDecision:
+        """Would `need` tokens be admitted now? Records nothing: a cheap early refusal."""
+        return await self._run(tenant, "", need, commit=False)
+
+    async def admit(self, tenant: Tenant, request_id: str, need: int) -> LimitDecision:
+        """Admit and reserve `need` tokens, or refuse; raises the 429 itself."""
+        decision = await self._run(tenant, request_id, need, commit=True)
+        if not decision.admitted:
+            raise decision.error(need)
+        return decision
+
+    async def _run(self, tenant: Tenant, request_id: str, need: int, commit: bool):
+        if not tenant.limited:
+            return LimitDecision(tenant, admitted=True)
+        blocked = self._rpm_blocked(tenant)
+        if blocked is not None:
+            REFUSED.labels("requests").inc()
+            return blocked
+        args = [
+            request_id,
+            tenant.rpm,
+            tenant.tpm,
+            tenant.max_concurrency,
+            need,
+            self._window_ms,
+            self._lease_ms,
+            int(commit),
+        ]
+        try:
+            raw = await self._admit(keys=self._keys(tenant.name), args=args)
+        except RedisError as exc:
+            return self._redis_down(tenant, exc)
+        admitted, reason, retry, requests_left, tokens_left, reset = raw
+        decision = LimitDecision(
+            tenant, bool(admitted), reason, retry, requests_left, tokens_left, reset
+        )
+        if not admitted:
+            REFUSED.labels(reason).inc()
+            if reason == "requests":
+                self._blocked[(tenant.name, tenant.rpm)] = (time.monotonic(), decision)
+        return decision
+
+    def _rpm_blocked(self, tenant: Tenant) -> LimitDecision | None:
+        """A refusal for RPM stays true until its Retry-After: nothing but time
+        frees a place in the request window. So a flooding tenant is refused
+        here, without a Redis call, until then (a changed limit starts over)."""
+        key = (tenant.name, tenant.rpm)
+        if key not in self._blocked:
+            return None
+        since, decision = self._blocked[key]
+        elapsed = int((time.monotonic() - since) * 1000)
+        if elapsed >= decision.retry_after_ms:
+            del self._blocked[key]
+            return None
+        return dataclasses.replace(
+            decision,
+            retry_after_ms=decision.retry_after_ms - elapsed,
+            reset_ms=max(decision.reset_ms - elapsed, 0),
+        )
+
+    def _redis_down(self, tenant: Tenant, exc: RedisError) -> LimitDecision:
+        if self._on_redis_error == "fail_closed":
+            log.error("rate_limiter_unavailable", tenant=tenant.name, error=str(exc))
+            raise unavailable("rate limiting is temporarily unavailable") from exc
+        BYPASSED.inc()
+        log.warning("rate_limit_bypassed", tenant=tenant.name, error=str(exc))
+        return LimitDecision(tenant, admitted=True, bypassed=True)
+
+    async def settle(self, tenant: Tenant, request_id: str, used: int) -> None:
+        """Charge what the request really used and end its concurrency lease."""
+        if not tenant.limited:
+            return
+        try:
+            await self._settle(
+                keys=self._keys(tenant.name), args=[request_id, used, self._window_ms]
+            )
+        except RedisError as exc:
+            # The lease expires on its own; the window charge stays at the reservation.
+            log.warning("rate_limit_settle_failed", tenant=tenant.name, error=str(exc))

@@ -1,0 +1,139 @@
+"""The model routing table: aliases -> deployments, with canary weights and tier pools.
+
+Loaded from a YAML file (a ConfigMap in Kubernetes):
+
+    tiers:                      # queue weight and engine priority per tenant tier
+      standard: {weight: 1, priority: 0}
+      premium: {weight: 4, priority: 10}
+    models:
+      smollm2:                  # the name tenants send
+        routes:                 # the canary split
+          - {deployment: smollm2-135m-instruct, weight: 90}
+          - {deployment: smollm2-135m-instruct-canary, weight: 10}
+        tiers:                  # tiers with a pool of their own
+          premium: [{deployment: smollm2-premium}]
+    deployments:
+      smollm2-135m-instruct-canary:
+        tokenizer: smollm2-135m-instruct   # whose chat template / vocabulary to use
+        max_in_flight: 32                  # this replica's slots (default: pool capacity)
+    expose_deployments: true    # also serve each deployment under its own name
+
+A deployment is a model id the router knows. Deployments that are not up
+right now are skipped when picking, so a canary can be listed before it runs.
+"""
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    # A typo in a config file should fail the load, not be silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tier(_Strict):
+    weight: float = Field(1.0, gt=0)
+    priority: int = 0
+
+
+class Target(_Strict):
+    deployment: str = Field(min_length=1)
+    weight: float = Field(1.0, gt=0)
+
+
+class Alias(_Strict):
+    routes: list[Target] = Field(min_length=1)
+    tiers: dict[str, list[Target]] = {}
+
+
+class DeploymentOptions(_Strict):
+    tokenizer: str | None = None
+    max_in_flight: int | None = Field(None, gt=0)
+
+
+DEFAULT_TIERS = {
+    "free": Tier(weight=1, priority=0),
+    "standard": Tier(weight=2, priority=1),
+    "premium": Tier(weight=4, priority=2),
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    alias: str
+    deployment: str
+    tokenizer: str
+    max_in_flight: int | None
+    tier: Tier
+
+
+class NoDeploymentUpError(LookupError):
+    """The alias exists, but none of its deployments is running now."""
+
+
+class RoutingTable(_Strict):
+    tiers: dict[str, Tier] = DEFAULT_TIERS
+    models: dict[str, Alias] = {}
+    deployments: dict[str, DeploymentOptions] = {}
+    expose_deployments: bool = True
+
+    @classmethod
+    def from_yaml(cls, text: str) -> "RoutingTable":
+        return cls.model_validate(yaml.safe_load(text) or {})
+
+    def tier(self, name: str) -> Tier:
+        return self.tiers.get(name) or Tier()
+
+    def names(self, running: set[str]) -> list[str]:
+        """What tenants may ask for now: aliases with a deployment up, and deployments."""
+        aliases = {
+            name
+            for name, alias in self.models.items()
+            if any(
+                t.deployment in running
+                for targets in (alias.routes, *alias.tiers.values())
+                for t in targets
+            )
+        }
+        return sorted(aliases | (running if self.expose_deployments else set()))
+
+    def resolve(self, model: str, tier: str, session: str, running: set[str]) -> Route | None:
+        """The deployment for this request; None if `model` is unknown."""
+        alias = self.models.get(model)
+        if alias is None:
+            if not (self.expose_deployments and model in running):
+                return None
+            deployment = model
+        else:
+            targets = [t for t in alias.tiers.get(tier, alias.routes) if t.deployment in running]
+            if not targets:
+                raise NoDeploymentUpError(model)
+            deployment = pick(targets, f"{model}/{session}" if session else None)
+        options = self.deployments.get(deployment) or DeploymentOptions()
+        return Route(
+            alias=model,
+            deployment=deployment,
+            tokenizer=options.tokenizer or deployment,
+            max_in_flight=options.max_in_flight,
+            tier=self.tier(tier),
+        )
+
+
+def pick(targets: list[Target], sticky_key: str | None) -> str:
+    """Weighted choice; a session always lands on the same deployment while the
+    weights stay, so one conversation does not hop between model versions."""
+    total = sum(t.weight for t in targets)
+    if sticky_key is None:
+        point = random.random() * total
+    else:
+        digest = hashlib.blake2b(sticky_key.encode(), digest_size=8).digest()
+        point = int.from_bytes(digest, "little") / 2**64 * total
+    for target in targets:
+        point -= target.weight
+        if point < 0:
+            return target.deployment
+    return targets[-1].deployment

@@ -1,0 +1,88 @@
+"""A gateway pipeline in the test's loop, over stub engines, a stub router and real Redis."""
+
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from maas.v1 import engine_pb2, engine_pb2_grpc, router_pb2_grpc
+from services.common.redis_client import open_redis
+from services.gateway.completions import Delta, Prompt
+from services.gateway.pipeline import Pipeline, RequestSpec
+from services.gateway.routes_watcher import RoutesWatcher
+from services.gateway.server import build_pipeline
+from services.gateway.settings import GatewaySettings
+from services.gateway.tenants import Principal, Tenant
+from services.gateway.upstreams import Upstreams
+from tests.integration.gateway.stubs import StubEngine, StubRouter, start
+
+MODEL = "stub-model"
+CHUNKS = ["Hello", " there", " friend"]
+
+
+@dataclass
+class StubCluster:
+    engines: list[StubEngine]
+    router: StubRouter
+    pipeline: Pipeline
+
+    async def run(self, tenant: Tenant | None = None, **spec) -> list[Delta]:
+        deltas = await self.open(tenant, **spec)
+        return [d async for d in deltas]
+
+    async def open(self, tenant: Tenant | None = None, **spec):
+        """Admit a request and return its delta stream (not yet started)."""
+        tenant = tenant or Tenant(name=f"t-{uuid.uuid4().hex[:8]}")
+        spec = RequestSpec(
+            request_id=f"req-{uuid.uuid4().hex}", model=MODEL, max_tokens=None, **spec
+        )
+        ticket = await self.pipeline.admit(Principal(tenant, "key_test"), spec, encode)
+        return self.pipeline.generate(ticket, engine_pb2.SamplingParams())
+
+
+async def encode(route, max_tokens) -> Prompt:
+    return Prompt([1, 2, 3], 2048)
+
+
+@pytest.fixture
+async def make_cluster(redis_url, tmp_path):
+    """make_cluster(replicas=2, chunks=..., delay=..., **gateway settings)."""
+    servers, redis_clients, upstreams, pipelines = [], [], [], []
+
+    async def make(replicas: int = 2, chunks=CHUNKS, delay: float = 0.0, routes="", **settings):
+        engines, endpoints = [], []
+        for index in range(replicas):
+            engine = StubEngine(MODEL, list(chunks), delay)
+            server, address = await start(engine, engine_pb2_grpc.add_EngineServicer_to_server)
+            servers.append(server)
+            engines.append(engine)
+            endpoints.append((f"e{index}", address, MODEL))
+        router = StubRouter(endpoints)
+        server, router_address = await start(router, router_pb2_grpc.add_RouterServicer_to_server)
+        servers.append(server)
+        config = GatewaySettings(
+            redis_url=redis_url,
+            router_address=router_address,
+            models_cache_seconds=0,
+            usage_spool_dir=str(tmp_path / f"spool-{len(pipelines)}"),
+            **settings,
+        )
+        redis = open_redis(redis_url)
+        redis_clients.append(redis)
+        up = Upstreams("127.0.0.1:1", router_address)
+        upstreams.append(up)
+        routes_file = tmp_path / "routes.yaml"
+        routes_file.write_text(routes)
+        pipeline = build_pipeline(config, up, redis, RoutesWatcher(str(routes_file)))
+        pipelines.append(pipeline)
+        return StubCluster(engines, router, pipeline)
+
+    yield make
+    for pipeline in pipelines:
+        await pipeline.service.wait_background()
+    for up in upstreams:
+        await up.close()
+    for server in servers:
+        await server.stop(0)
+    for redis in redis_clients:
+        await redis.aclose()

@@ -1,0 +1,143 @@
+"""Stand-ins for an engine and the router, speaking their real gRPC protocols.
+
+They let gateway tests and the gateway benchmark control what no real engine
+does on demand: fail, hang before the first token, stream a chosen text in
+chosen chunks, and report exactly when the gateway cancelled a request.
+Run one as a process (for the benchmark): python -m tests.integration.gateway.stubs
+--port P --model-id M.
+"""
+
+import argparse
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import grpc
+
+from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc, router_pb2, router_pb2_grpc
+
+
+class StubEngine(engine_pb2_grpc.EngineServicer):
+    def __init__(self, model: str, chunks: list[str], delay: float = 0.0):
+        self.model = model
+        self.chunks = chunks
+        self.delay = delay
+        self.fail: grpc.StatusCode | None = None
+        self.hang = False
+        self.served = 0
+        self.active: set[str] = set()
+        self.cancelled_at: dict[str, float] = {}
+        self.priorities: list[int] = []
+
+    async def Generate(self, request, context):
+        if self.fail is not None:
+            await context.abort(self.fail, "stub engine told to fail")
+        self.served += 1
+        self.priorities.append(request.priority)
+        self.active.add(request.request_id)
+        limit = request.sampling.max_tokens or len(self.chunks)
+        try:
+            if self.hang:
+                await asyncio.Event().wait()
+            for i, text in enumerate(self.chunks[:limit]):
+                if self.delay:
+                    await asyncio.sleep(self.delay)
+                response = engine_pb2.GenerateResponse(
+                    request_id=request.request_id, token_ids=[i + 1], text=text
+                )
+                if i == min(limit, len(self.chunks)) - 1:
+                    response.finish_reason = (
+                        common_pb2.FINISH_REASON_LENGTH
+                        if limit < len(self.chunks)
+                        else common_pb2.FINISH_REASON_STOP
+                    )
+                    response.usage.CopyFrom(
+                        common_pb2.Usage(
+                            prompt_tokens=len(request.prompt_token_ids), completion_tokens=i + 1
+                        )
+                    )
+                yield response
+        except asyncio.CancelledError:
+            self.cancelled_at[request.request_id] = time.monotonic()
+            raise
+        finally:
+            self.active.discard(request.request_id)
+
+    async def GetLoad(self, request, context):
+        return engine_pb2.LoadReport(
+            model=self.model,
+            running=len(self.active),
+            max_num_seqs=64,
+            max_model_len=2048,
+        )
+
+    async def StreamKvEvents(self, request, context):
+        # No prefix cache here: keep the stream open and quiet.
+        await asyncio.Event().wait()
+        yield engine_pb2.KvEventBatch()
+
+
+@dataclass
+class StubRouter(router_pb2_grpc.RouterServicer):
+    """Round-robin over (endpoint id, address, model), honouring exclusions."""
+
+    endpoints: list[tuple[str, str, str]]
+    picks: list[str] = field(default_factory=list)
+    _turn: itertools.count = field(default_factory=itertools.count)
+
+    async def Pick(self, request, context):
+        candidates = [
+            e
+            for e in self.endpoints
+            if e[2] == request.model and e[0] not in request.exclude_endpoint_ids
+        ]
+        if not candidates:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "no endpoint left")
+        endpoint_id, address, _ = candidates[next(self._turn) % len(candidates)]
+        self.picks.append(endpoint_id)
+        return router_pb2.PickResponse(endpoint_id=endpoint_id, address=address)
+
+    async def Release(self, request, context):
+        return router_pb2.ReleaseResponse()
+
+    async def GetPoolStats(self, request, context):
+        models = sorted({e[2] for e in self.endpoints})
+        return router_pb2.PoolStats(
+            deployments=[
+                router_pb2.DeploymentStats(
+                    model=model,
+                    replicas=[
+                        router_pb2.ReplicaStats(
+                            endpoint_id=e[0], address=e[1], ready=True, max_num_seqs=64
+                        )
+                        for e in self.endpoints
+                        if e[2] == model
+                    ],
+                )
+                for model in models
+            ]
+        )
+
+
+async def start(servicer, add_to_server, port: int = 0) -> tuple[grpc.aio.Server, str]:
+    server = grpc.aio.server()
+    add_to_server(servicer, server)
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    return server, f"127.0.0.1:{bound}"
+
+
+async def _serve(args) -> None:
+    engine = StubEngine(args.model_id, [f" tok{i}" for i in range(args.tokens)], args.delay)
+    server, _ = await start(engine, engine_pb2_grpc.add_EngineServicer_to_server, args.port)
+    await server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model-id", default="stub-model")
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--delay", type=float, default=0.0)
+    asyncio.run(_serve(parser.parse_args()))

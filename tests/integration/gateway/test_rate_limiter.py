@@ -1,0 +1,153 @@
+"""The Lua rate limiter against a real Redis, shared by two "replicas"."""
+
+import asyncio
+import uuid
+
+import pytest
+
+from services.common.redis_client import open_redis
+from services.gateway.errors import APIError
+from services.gateway.rate_limiter import RateLimiter, format_duration
+from services.gateway.tenants import Tenant
+from services.local.ports import free_port
+
+
+def tenant(**limits) -> Tenant:
+    return Tenant(name=f"rl-{uuid.uuid4().hex[:10]}", **limits)
+
+
+@pytest.fixture
+async def replicas(redis_url):
+    """Two limiters with their own connections, as two gateway processes have."""
+    clients = [open_redis(redis_url), open_redis(redis_url)]
+    yield [RateLimiter(c, lease_seconds=60) for c in clients]
+    for client in clients:
+        await client.aclose()
+
+
+async def admitted(limiter, who, need=1) -> bool:
+    try:
+        await limiter.admit(who, f"req-{uuid.uuid4().hex}", need)
+    except APIError as error:
+        assert error.status == 429
+        return False
+    return True
+
+
+async def test_rpm_is_exact_across_replicas(replicas):
+    who = tenant(rpm=10)
+    tries = [admitted(replicas[i % 2], who) for i in range(40)]
+    assert sum(await asyncio.gather(*tries)) == 10
+
+
+async def test_concurrency_is_exact_across_replicas_and_freed_on_settle(replicas):
+    who = tenant(max_concurrency=3)
+    ids = [f"req-{i}-{uuid.uuid4().hex}" for i in range(20)]
+
+    async def one(index):
+        try:
+            await replicas[index % 2].admit(who, ids[index], 1)
+        except APIError:
+            return None
+        return ids[index]
+
+    running = [r for r in await asyncio.gather(*(one(i) for i in range(20))) if r]
+    assert len(running) == 3
+    await replicas[0].settle(who, running[0], 1)
+    assert await admitted(replicas[1], who)
+    assert not await admitted(replicas[0], who)
+
+
+async def test_tpm_reserves_then_settles_to_real_usage(replicas):
+    first, second = replicas
+    who = tenant(tpm=100)
+    await first.admit(who, "a", 60)
+    with pytest.raises(APIError) as caught:
+        await second.admit(who, "b", 60)
+    assert caught.value.type == "tokens"
+    # "a" used 30 of its 60: the refund makes room for exactly 70 more.
+    await first.settle(who, "a", 30)
+    assert not await admitted(second, who, 71)
+    decision = await second.admit(who, "c", 70)
+    assert decision.tokens_left == 0
+    # A request that ran past its reservation is charged the excess.
+    await second.settle(who, "c", 75)
+    await first.settle(who, "a", 20)
+    assert not await admitted(first, who, 6)
+    assert await admitted(first, who, 5)
+
+
+async def test_refusal_is_an_openai_429_with_headers(replicas):
+    who = tenant(rpm=2, tpm=1000)
+    ok = await replicas[0].admit(who, "a", 100)
+    headers = ok.headers()
+    assert headers["x-ratelimit-limit-requests"] == "2"
+    assert headers["x-ratelimit-remaining-requests"] == "1"
+    assert headers["x-ratelimit-limit-tokens"] == "1000"
+    assert headers["x-ratelimit-remaining-tokens"] == "900"
+    assert headers["x-ratelimit-reset-requests"].endswith("s")
+    await replicas[1].admit(who, "b", 100)
+    with pytest.raises(APIError) as caught:
+        await replicas[0].admit(who, "c", 100)
+    error = caught.value
+    assert error.code == "rate_limit_exceeded" and error.type == "requests"
+    assert error.headers["x-ratelimit-remaining-requests"] == "0"
+    # The oldest request leaves the window in just under a minute.
+    assert 55 <= int(error.headers["Retry-After"]) <= 60
+
+
+async def test_a_request_larger_than_the_tpm_is_refused_as_too_large(replicas):
+    with pytest.raises(APIError) as caught:
+        await replicas[0].admit(tenant(tpm=50), "a", 51)
+    assert "Request too large" in caught.value.message
+
+
+async def test_check_records_nothing(replicas):
+    who = tenant(rpm=1)
+    for _ in range(3):
+        assert (await replicas[0].check(who, 1)).admitted
+    assert await admitted(replicas[1], who)
+    assert not (await replicas[0].check(who, 1)).admitted
+
+
+async def test_the_window_slides(redis_url):
+    redis = open_redis(redis_url)
+    limiter = RateLimiter(redis, lease_seconds=60, window_seconds=0.5)
+    who = tenant(rpm=2, tpm=10)
+    try:
+        assert await admitted(limiter, who, 5)
+        await asyncio.sleep(0.3)
+        assert await admitted(limiter, who, 5)
+        assert not await admitted(limiter, who, 1)
+        # The first request has left the window, the second not yet.
+        await asyncio.sleep(0.25)
+        assert await admitted(limiter, who, 5)
+        assert not await admitted(limiter, who, 1)
+    finally:
+        await redis.aclose()
+
+
+async def test_unlimited_tenants_never_touch_redis():
+    unreachable = open_redis(f"redis://127.0.0.1:{free_port()}/0")
+    limiter = RateLimiter(unreachable, lease_seconds=60, on_redis_error="fail_closed")
+    decision = await limiter.admit(tenant(), "a", 10**6)
+    assert decision.admitted and decision.headers() == {}
+
+
+async def test_redis_down_fails_open_or_closed_as_configured():
+    unreachable = open_redis(f"redis://127.0.0.1:{free_port()}/0")
+    opened = RateLimiter(unreachable, lease_seconds=60, on_redis_error="fail_open")
+    decision = await opened.admit(tenant(rpm=1), "a", 1)
+    assert decision.admitted and decision.bypassed and decision.headers() == {}
+    closed = RateLimiter(unreachable, lease_seconds=60, on_redis_error="fail_closed")
+    with pytest.raises(APIError) as caught:
+        await closed.admit(tenant(rpm=1), "a", 1)
+    assert caught.value.status == 503
+    await unreachable.aclose()
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"), [(20, "20ms"), (1500, "1.5s"), (60_000, "1m0s"), (61_250, "1m1.25s")]
+)
+def test_reset_durations_read_like_openais(ms, text):
+    assert format_duration(ms) == text

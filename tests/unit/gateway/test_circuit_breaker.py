@@ -1,0 +1,49 @@
+from services.gateway.circuit_breaker import Breakers
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_opens_after_threshold_failures_in_a_row():
+    clock = Clock()
+    breakers = Breakers(threshold=3, cooldown=5, clock=clock)
+    breakers.failed("a")
+    breakers.failed("a")
+    breakers.succeeded("a")  # a success resets the count
+    breakers.failed("a")
+    breakers.failed("a")
+    assert breakers.blocked() == []
+    breakers.failed("a")
+    assert breakers.blocked() == ["a"] and breakers.state("a") == "open"
+
+
+def test_half_open_lets_one_probe_through_then_closes_on_success():
+    clock = Clock()
+    breakers = Breakers(threshold=1, cooldown=5, clock=clock)
+    breakers.failed("a")
+    clock.now = 5
+    assert breakers.blocked() == [] and breakers.state("a") == "half_open"
+    breakers.begin("a")
+    assert breakers.blocked() == ["a"]  # only one probe at a time
+    breakers.succeeded("a")
+    assert breakers.state("a") == "closed" and breakers.blocked() == []
+
+
+def test_a_failed_probe_opens_it_for_another_cooldown():
+    clock = Clock()
+    breakers = Breakers(threshold=2, cooldown=5, clock=clock)
+    breakers.failed("a")
+    breakers.failed("a")
+    clock.now = 6
+    breakers.begin("a")
+    breakers.failed("a")
+    assert breakers.state("a") == "open"
+    clock.now = 10
+    assert breakers.blocked() == ["a"]
+    clock.now = 11
+    assert breakers.blocked() == []

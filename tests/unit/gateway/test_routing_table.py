@@ -1,0 +1,77 @@
+from collections import Counter
+
+import pytest
+
+from services.gateway.routing_table import NoDeploymentUpError, RoutingTable
+
+CANARY = """
+tiers:
+  standard: {weight: 1, priority: 0}
+  premium: {weight: 4, priority: 10}
+models:
+  smollm2:
+    routes:
+      - {deployment: v1, weight: 90}
+      - {deployment: v2, weight: 10}
+    tiers:
+      premium: [{deployment: dedicated}]
+deployments:
+  v2: {tokenizer: v1, max_in_flight: 8}
+"""
+RUNNING = {"v1", "v2", "dedicated"}
+
+
+def table(text=CANARY) -> RoutingTable:
+    return RoutingTable.from_yaml(text)
+
+
+def test_canary_split_is_within_3_percent_over_2000_picks():
+    canary = table()
+    picks = Counter(
+        canary.resolve("smollm2", "standard", "", RUNNING).deployment for _ in range(2000)
+    )
+    assert abs(picks["v2"] / 2000 - 0.10) <= 0.03
+    assert picks["v1"] + picks["v2"] == 2000
+
+
+def test_a_session_stays_on_one_deployment():
+    canary = table()
+    routes = {canary.resolve("smollm2", "standard", "s-42", RUNNING).deployment for _ in range(50)}
+    assert len(routes) == 1
+
+
+def test_premium_tenants_get_their_pool_and_priority():
+    route = table().resolve("smollm2", "premium", "", RUNNING)
+    assert (route.deployment, route.tier.priority, route.tier.weight) == ("dedicated", 10, 4)
+
+
+def test_deployment_options_apply():
+    routes = [table().resolve("smollm2", "standard", "", {"v2"}) for _ in range(5)]
+    assert {(r.deployment, r.tokenizer, r.max_in_flight) for r in routes} == {("v2", "v1", 8)}
+
+
+def test_deployments_that_are_not_running_are_skipped():
+    picks = {table().resolve("smollm2", "standard", "", {"v1"}).deployment for _ in range(100)}
+    assert picks == {"v1"}
+    with pytest.raises(NoDeploymentUpError):
+        table().resolve("smollm2", "standard", "", {"other"})
+
+
+def test_unknown_names_resolve_to_none_and_deployments_serve_as_themselves():
+    assert table().resolve("gpt-4", "standard", "", RUNNING) is None
+    assert table().resolve("v1", "standard", "", RUNNING).deployment == "v1"
+    hidden = table(CANARY + "expose_deployments: false\n")
+    assert hidden.resolve("v1", "standard", "", RUNNING) is None
+    assert hidden.names(RUNNING) == ["smollm2"]
+
+
+def test_empty_table_serves_every_running_model_and_unknown_tiers_get_defaults():
+    empty = table("")
+    assert empty.names({"a", "b"}) == ["a", "b"]
+    route = empty.resolve("a", "no-such-tier", "", {"a"})
+    assert (route.tier.weight, route.tier.priority) == (1, 0)
+
+
+def test_typos_in_the_file_are_errors():
+    with pytest.raises(ValueError):
+        table("models:\n  x:\n    route: [{deployment: a}]\n")
