@@ -71,7 +71,7 @@ def test_every_object_validates(rendered):
             assert validate_model_deployment(doc) == []
         elif doc["kind"] not in CUSTOM_KINDS:
             kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-    expected = {"CustomResourceDefinition", "Deployment", "StatefulSet", "Service", "Secret"}
+    expected = {"CustomResourceDefinition", "Deployment", "StatefulSet", "Service"}
     expected |= {"ConfigMap", "ServiceAccount", "ClusterRole", "NetworkPolicy", "ModelDeployment"}
     assert expected <= kinds
 

@@ -1,4 +1,5 @@
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,14 @@ def test_empty_table_serves_every_running_model_and_unknown_tiers_get_defaults()
 def test_typos_in_the_file_are_errors():
     with pytest.raises(ValueError):
         table("models:\n  x:\n    route: [{deployment: a}]\n")
+
+
+def test_the_charts_routing_table_is_what_the_gateway_reads():
+    import yaml
+
+    from services.gateway.routing_table import RoutingTable
+
+    values = Path(__file__).parents[3] / "charts" / "maas" / "values.yaml"
+    text = yaml.safe_dump(yaml.safe_load(values.read_text())["routingTable"])
+    table = RoutingTable.from_yaml(text)
+    assert table.models, "the chart routes no model"
