@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PROTOS := $(wildcard proto/maas/v1/*.proto)
 
-.PHONY: run test proto lint bench bench-engine bench-billing bench-gateway install install-test install-helm crd chart-lint chart-template clean
+.PHONY: run test proto lint bench bench-engine bench-billing bench-gateway bench-router bench-accel install install-test install-helm crd chart-lint chart-template clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,15 @@ bench-engine: $(BENCH_STAMP)
 
 bench-gateway: $(STAMP)
 	$(BIN)/python -m benchmarks.gateway_bench --output benchmarks/results/gateway.json
+
+# Four local engines on this machine's cores: one torch thread each.
+bench-router: $(BENCH_STAMP)
+	$(BIN)/maas bench --scenario shared-prefix --torch-threads 1 --output benchmarks/results/router_shared_prefix.json
+	$(BIN)/maas bench --scenario uniform-random --torch-threads 1 --output benchmarks/results/router_uniform_random.json
+
+# Accelerations against float32, each a section of one JSON file (quantization first).
+bench-accel: $(STAMP)
+	$(BIN)/python -m benchmarks.quant_bench --output benchmarks/results/accel.json
 
 clean:
 	rm -rf $(VENV) .maas .pytest_cache

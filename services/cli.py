@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     for admin in ("tenants", "keys"):
         sub.add_parser(admin, help=f"manage {admin} (see maas {admin} --help)", add_help=False)
     sub.add_parser("billing", help="usage, charges and reconciliation", add_help=False)
+    sub.add_parser("bench", help="load-test an OpenAI-compatible server", add_help=False)
+    sub.add_parser("top", help="live view of a running stack", add_help=False)
+    sub.add_parser("eval", help="model quality checks (maas eval perplexity)", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command in ("tenants", "keys"):
         from services.admin.cli import main as admin_main
@@ -94,6 +97,18 @@ def main(argv: list[str] | None = None) -> None:
         from services.billing.admin import main as billing_main
 
         sys.exit(billing_main(rest))
+    if args.command == "top":
+        from services.top.cli import main as top_main
+
+        sys.exit(top_main(rest))
+    if args.command == "eval":
+        from services.eval.cli import main as eval_main
+
+        sys.exit(eval_main(rest))
+    if args.command == "bench":
+        from services.bench.main import main as bench
+
+        sys.exit(bench(rest))
     if args.command == "serve":
         _serve(args.service, rest)
         return

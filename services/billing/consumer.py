@@ -11,6 +11,8 @@ A malformed entry is logged, counted and acked so it cannot wedge the group.
 import asyncio
 import time
 
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 from prometheus_client import Counter, Gauge
 from pydantic import ValidationError
 from redis.asyncio import Redis
@@ -20,7 +22,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from services.billing.ledger import Ledger
 from services.billing.prices import PriceTable
+from services.billing.tenant_metrics import TenantMetrics
 from services.common.logging import get_logger
+from services.common.tracing import context_from_traceparent
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 
 log = get_logger(__name__)
@@ -28,6 +32,8 @@ log = get_logger(__name__)
 EVENTS = Counter("maas_billing_events", "Usage events processed", ["outcome"])
 LAG = Gauge("maas_billing_event_lag_seconds", "Age of the last event at commit")
 PENDING = Gauge("maas_billing_pending_entries", "Entries delivered to the group but not acked")
+
+tracer = trace.get_tracer("maas.billing")
 
 
 class UsageConsumer:
@@ -40,6 +46,7 @@ class UsageConsumer:
         block_ms: int,
         prices: PriceTable | None = None,
         claim_idle_ms: int = 30_000,
+        tenant_labels: int = 100,
     ):
         self._redis = redis
         self._group = group
@@ -49,6 +56,7 @@ class UsageConsumer:
         self._claim_idle_ms = claim_idle_ms
         self._last_claim = 0.0
         self.ledger = Ledger(redis, USAGE_STREAM, group, prices or PriceTable())
+        self._tenants = TenantMetrics(tenant_labels)
 
     async def ensure_group(self) -> None:
         try:
@@ -123,7 +131,26 @@ class UsageConsumer:
             await self._redis.xack(USAGE_STREAM, self._group, entry_id)
             EVENTS.labels("rejected").inc()
             return
-        applied = await self.ledger.apply(entry_id, event)
-        EVENTS.labels("applied" if applied else "duplicate").inc()
-        stream_ms = int(entry_id.split("-", 1)[0])
-        LAG.set(max(0.0, time.time() - stream_ms / 1000))
+        # A child of the request's gateway span: one trace runs from the HTTP
+        # request to the bill, however late the commit comes.
+        with tracer.start_as_current_span(
+            "billing commit",
+            context=context_from_traceparent(event.traceparent),
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "redis",
+                "messaging.destination.name": USAGE_STREAM,
+                "messaging.message.id": entry_id,
+                "maas.request_id": event.request_id,
+                "maas.tenant": event.tenant,
+            },
+        ) as span:
+            applied = await self.ledger.apply(entry_id, event)
+            outcome = "applied" if applied else "duplicate"
+            stream_ms = int(entry_id.split("-", 1)[0])
+            lag = max(0.0, time.time() - stream_ms / 1000)
+            span.set_attributes({"maas.billing.outcome": outcome, "maas.billing.lag_seconds": lag})
+        EVENTS.labels(outcome).inc()
+        if applied:
+            self._tenants.record(event)
+        LAG.set(lag)

@@ -25,6 +25,7 @@ async def serve(settings: BillingSettings) -> None:
         settings.block_ms,
         prices=PriceTable.load(settings.prices_file),
         claim_idle_ms=settings.claim_idle_ms,
+        tenant_labels=settings.metrics_tenants,
     )
     await consumer.ensure_group()
     consuming = asyncio.create_task(consumer.run())

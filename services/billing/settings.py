@@ -14,3 +14,6 @@ class BillingSettings(ServiceSettings):
     claim_idle_ms: int = Field(
         30_000, gt=0, description="claim entries another consumer left pending this long"
     )
+    metrics_tenants: int = Field(
+        100, ge=0, description="tenants with a label of their own on per-tenant metrics"
+    )

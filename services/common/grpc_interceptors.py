@@ -1,17 +1,47 @@
 """gRPC interceptors: Prometheus metrics and OpenTelemetry spans on both sides.
 
 The server side wraps each handler's behaviour so streaming methods are timed
-to their last message, not to the first yield.
+to their last message, not to the first yield. The client side opens a CLIENT
+span per call and sends its context in the metadata, so the callee's SERVER
+span is its child and a trace shows the time each hop spent on the wire apart
+from the time the callee spent working.
 """
 
 import asyncio
+import contextlib
 import time
 
 import grpc
 from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from services.common.metrics import grpc_metrics
 from services.common.tracing import extract_context, inject_metadata
+
+# Polled or process-long calls: a root trace for each poll would bury the
+# requests' traces, so these get spans only inside a request's trace.
+QUIET_METHODS = frozenset(
+    {
+        "/grpc.health.v1.Health/Check",
+        "/grpc.health.v1.Health/Watch",
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        "/maas.v1.Engine/GetLoad",
+        "/maas.v1.Engine/StreamKvEvents",
+        "/maas.v1.Router/GetPoolStats",
+    }
+)
+# The codes that mean the server failed (OpenTelemetry's gRPC conventions);
+# the others are the caller's doing and leave a server span's status unset.
+SERVER_ERRORS = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
 
 
 def _split(full_method: str) -> tuple[str, str]:
@@ -19,45 +49,78 @@ def _split(full_method: str) -> tuple[str, str]:
     return service, method
 
 
+def _traced(full_method: str, parent=None) -> bool:
+    in_trace = trace.get_current_span(parent).get_span_context().is_valid
+    return in_trace or full_method not in QUIET_METHODS
+
+
+def _rpc_attributes(full_method: str) -> dict[str, str]:
+    service, method = _split(full_method)
+    return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
+
+
+def _end_status(span: Span | None, code: grpc.StatusCode, errors) -> None:
+    if span is None:
+        return
+    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    if code in errors:
+        span.set_status(Status(StatusCode.ERROR, code.name))
+
+
 class ServerInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, service: str):
         self._metrics = grpc_metrics(service, "server")
         self._tracer = trace.get_tracer(f"maas.{service}")
 
+    def _span(self, full_method: str, parent):
+        if not _traced(full_method, parent):
+            return contextlib.nullcontext()
+        return self._tracer.start_as_current_span(
+            full_method.lstrip("/"),
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=_rpc_attributes(full_method),
+            # An abort is a status, not a crash: observe() sets what the code means.
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        grpc_service, method = _split(handler_call_details.method)
+        full_method = handler_call_details.method
+        grpc_service, method = _split(full_method)
         parent = extract_context(handler_call_details.invocation_metadata)
-        span_name = f"{grpc_service}/{method}"
-        metrics, tracer = self._metrics, self._tracer
+        metrics, span_for = self._metrics, self._span
 
-        def observe(code: grpc.StatusCode, started: float) -> None:
+        def observe(span, ctx, error: BaseException | None, started: float) -> None:
+            code = ctx.code() or grpc.StatusCode.OK
+            if isinstance(error, asyncio.CancelledError):
+                # The caller went away (a client disconnect, a timeout): not our failure.
+                code = grpc.StatusCode.CANCELLED
+            elif error is not None and not isinstance(error, grpc.aio.AbortError):
+                code = grpc.StatusCode.UNKNOWN
+                if span is not None:
+                    span.record_exception(error)
             labels = (grpc_service, method, code.name)
             metrics.handled.labels(*labels).inc()
             metrics.latency.labels(*labels).observe(time.perf_counter() - started)
-
-        def code_of(ctx, error: BaseException | None) -> grpc.StatusCode:
-            if error is not None and not isinstance(error, grpc.aio.AbortError):
-                return grpc.StatusCode.UNKNOWN
-            return ctx.code() or grpc.StatusCode.OK
+            _end_status(span, code, SERVER_ERRORS)
 
         if handler.unary_unary:
             inner = handler.unary_unary
 
             async def unary_unary(request, ctx):
                 started, error = time.perf_counter(), None
-                with tracer.start_as_current_span(
-                    span_name, context=parent, kind=trace.SpanKind.SERVER
-                ):
+                with span_for(full_method, parent) as span:
                     try:
                         return await inner(request, ctx)
                     except BaseException as exc:
                         error = exc
                         raise
                     finally:
-                        observe(code_of(ctx, error), started)
+                        observe(span, ctx, error, started)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary, handler.request_deserializer, handler.response_serializer
@@ -67,9 +130,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
             async def unary_stream(request, ctx):
                 started, error = time.perf_counter(), None
-                with tracer.start_as_current_span(
-                    span_name, context=parent, kind=trace.SpanKind.SERVER
-                ):
+                with span_for(full_method, parent) as span:
                     try:
                         async for message in inner_stream(request, ctx):
                             yield message
@@ -77,7 +138,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                         error = exc
                         raise
                     finally:
-                        observe(code_of(ctx, error), started)
+                        observe(span, ctx, error, started)
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream, handler.request_deserializer, handler.response_serializer
@@ -88,45 +149,59 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 class _ClientBase:
     def __init__(self, service: str):
         self._metrics = grpc_metrics(service, "client")
+        self._tracer = trace.get_tracer(f"maas.{service}")
 
-    def _details(self, details):
-        return grpc.aio.ClientCallDetails(
+    def _begin(self, details) -> tuple[grpc.aio.ClientCallDetails, Span | None]:
+        """The call's span (None for an untraced poll) and details carrying its context."""
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        span = None
+        if _traced(method):
+            span = self._tracer.start_span(
+                method.lstrip("/"), kind=SpanKind.CLIENT, attributes=_rpc_attributes(method)
+            )
+        ctx = trace.set_span_in_context(span) if span is not None else None
+        details = grpc.aio.ClientCallDetails(
             details.method,
             details.timeout,
-            inject_metadata(list(details.metadata or ())),
+            inject_metadata(list(details.metadata or ()), ctx),
             details.credentials,
             details.wait_for_ready,
         )
+        return details, span
 
-    def _observe(self, details, started: float, code: grpc.StatusCode) -> None:
+    def _observe(self, details, started: float, code: grpc.StatusCode, span) -> None:
         method = details.method.decode() if isinstance(details.method, bytes) else details.method
         labels = (*_split(method), code.name)
         self._metrics.handled.labels(*labels).inc()
         self._metrics.latency.labels(*labels).observe(time.perf_counter() - started)
+        # Any status but OK is a failed call from where the caller stands.
+        _end_status(span, code, set(grpc.StatusCode) - {grpc.StatusCode.OK})
+        if span is not None:
+            span.end()
 
 
 class UnaryUnaryClientInterceptor(_ClientBase, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, client_call_details, request):
-        details, started = self._details(client_call_details), time.perf_counter()
+        (details, span), started = self._begin(client_call_details), time.perf_counter()
         call = await continuation(details, request)
         try:
             await call
         finally:
-            self._observe(details, started, await call.code())
+            self._observe(details, started, await call.code(), span)
         return call
 
 
 class UnaryStreamClientInterceptor(_ClientBase, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation, client_call_details, request):
-        details, started = self._details(client_call_details), time.perf_counter()
+        (details, span), started = self._begin(client_call_details), time.perf_counter()
         call = await continuation(details, request)
         # Timed to the stream's end: the callback fires on the call's last status.
-        call.add_done_callback(lambda c: self._observe_done(details, started, c))
+        call.add_done_callback(lambda c: self._observe_done(details, started, c, span))
         return call
 
-    def _observe_done(self, details, started: float, call) -> None:
+    def _observe_done(self, details, started: float, call, span) -> None:
         async def record() -> None:
-            self._observe(details, started, await call.code())
+            self._observe(details, started, await call.code(), span)
 
         asyncio.ensure_future(record())
 

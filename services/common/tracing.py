@@ -2,13 +2,18 @@
 
 Every service installs a TracerProvider named after itself so that spans get
 real trace ids and the context crosses HTTP and gRPC hops. Spans are exported
-over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set and the exporter package
-is installed; otherwise they are created (so ids propagate) and dropped.
+over OTLP/gRPC only when OTEL_EXPORTER_OTLP_ENDPOINT is set (the exporter reads
+the standard OTEL_* variables: endpoint, headers, timeout, OTEL_BSP_* batching);
+otherwise they are created (so ids propagate) and dropped.
+
+The Redis usage stream is a hop too: the gateway puts the request's
+`traceparent` into the usage event and billing continues the trace from it.
 """
 
 import os
+import time
 
-from opentelemetry import propagate, trace
+from opentelemetry import context, propagate, trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -24,19 +29,40 @@ def configure_tracing(service: str) -> None:
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
         except ImportError:
-            log.warning("otlp_exporter_missing", hint="pip install opentelemetry-exporter-otlp")
+            log.warning(
+                "otlp_exporter_missing", hint="pip install opentelemetry-exporter-otlp-proto-grpc"
+            )
         else:
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
 
 
-def inject_metadata(metadata: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Return metadata plus the current trace context headers."""
+def inject_metadata(
+    metadata: list[tuple[str, str]], ctx: context.Context | None = None
+) -> list[tuple[str, str]]:
+    """Return metadata plus the trace context headers of `ctx` (default: the current one)."""
     carrier: dict[str, str] = {}
-    propagate.inject(carrier)
+    propagate.inject(carrier, context=ctx)
     return [*metadata, *carrier.items()]
 
 
-def extract_context(metadata) -> object:
+def extract_context(metadata) -> context.Context:
     carrier = {key: value for key, value in (metadata or ()) if isinstance(value, str)}
     return propagate.extract(carrier)
+
+
+def current_traceparent() -> str:
+    """The current span as a W3C traceparent header value; "" outside any trace."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier.get("traceparent", "")
+
+
+def context_from_traceparent(traceparent: str) -> context.Context:
+    """A context whose parent is the span `traceparent` names (a new trace when empty)."""
+    return propagate.extract({"traceparent": traceparent} if traceparent else {})
+
+
+def wall_time_ns(monotonic_seconds: float) -> int:
+    """A time.monotonic() reading as epoch nanoseconds, the clock span events use."""
+    return time.time_ns() - int((time.monotonic() - monotonic_seconds) * 1e9)

@@ -22,6 +22,8 @@ class UsageEvent(BaseModel):
     started_at: float
     ttft_seconds: float = 0.0
     duration_seconds: float = 0.0
+    # W3C trace context of the request, so billing's span joins its trace.
+    traceparent: str = ""
 
     def to_fields(self) -> dict[str, str]:
         return {name: str(value) for name, value in self.model_dump().items()}
