@@ -1,8 +1,10 @@
-"""Engine endpoints the router knows about and the load each last reported.
+"""One engine replica as the router sees it: where it is, whether it may take
+requests, and the load it last reported.
 
-Discovery is a static list here (local mode); the load fields are refreshed by
-polling each engine's GetLoad. ``in_flight`` is this router's own count of
-picks not yet released, exact between polls.
+Three sources feed an Endpoint. Discovery says it exists and whether its pod is
+ready or terminating. The engine itself (GetLoad polls, the KV event stream)
+says whether it answers, whether it drains, and how loaded it is. ``in_flight``
+is this router's own count of picks not yet released, exact between polls.
 """
 
 from dataclasses import dataclass
@@ -13,22 +15,50 @@ class Endpoint:
     endpoint_id: str
     address: str
     model: str = ""
-    ready: bool = False
+    # Discovery: the pod passes its readiness probe / is being deleted.
+    discovered_ready: bool = True
+    terminating: bool = False
+    # The engine: its last GetLoad answered and its event stream did not just break.
+    reachable: bool = False
     draining: bool = False
     running: int = 0
     waiting: int = 0
     kv_cache_usage: float = 0.0
     max_num_seqs: int = 0
+    kv_cache_blocks: int = 0
+    # How the engine hashes its blocks; the router hashes prompts the same way.
+    block_size: int = 16
+    cache_salt: str = ""
+    kv_events_live: bool = False
     in_flight: int = 0
+    # This router's picks since the last GetLoad answer: not in its counts yet.
+    picked_since_poll: int = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.reachable and self.discovered_ready
 
     @property
     def available(self) -> bool:
-        return self.ready and not self.draining
+        """May take new requests: a draining or terminating replica only finishes its own."""
+        return self.ready and not self.draining and not self.terminating
+
+    @property
+    def requests(self) -> int:
+        """Requests at this replica. The engine's count includes other routers' traffic
+        but is a poll old, so this router's picks since then are added to it; this
+        router's in-flight count is exact for its own picks and a floor for the total."""
+        return max(self.in_flight, self.running + self.waiting + self.picked_since_poll)
+
+    @property
+    def hash_params(self) -> tuple[int, str]:
+        # The engine salts with its model id unless told otherwise (--cache-salt).
+        return self.block_size, self.cache_salt or self.model
 
 
-def parse_static(entries: list[str]) -> list[Endpoint]:
-    """Accept `id=host:port` or bare `host:port` (then the address is the id)."""
-    endpoints, seen = [], set()
+def parse_static(entries: list[str]) -> list[tuple[str, str]]:
+    """(id, address) pairs from `id=host:port` or bare `host:port` (the address is the id)."""
+    pairs, seen = [], set()
     for entry in entries:
         endpoint_id, sep, address = entry.partition("=")
         if not sep:
@@ -38,5 +68,5 @@ def parse_static(entries: list[str]) -> list[Endpoint]:
         if endpoint_id in seen:
             raise ValueError(f"engine endpoint id {endpoint_id!r} appears twice")
         seen.add(endpoint_id)
-        endpoints.append(Endpoint(endpoint_id=endpoint_id, address=address))
-    return endpoints
+        pairs.append((endpoint_id, address))
+    return pairs

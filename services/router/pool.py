@@ -1,33 +1,69 @@
-"""The router's view of the engine pool: polling loads and tracking picks."""
+"""The router's view of the engine pool: discovery snapshots in, endpoints out.
+
+Each snapshot is diffed against the pool: a new replica gets an EngineLink
+(load polling + KV events), a vanished one loses its link, index entries and
+routing history. Picks are counted per replica until Release, or until they
+are so old that their gateway must be gone.
+"""
 
 import asyncio
+import time
 
-import grpc
-
-from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.common.grpc_client import open_channel
 from services.common.logging import get_logger
+from services.router.discovery import EndpointSource, Routing, Snapshot, Target
 from services.router.endpoints import Endpoint
+from services.router.engine_link import EngineLink
+from services.router.pick_history import PickHistory
+from services.router.prefix_index import PrefixIndex
+from services.router.settings import RouterSettings
 
 log = get_logger(__name__)
 
 
 class EnginePool:
-    def __init__(self, endpoints: list[Endpoint], poll_interval: float):
-        self.endpoints = {e.endpoint_id: e for e in endpoints}
-        self._poll_interval = poll_interval
-        self._channels = {e.endpoint_id: open_channel(e.address, "router") for e in endpoints}
-        self._picks: dict[str, str] = {}  # request id -> endpoint id
-        self._task: asyncio.Task | None = None
+    def __init__(self, source: EndpointSource, settings: RouterSettings):
+        self._source = source
+        self._settings = settings
+        self.index = PrefixIndex()
+        self.history = PickHistory(settings.history_ttl_seconds, settings.history_max_blocks)
+        self.endpoints: dict[str, Endpoint] = {}
+        self.routing: dict[str, Routing] = {}
+        self._links: dict[str, EngineLink] = {}
+        self._picks: dict[str, tuple[str, float]] = {}  # request id -> (endpoint id, when)
+        self._tasks: list[asyncio.Task] = []
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._poll_forever())
+    async def start(self) -> None:
+        """Apply the first snapshot and poll every engine once, so the first Pick
+        already knows which models exist; later snapshots apply in the background."""
+        snapshots = aiter(self._source.snapshots())
+        await self.apply(await anext(snapshots))
+        await asyncio.gather(*(link.poll_once() for link in self._links.values()))
+        self._tasks = [
+            asyncio.create_task(self._follow(snapshots)),
+            asyncio.create_task(self._sweep_forever()),
+        ]
 
     async def close(self) -> None:
-        if self._task:
-            self._task.cancel()
-        for channel in self._channels.values():
-            await channel.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._source.close()
+        await asyncio.gather(*(link.close() for link in self._links.values()))
+        self._links.clear()
+
+    async def apply(self, snapshot: Snapshot) -> None:
+        self.routing = dict(snapshot.routing)
+        wanted = {t.endpoint_id: t for t in snapshot.targets}
+        for endpoint_id, link in list(self._links.items()):
+            target = wanted.get(endpoint_id)
+            # An address change is a different process: start over.
+            if target is None or target.address != link.endpoint.address:
+                await self._remove(endpoint_id)
+        for target in wanted.values():
+            if target.endpoint_id in self.endpoints:
+                self._update(self.endpoints[target.endpoint_id], target)
+            else:
+                self._add(target)
 
     def for_model(self, model: str) -> list[Endpoint]:
         return [e for e in self.endpoints.values() if e.model == model]
@@ -36,44 +72,55 @@ class EnginePool:
         return sorted({e.model for e in self.endpoints.values() if e.model})
 
     def record_pick(self, request_id: str, endpoint: Endpoint) -> None:
-        previous = self._picks.pop(request_id, None)
-        if previous in self.endpoints:
-            self.endpoints[previous].in_flight -= 1
-        self._picks[request_id] = endpoint.endpoint_id
+        self.release(request_id)  # a retry of the same request replaces its first pick
+        self._picks[request_id] = (endpoint.endpoint_id, time.monotonic())
         endpoint.in_flight += 1
+        endpoint.picked_since_poll += 1
 
     def release(self, request_id: str) -> bool:
-        endpoint_id = self._picks.pop(request_id, None)
+        endpoint_id, _ = self._picks.pop(request_id, (None, 0.0))
         if endpoint_id is None:
             return False
-        self.endpoints[endpoint_id].in_flight -= 1
+        if endpoint_id in self.endpoints:
+            self.endpoints[endpoint_id].in_flight -= 1
         return True
 
-    async def poll_once(self) -> None:
-        await asyncio.gather(*(self._poll(e) for e in self.endpoints.values()))
+    def sweep(self, now: float) -> None:
+        cutoff = now - self._settings.pick_ttl_seconds
+        for request_id in [r for r, (_, when) in self._picks.items() if when < cutoff]:
+            log.warning("pick_never_released", request_id=request_id)
+            self.release(request_id)
 
-    async def _poll_forever(self) -> None:
+    def _add(self, target: Target) -> None:
+        endpoint = Endpoint(
+            endpoint_id=target.endpoint_id,
+            address=target.address,
+            model=target.model,
+            block_size=self._settings.block_size,
+        )
+        self._update(endpoint, target)
+        self.endpoints[target.endpoint_id] = endpoint
+        link = EngineLink(endpoint, self.index, self.history, self._settings.poll_interval_seconds)
+        self._links[target.endpoint_id] = link
+        link.start()
+        log.info("endpoint_added", endpoint=target.endpoint_id, address=target.address)
+
+    def _update(self, endpoint: Endpoint, target: Target) -> None:
+        endpoint.discovered_ready = target.ready
+        endpoint.terminating = target.terminating
+        if target.model:
+            endpoint.model = target.model
+
+    async def _remove(self, endpoint_id: str) -> None:
+        self.endpoints.pop(endpoint_id)
+        await self._links.pop(endpoint_id).close()
+        log.info("endpoint_removed", endpoint=endpoint_id)
+
+    async def _follow(self, snapshots) -> None:
+        async for snapshot in snapshots:
+            await self.apply(snapshot)
+
+    async def _sweep_forever(self) -> None:
         while True:
-            await self.poll_once()
-            await asyncio.sleep(self._poll_interval)
-
-    async def _poll(self, endpoint: Endpoint) -> None:
-        stub = engine_pb2_grpc.EngineStub(self._channels[endpoint.endpoint_id])
-        try:
-            load = await stub.GetLoad(engine_pb2.GetLoadRequest(), timeout=self._poll_interval * 4)
-        except grpc.aio.AioRpcError as exc:
-            if endpoint.ready:
-                log.warning(
-                    "engine_unreachable", endpoint=endpoint.endpoint_id, code=exc.code().name
-                )
-            endpoint.ready = False
-            return
-        if not endpoint.ready:
-            log.info("engine_ready", endpoint=endpoint.endpoint_id, model=load.model)
-        endpoint.ready = True
-        endpoint.model = load.model
-        endpoint.draining = load.draining
-        endpoint.running = load.running
-        endpoint.waiting = load.waiting
-        endpoint.kv_cache_usage = load.kv_cache_usage
-        endpoint.max_num_seqs = load.max_num_seqs
+            await asyncio.sleep(self._settings.poll_interval_seconds * 10)
+            self.sweep(time.monotonic())

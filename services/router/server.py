@@ -3,28 +3,39 @@
 import asyncio
 
 from maas.v1 import router_pb2, router_pb2_grpc
-from services.common.grpc_server import GrpcService, run_until_signalled, start_server
-from services.router.endpoints import parse_static
+from services.common.grpc_server import (
+    GrpcService,
+    ServerHandle,
+    run_until_signalled,
+    start_server,
+)
+from services.router.discovery import make_source
+from services.router.plugin import PluginDeps
 from services.router.pool import EnginePool
+from services.router.scheduler import Scheduler
 from services.router.servicer import RouterServicer
 from services.router.settings import RouterSettings
 
 SERVICE_NAME = router_pb2.DESCRIPTOR.services_by_name["Router"].full_name
 
 
-async def serve(settings: RouterSettings) -> None:
-    pool = EnginePool(parse_static(settings.engines), settings.poll_interval_seconds)
-    await pool.poll_once()
-    pool.start()
+async def start(settings: RouterSettings) -> tuple[ServerHandle, EnginePool]:
+    """A serving router; the caller stops the server and closes the pool."""
+    pool = EnginePool(make_source(settings), settings)
+    # Built before anything connects: a bad policy or weight fails at startup.
+    scheduler = Scheduler(PluginDeps(pool.index, pool.history, settings))
+    await pool.start()
+    servicer = RouterServicer(pool, scheduler)
     handle = await start_server(
         "router",
         settings,
-        [
-            GrpcService(
-                SERVICE_NAME, RouterServicer(pool), router_pb2_grpc.add_RouterServicer_to_server
-            )
-        ],
+        [GrpcService(SERVICE_NAME, servicer, router_pb2_grpc.add_RouterServicer_to_server)],
     )
+    return handle, pool
+
+
+async def serve(settings: RouterSettings) -> None:
+    handle, pool = await start(settings)
     await run_until_signalled(handle, settings.shutdown_grace_seconds, on_stop=pool.close)
 
 

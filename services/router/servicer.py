@@ -6,40 +6,70 @@ import grpc
 from prometheus_client import Counter, Histogram
 
 from maas.v1 import router_pb2, router_pb2_grpc
+from services.common.logging import get_logger
 from services.common.metrics import LATENCY_BUCKETS
-from services.router.least_load import pick_least_loaded
+from services.router.plugin import PickContext
 from services.router.pool import EnginePool
+from services.router.scheduler import Scheduler
+from services.router.stats import COLLECTOR, deployment_stats
+
+log = get_logger(__name__)
 
 PICK_SECONDS = Histogram(
     "maas_router_pick_seconds", "Time to choose an endpoint", buckets=LATENCY_BUCKETS
 )
-PICKS = Counter("maas_router_picks", "Pick outcomes", ["model", "outcome"])
+PICKS = Counter("maas_router_picks", "Pick outcomes", ["model", "policy", "outcome"])
+PREFIX_MATCH = Histogram(
+    "maas_router_pick_prefix_match_ratio",
+    "Share of the prompt's blocks the chosen replica was believed to cache",
+    buckets=(0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0),
+)
 
 
 class RouterServicer(router_pb2_grpc.RouterServicer):
-    def __init__(self, pool: EnginePool):
+    def __init__(self, pool: EnginePool, scheduler: Scheduler):
         self._pool = pool
+        self._scheduler = scheduler
+        COLLECTOR.sources.add(self)
 
     async def Pick(self, request, context):
         started = time.perf_counter()
         endpoints = self._pool.for_model(request.model)
         if not endpoints:
-            PICKS.labels("unknown", "model_not_found").inc()
+            PICKS.labels("unknown", "", "model_not_found").inc()
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"no engine serves model {request.model!r}"
             )
-        excluded = set(request.exclude_endpoint_ids)
-        candidates = [e for e in endpoints if e.available and e.endpoint_id not in excluded]
-        chosen = pick_least_loaded(candidates)
-        if chosen is None:
-            PICKS.labels(request.model, "no_endpoint").inc()
+        profile = self._scheduler.profile(request.model, self._pool.routing.get(request.model))
+        ctx = PickContext(
+            request_id=request.request_id,
+            model=request.model,
+            token_ids=request.token_ids,
+            session_id=request.session_id,
+            exclude=frozenset(request.exclude_endpoint_ids),
+        )
+        decision = profile.pick(ctx, endpoints)
+        if decision is None:
+            PICKS.labels(request.model, profile.policy.name, "no_endpoint").inc()
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE,
                 f"no ready engine for model {request.model!r} "
-                f"({len(endpoints)} known, {len(excluded)} excluded)",
+                f"({len(endpoints)} known, {len(ctx.exclude)} excluded)",
             )
+        chosen = decision.endpoint
         self._pool.record_pick(request.request_id, chosen)
-        PICKS.labels(request.model, "picked").inc()
+        # Until the engine's events say so, assume it will cache what it was sent.
+        self._pool.history.record(chosen.endpoint_id, ctx.block_hashes(chosen), ctx.now)
+        PICKS.labels(request.model, profile.policy.name, "picked").inc()
+        log.debug(
+            "picked",
+            request_id=request.request_id,
+            endpoint=chosen.endpoint_id,
+            scores={name: round(score, 3) for name, score in decision.scores.items()},
+            loads={e.endpoint_id: e.requests for e in endpoints},
+        )
+        if "prefix" in decision.scores:
+            PREFIX_MATCH.observe(decision.scores["prefix"])
         PICK_SECONDS.observe(time.perf_counter() - started)
         return router_pb2.PickResponse(endpoint_id=chosen.endpoint_id, address=chosen.address)
 
@@ -48,30 +78,18 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         return router_pb2.ReleaseResponse()
 
     async def GetPoolStats(self, request, context):
-        models = [request.model] if request.model else self._pool.models()
-        deployments = []
-        for model in models:
-            endpoints = self._pool.for_model(model)
-            replicas = [
-                router_pb2.ReplicaStats(
-                    endpoint_id=e.endpoint_id,
-                    address=e.address,
-                    ready=e.ready,
-                    draining=e.draining,
-                    running=e.running,
-                    waiting=e.waiting,
-                    in_flight=e.in_flight,
-                    kv_cache_usage=e.kv_cache_usage,
-                    max_num_seqs=e.max_num_seqs,
+        return self.pool_stats(request.model)
+
+    def pool_stats(self, model: str = "") -> router_pb2.PoolStats:
+        models = [model] if model else self._pool.models()
+        return router_pb2.PoolStats(
+            deployments=[
+                deployment_stats(
+                    m,
+                    self._pool.for_model(m),
+                    self._pool.index,
+                    self._scheduler.profile(m, self._pool.routing.get(m)).policy.name,
                 )
-                for e in endpoints
+                for m in models
             ]
-            deployments.append(
-                router_pb2.DeploymentStats(
-                    model=model,
-                    replicas=replicas,
-                    queue_depth=sum(e.waiting for e in endpoints),
-                    ready_replicas=sum(e.available for e in endpoints),
-                )
-            )
-        return router_pb2.PoolStats(deployments=deployments)
+        )

@@ -1,0 +1,112 @@
+"""One streamed chat completion over the OpenAI HTTP API, timed as a client sees it."""
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+
+@dataclass
+class RequestResult:
+    # Empty when the request succeeded, else its kind: http_429, timeout, stream_error...
+    error: str = ""
+    ttft: float | None = None
+    e2e: float = 0.0
+    # Gaps between consecutive content chunks.
+    itl: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    text: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    @property
+    def tpot(self) -> float | None:
+        """Mean time per output token after the first."""
+        if self.ttft is None or self.completion_tokens < 2:
+            return None
+        return (self.e2e - self.ttft) / (self.completion_tokens - 1)
+
+
+class ChatClient:
+    def __init__(self, base_url: str, api_key: str, model: str, timeout: float):
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._model = model
+        self._http = httpx.AsyncClient(
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def chat(self, messages: list[dict], max_tokens: int, session: str = "") -> RequestResult:
+        body = {
+            "model": self._model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            # vLLM's extra, so every request generates exactly max_tokens.
+            "ignore_eos": True,
+        }
+        headers = {}
+        if session:
+            body["user"] = session
+            headers["x-session-id"] = session
+        result = RequestResult()
+        started = time.perf_counter()
+        try:
+            async with self._http.stream("POST", self._url, json=body, headers=headers) as reply:
+                if reply.status_code != 200:
+                    await reply.aread()
+                    result.error = f"http_{reply.status_code}"
+                else:
+                    await self._read_stream(reply, started, result)
+        except httpx.TimeoutException:
+            result.error = "timeout"
+        except httpx.TransportError:
+            result.error = "connection"
+        result.e2e = time.perf_counter() - started
+        return result
+
+    async def _read_stream(self, reply: httpx.Response, started: float, result) -> None:
+        last = None
+        finished = False
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            payload = line.removeprefix("data: ")
+            if payload == "[DONE]":
+                break
+            chunk = json.loads(payload)
+            if "error" in chunk:
+                result.error = "stream_error"
+                return
+            for choice in chunk.get("choices") or []:
+                content = (choice.get("delta") or {}).get("content")
+                if content:
+                    now = time.perf_counter()
+                    if last is None:
+                        result.ttft = now - started
+                    else:
+                        result.itl.append(now - last)
+                    last = now
+                    result.text += content
+                if choice.get("finish_reason") == "error":
+                    result.error = "stream_error"
+                finished = finished or bool(choice.get("finish_reason"))
+            usage = chunk.get("usage")
+            if usage:
+                result.prompt_tokens = usage.get("prompt_tokens", 0)
+                result.completion_tokens = usage.get("completion_tokens", 0)
+                details = usage.get("prompt_tokens_details") or {}
+                result.cached_tokens = details.get("cached_tokens") or 0
+        if not finished and not result.error:
+            result.error = "stream_incomplete"

@@ -1,0 +1,37 @@
+"""Local mode started for one benchmark run, as `maas up` would, then stopped.
+
+Each policy's state and logs stay in STATE_DIR/bench/POLICY (default .maas),
+so a surprising result can be traced in the router's and engines' logs.
+"""
+
+import contextlib
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from services.local.ports import free_port
+from services.local.stack import Stack, StackConfig
+
+
+@contextlib.asynccontextmanager
+async def local_stack(policy: str, replicas: int, engine_args: list[str]) -> AsyncIterator[Stack]:
+    state = Path(os.environ.get("MAAS_STATE_DIR", ".maas")) / "bench" / policy
+    shutil.rmtree(state, ignore_errors=True)  # logs of this run only
+    config = StackConfig(
+        state_dir=state,
+        gateway_port=free_port(),
+        engine_replicas=replicas,
+        engine_args=engine_args,
+        routing_policy=policy,
+    )
+    stack = Stack(config)
+    try:
+        await stack.start()
+        yield stack
+    except BaseException:
+        for process in stack.dead():
+            print(f"--- {process.name} exited; last log lines:\n{process.log_tail()}")
+        raise
+    finally:
+        stack.stop()

@@ -1,0 +1,180 @@
+"""`maas bench --scenario NAME`: run a workload, write a JSON report and a PNG of CDFs.
+
+With --base-url it measures that server once. Without, it starts local mode
+for each --routing-policy in turn (the scenario's pair by default), with
+--engine-replicas engines whose KV cache holds --kv-cache-fraction of the
+workload's working set, and compares them. Unknown flags go to every engine,
+as with `maas up`.
+"""
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+
+from services.bench.client import ChatClient, RequestResult
+from services.bench.runner import dev_api_key, engine_metrics_urls, measure, warm_up
+from services.bench.scenario import Scenario
+from services.bench.scenarios import SCENARIOS
+from services.common.model_files import DEFAULT_MODEL_ID
+
+POLICIES = ("prefix_affinity", "least_load", "round_robin")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="maas bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    parser.add_argument("--max-tokens", type=int, default=16, help="tokens generated per request")
+    parser.add_argument("--seed", type=int, default=0, help="the same seed, the same workload")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    parser.add_argument(
+        "--warmup-requests", type=int, default=8, help="short requests before measuring"
+    )
+    remote = parser.add_argument_group("an existing server")
+    remote.add_argument("--base-url", default="", help="e.g. http://127.0.0.1:8080/v1")
+    remote.add_argument(
+        "--api-key", default=os.environ.get("OPENAI_API_KEY", ""), help="default: .maas's"
+    )
+    remote.add_argument("--model", default=DEFAULT_MODEL_ID)
+    remote.add_argument(
+        "--metrics-url",
+        action="append",
+        default=[],
+        help="an engine's /metrics as NAME=URL or URL (repeat); default: .maas/stack.json's",
+    )
+    local = parser.add_argument_group("local mode, started once per policy")
+    local.add_argument("--routing-policy", action="append", choices=POLICIES, default=[])
+    local.add_argument("--engine-replicas", type=int, default=4)
+    local.add_argument("--kv-cache-memory", type=int, default=0, help="bytes per engine")
+    local.add_argument(
+        "--kv-cache-fraction",
+        type=float,
+        default=1 / 3,
+        help="size each engine's KV cache to this share of the working set (0: engine default)",
+    )
+    output = parser.add_argument_group("output")
+    output.add_argument("--output", type=Path, help="JSON report (default: benchmarks/results/)")
+    output.add_argument("--plot", type=Path, help="PNG of latency CDFs (default: beside the JSON)")
+    for scenario in SCENARIOS.values():
+        scenario.add_arguments(parser)
+    return parser
+
+
+async def run_remote(args, scenario: Scenario) -> tuple[dict, list[RequestResult]]:
+    metrics = engine_metrics_urls(args.metrics_url)
+    client = ChatClient(args.base_url, args.api_key or dev_api_key(), args.model, args.timeout)
+    try:
+        await warm_up(client, args.warmup_requests)
+        return await measure(scenario, client, args.max_tokens, metrics, "remote")
+    finally:
+        await client.close()
+
+
+async def run_local(args, scenario: Scenario, policy: str, engine_args: list[str]):
+    from services.bench.local_stack import local_stack
+
+    async with local_stack(policy, args.engine_replicas, engine_args) as stack:
+        engines = {k: v for k, v in stack.metrics_urls.items() if k.startswith("engine-")}
+        client = ChatClient(f"{stack.gateway_url}/v1", stack.api_key, args.model, args.timeout)
+        try:
+            await warm_up(client, args.warmup_requests)
+            return await measure(scenario, client, args.max_tokens, engines, policy)
+        finally:
+            await client.close()
+
+
+def size_kv_cache(args, scenario: Scenario, engine_args: list[str]) -> tuple[list[str], dict]:
+    """Engine flags with the KV cache sized for this workload, and what was chosen."""
+    working_set = scenario.working_set_tokens()
+    setup = {"engine_replicas": args.engine_replicas, "working_set_tokens": working_set}
+    if args.kv_cache_memory or args.kv_cache_fraction:
+        from services.bench.kv_sizing import kv_block_bytes
+
+        per_block, block_size = kv_block_bytes(engine_args)
+        # Never below one whole request of the workload: the engine would refuse it.
+        wanted = max(working_set * args.kv_cache_fraction, scenario.largest_request_tokens())
+        memory = args.kv_cache_memory or math.ceil(wanted / block_size) * per_block
+        tokens = memory // per_block * block_size
+        engine_args = [*engine_args, f"--kv-cache-memory={memory}"]
+        setup |= {
+            "kv_cache_memory_bytes": memory,
+            "kv_cache_tokens_per_replica": tokens,
+            "kv_cache_share_of_working_set": round(tokens / working_set, 3),
+        }
+    setup["engine_args"] = engine_args
+    return engine_args, setup
+
+
+def series(results: list[RequestResult]) -> dict[str, list[float]]:
+    ok = [r for r in results if r.ok]
+    return {
+        "ttft": [r.ttft for r in ok if r.ttft is not None],
+        "tpot": [r.tpot for r in ok if r.tpot is not None],
+        "itl": [gap for r in ok for gap in r.itl],
+        "e2e": [r.e2e for r in ok],
+    }
+
+
+def print_summary(runs: dict[str, dict], verdict: dict) -> None:
+    for label, s in runs.items():
+        hit = (s["prefix_cache"] or {}).get("hit_rate")
+        print(
+            f"{label:>16}: TTFT mean {s['ttft_s'].get('mean', 0):.3f}s "
+            f"p90 {s['ttft_s'].get('p90', 0):.3f}s | TPOT mean {s['tpot_s'].get('mean', 0):.4f}s"
+            f" | {s['throughput']['output_tokens_per_s']:.1f} output tok/s"
+            f" | prefix-cache hit rate {'n/a' if hit is None else f'{hit:.1%}'}"
+            f" | errors {sum(s['errors'].values())}"
+        )
+    for name, check in verdict.items():
+        met = "met" if check["met"] else "NOT met"
+        print(f"{name}: {check['value']} (target {check['target']}): {met}")
+
+
+def main(argv: list[str]) -> int:
+    args, engine_args = build_parser().parse_known_args(argv)
+    scenario = SCENARIOS[args.scenario].from_args(args)
+    runs, samples = {}, {}
+    if args.base_url:
+        setup = {"base_url": args.base_url}
+        runs["remote"], samples["remote"] = asyncio.run(run_remote(args, scenario))
+    else:
+        engine_args, setup = size_kv_cache(args, scenario, engine_args)
+        for policy in args.routing_policy or scenario.default_policies:
+            runs[policy], samples[policy] = asyncio.run(
+                run_local(args, scenario, policy, engine_args)
+            )
+    verdict = scenario.verdict(runs)
+    output = args.output or Path("benchmarks/results") / f"bench_{scenario.name}.json"
+    plot = args.plot or output.with_suffix(".png")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    report = {
+        "benchmark": "maas bench",
+        "scenario": scenario.name,
+        "command": " ".join(["maas", "bench", *argv]),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
+        "params": scenario.describe(),
+        "setup": setup,
+        "runs": runs,
+        "verdict": verdict,
+    }
+    output.write_text(json.dumps(report, indent=2) + "\n")
+    from services.bench.plot import plot_cdfs
+
+    notes = {
+        label: f"(hit rate {s['prefix_cache']['hit_rate']:.0%})" if s["prefix_cache"] else ""
+        for label, s in runs.items()
+    }
+    plot_cdfs(
+        {label: series(results) for label, results in samples.items()},
+        notes,
+        plot,
+        f"maas bench --scenario {scenario.name}",
+    )
+    print_summary(runs, verdict)
+    print(f"wrote {output} and {plot}")
+    return 0

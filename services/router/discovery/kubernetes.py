@@ -1,0 +1,144 @@
+"""Kubernetes discovery: watch the engine Services and EndpointSlices of one namespace.
+
+The `kubernetes` client is synchronous, so each resource is listed and watched
+in its own daemon thread, which wakes the event loop after every change; the
+loop then rebuilds the whole snapshot from both caches. Every watch round starts
+with a fresh list, so a dropped watch (or a 410 Gone) can't leave a deleted pod
+behind. RBAC: get/list/watch on services and discovery.k8s.io endpointslices.
+"""
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from kubernetes import client, config, watch
+
+from services.common.logging import get_logger
+from services.router.discovery import Snapshot
+from services.router.discovery.kubernetes_objects import snapshot_of
+from services.router.settings import RouterSettings
+
+log = get_logger(__name__)
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# The server ends a watch after this long; the next round relists.
+WATCH_SECONDS = 300
+RETRY_SECONDS = 2.0
+
+
+class _ResourceCache:
+    """One resource kind's objects in a namespace, kept current by list + watch."""
+
+    def __init__(self, list_fn: Callable, namespace: str, selector: str):
+        self._list_fn = list_fn
+        self._namespace = namespace
+        self._selector = selector
+        self._lock = threading.Lock()
+        self._objects: dict[str, dict] = {}
+        self._stopped = threading.Event()
+        self._watch: watch.Watch | None = None
+        self.synced = threading.Event()
+
+    def objects(self) -> list[dict]:
+        with self._lock:
+            return list(self._objects.values())
+
+    def start(self, on_change: Callable[[], None]) -> None:
+        threading.Thread(target=self._run, args=(on_change,), name="k8s-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._watch is not None:
+            self._watch.stop()
+
+    def _run(self, on_change: Callable[[], None]) -> None:
+        while not self._stopped.is_set():
+            try:
+                version = self._relist()
+                self.synced.set()
+                on_change()
+                self._watch = watch.Watch()
+                for event in self._watch.stream(
+                    self._list_fn,
+                    self._namespace,
+                    label_selector=self._selector,
+                    resource_version=version,
+                    timeout_seconds=WATCH_SECONDS,
+                ):
+                    if self._apply(event["type"], event["raw_object"]):
+                        on_change()
+            except Exception as exc:  # the API server going away must not end discovery
+                if self._stopped.is_set():
+                    return
+                log.warning("kubernetes_watch_failed", error=str(exc)[:300])
+                self._stopped.wait(RETRY_SECONDS)
+
+    def _relist(self) -> str:
+        response = self._list_fn(
+            self._namespace, label_selector=self._selector, _preload_content=False
+        )
+        listing = json.loads(response.data)
+        with self._lock:
+            self._objects = {item["metadata"]["name"]: item for item in listing["items"]}
+        return listing["metadata"].get("resourceVersion", "")
+
+    def _apply(self, kind: str, obj: dict) -> bool:
+        name = (obj.get("metadata") or {}).get("name")
+        if kind not in ("ADDED", "MODIFIED", "DELETED") or not name:
+            return False  # BOOKMARK, or nothing to key it by
+        with self._lock:
+            if kind == "DELETED":
+                self._objects.pop(name, None)
+            else:
+                self._objects[name] = obj
+        return True
+
+
+class KubernetesSource:
+    def __init__(self, api: client.ApiClient, namespace: str, service_selector: str):
+        self._services = _ResourceCache(
+            client.CoreV1Api(api).list_namespaced_service, namespace, service_selector
+        )
+        # A slice names its Service in a label; rather than rely on it copying the
+        # Service's other labels, every slice of the namespace is read and joined by name.
+        self._slices = _ResourceCache(
+            client.DiscoveryV1Api(api).list_namespaced_endpoint_slice, namespace, ""
+        )
+
+    @classmethod
+    def from_settings(cls, settings: RouterSettings) -> "KubernetesSource":
+        namespace = settings.kubernetes_namespace
+        if not namespace and SERVICE_ACCOUNT_NAMESPACE.exists():
+            namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+        selector = settings.kubernetes_selector
+        return cls(_api_client(settings.kubeconfig), namespace or "default", selector)
+
+    async def snapshots(self) -> AsyncIterator[Snapshot]:
+        loop = asyncio.get_running_loop()
+        changed = asyncio.Event()
+        for cache in (self._services, self._slices):
+            cache.start(lambda: loop.call_soon_threadsafe(changed.set))
+        while True:
+            await changed.wait()
+            changed.clear()
+            # Half-synced state would look like "every replica is gone".
+            if self._services.synced.is_set() and self._slices.synced.is_set():
+                yield snapshot_of(self._services.objects(), self._slices.objects())
+
+    async def close(self) -> None:
+        for cache in (self._services, self._slices):
+            cache.stop()
+
+
+def _api_client(kubeconfig: str) -> client.ApiClient:
+    """In a pod, its service account; outside, a kubeconfig. Never the client's global default."""
+    if not kubeconfig:
+        in_cluster = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=in_cluster)
+            return client.ApiClient(in_cluster)
+        except config.ConfigException:
+            pass
+    return config.new_client_from_config(config_file=kubeconfig or None)

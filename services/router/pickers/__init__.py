@@ -1,0 +1,1 @@
+"""Pickers: choose one endpoint from the scored candidates."""

@@ -1,0 +1,72 @@
+"""The routing plugin contract, in llm-d's shape: filters narrow the candidates,
+scorers rate each survivor in [0, 1], a picker chooses from the weighted sums.
+
+Each plugin lives in its own file under filters/, scorers/ or pickers/, and
+registry.py names them for policies.py and for configured weights.
+"""
+
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from services.common.block_hash import prefix_block_hashes
+from services.router.endpoints import Endpoint
+from services.router.pick_history import PickHistory
+from services.router.prefix_index import PrefixIndex
+from services.router.settings import RouterSettings
+
+# Enough of the prompt to tell conversations apart, little enough to be cheap.
+TIE_KEY_TOKENS = 256
+
+
+@dataclass
+class PickContext:
+    request_id: str
+    model: str
+    token_ids: Sequence[int]
+    session_id: str = ""
+    exclude: frozenset[str] = frozenset()
+    now: float = field(default_factory=time.monotonic)
+    _hashes: dict[tuple[int, str], list[int]] = field(default_factory=dict, repr=False)
+
+    def block_hashes(self, endpoint: Endpoint) -> list[int]:
+        """The prompt's chained block hashes as this endpoint's engine computes them."""
+        params = endpoint.hash_params
+        if params not in self._hashes:
+            block_size, salt = params
+            self._hashes[params] = prefix_block_hashes(self.token_ids, block_size, salt)
+        return self._hashes[params]
+
+    @property
+    def tie_key(self) -> bytes:
+        """What decides between equal scores. Derived from the prompt, not from chance
+        or arrival order, so router replicas agree and same-prefix prompts stay together."""
+        head = self.token_ids[:TIE_KEY_TOKENS]
+        return struct.pack(f"<{len(head)}I", *head) if head else self.request_id.encode()
+
+
+@dataclass
+class PluginDeps:
+    """What a plugin may be built from."""
+
+    index: PrefixIndex
+    history: PickHistory
+    settings: RouterSettings
+
+
+class Filter(Protocol):
+    def filter(self, ctx: PickContext, endpoints: list[Endpoint]) -> list[Endpoint]: ...
+
+
+class Scorer(Protocol):
+    def score(self, ctx: PickContext, endpoints: list[Endpoint]) -> list[float]:
+        """One score in [0, 1] per endpoint, in order; higher is better."""
+        ...
+
+
+class Picker(Protocol):
+    def pick(self, ctx: PickContext, ranked: list[tuple[Endpoint, float]]) -> Endpoint:
+        """Choose from a non-empty list of (endpoint, weighted score)."""
+        ...

@@ -1,0 +1,57 @@
+"""The routing policies a deployment chooses from, as plugin names and weights.
+
+prefix_affinity weighs a full prefix match (6) above everything else together
+(1 + 2 + 1 + 1): a replica holding the whole prompt only loses it through the
+overload guard, while a partial match trades off against load. Load is judged
+mostly on requests at the replica, which is exact for this router's own picks.
+"""
+
+from dataclasses import dataclass, field
+
+from services.router.registry import SCORERS
+
+DEFAULT_POLICY = "prefix_affinity"
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    filters: tuple[str, ...]
+    picker: str
+    weights: dict[str, float] = field(default_factory=dict)
+
+
+POLICIES = {
+    "round_robin": Policy("round_robin", ("available",), "round_robin"),
+    "least_load": Policy(
+        "least_load",
+        ("available",),
+        "max_score",
+        {"requests": 2.0, "queue": 1.0, "kv_cache": 1.0},
+    ),
+    "prefix_affinity": Policy(
+        "prefix_affinity",
+        ("available", "overload"),
+        "max_score",
+        {"prefix": 6.0, "session": 1.0, "requests": 2.0, "queue": 1.0, "kv_cache": 1.0},
+    ),
+}
+
+
+def resolve(name: str, weights: dict[str, float] | None = None) -> Policy:
+    """A named policy with some weights overridden; weight 0 turns a scorer off.
+
+    Accepts the CRD's spelling too (prefix-affinity). Raises ValueError naming
+    what is wrong, so a bad flag fails at startup.
+    """
+    key = (name or DEFAULT_POLICY).replace("-", "_")
+    if key not in POLICIES:
+        raise ValueError(f"unknown routing policy {name!r}; choose from {sorted(POLICIES)}")
+    base = POLICIES[key]
+    unknown = set(weights or {}) - set(SCORERS)
+    if unknown:
+        raise ValueError(f"unknown scorer(s) {sorted(unknown)}; choose from {sorted(SCORERS)}")
+    if any(w < 0 for w in (weights or {}).values()):
+        raise ValueError("scorer weights must not be negative")
+    merged = {**base.weights, **(weights or {})}
+    return Policy(base.name, base.filters, base.picker, {k: w for k, w in merged.items() if w})

@@ -1,0 +1,30 @@
+"""Plugin names, as policies and configured weights use them, and how to build each."""
+
+from collections.abc import Callable
+
+from services.router.filters.available import AvailableFilter
+from services.router.filters.overload import OverloadFilter
+from services.router.pickers.max_score import MaxScorePicker
+from services.router.pickers.round_robin import RoundRobinPicker
+from services.router.plugin import Filter, Picker, PluginDeps, Scorer
+from services.router.scorers.kv_cache import KvCacheScorer
+from services.router.scorers.least_requests import LeastRequestsScorer
+from services.router.scorers.prefix import PrefixScorer
+from services.router.scorers.queue import QueueScorer
+from services.router.scorers.session import SessionScorer
+
+FILTERS: dict[str, Callable[[PluginDeps], Filter]] = {
+    "available": lambda deps: AvailableFilter(),
+    "overload": lambda deps: OverloadFilter(deps.settings.overload_margin),
+}
+SCORERS: dict[str, Callable[[PluginDeps], Scorer]] = {
+    "prefix": lambda deps: PrefixScorer(deps.index, deps.history),
+    "queue": lambda deps: QueueScorer(),
+    "kv_cache": lambda deps: KvCacheScorer(),
+    "session": lambda deps: SessionScorer(),
+    "requests": lambda deps: LeastRequestsScorer(),
+}
+PICKERS: dict[str, Callable[[PluginDeps], Picker]] = {
+    "max_score": lambda deps: MaxScorePicker(),
+    "round_robin": lambda deps: RoundRobinPicker(),
+}

@@ -1,0 +1,10 @@
+"""Least requests: fewer requests at the replica (running, waiting or just picked) is better."""
+
+from services.router.endpoints import Endpoint
+from services.router.plugin import PickContext
+from services.router.scorers import lower_is_better
+
+
+class LeastRequestsScorer:
+    def score(self, ctx: PickContext, endpoints: list[Endpoint]) -> list[float]:
+        return lower_is_better([e.requests for e in endpoints])
