@@ -4,7 +4,6 @@ spool that keeps every billed token while Redis is down."""
 import asyncio
 import signal
 import time
-import uuid
 
 import httpx
 import pytest
@@ -15,24 +14,13 @@ from services.billing.quota import Quotas
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM
-from services.gateway.tenants import TenantStore
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
 from services.local.redis_server import redis_process
+from tests.e2e.tenants import new_tenant_key
 
 pytestmark = pytest.mark.slow
-
-
-async def tenant_with_key(redis_url: str) -> tuple[str, str]:
-    redis = open_redis(redis_url)
-    try:
-        store = TenantStore(redis)
-        name = f"t-{uuid.uuid4().hex[:8]}"
-        await store.create_tenant(name)
-        return name, (await store.create_key(name))[1]
-    finally:
-        await redis.aclose()
 
 
 async def complete(client: httpx.AsyncClient, base: str, key: str, max_tokens: int = 4):
@@ -51,7 +39,7 @@ async def wait_until(predicate, timeout: float = 60) -> None:
 
 
 async def test_usage_api_shows_only_the_callers_usage(stack):
-    (a, key_a), (b, key_b) = [await tenant_with_key(stack.redis_url) for _ in range(2)]
+    (a, key_a), (b, key_b) = [await new_tenant_key(stack.redis_url) for _ in range(2)]
     async with httpx.AsyncClient(timeout=60) as client:
         replies = [await complete(client, stack.gateway_url, key_a) for _ in range(2)]
         billed = sum(r.json()["usage"]["total_tokens"] for r in replies)
@@ -91,7 +79,7 @@ async def test_usage_api_shows_only_the_callers_usage(stack):
 
 
 async def test_exhausted_monthly_budget_is_refused_with_insufficient_quota(stack):
-    tenant, key = await tenant_with_key(stack.redis_url)
+    tenant, key = await new_tenant_key(stack.redis_url)
     redis = open_redis(stack.redis_url)
     try:
         await Quotas(redis).set_monthly_budget(tenant, 1)
@@ -117,7 +105,7 @@ async def test_redis_outage_is_spooled_and_replayed_exactly(stack, tmp_path):
     server = redis_process(tmp_path, port)
     server.start()
     await wait_ready(server, redis_url, 30)
-    tenant, key = await tenant_with_key(redis_url)
+    tenant, key = await new_tenant_key(redis_url)
     http_port = free_port()
     base = f"http://127.0.0.1:{http_port}"
     gateway = ManagedProcess(

@@ -6,7 +6,6 @@ import io
 import json
 import subprocess
 import sys
-import uuid
 
 import grpc
 import openai
@@ -14,22 +13,9 @@ import pytest
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
 from services.common.model_files import DEFAULT_MODEL_ID
-from services.common.redis_client import open_redis
-from services.gateway.tenants import TenantStore
+from tests.e2e.tenants import new_tenant_key
 
 pytestmark = pytest.mark.slow
-
-
-async def new_tenant_key(redis_url: str) -> tuple[str, str]:
-    redis = open_redis(redis_url)
-    try:
-        store = TenantStore(redis)
-        name = f"billing-{uuid.uuid4().hex[:8]}"
-        await store.create_tenant(name)
-        _key_id, key = await store.create_key(name)
-        return name, key
-    finally:
-        await redis.aclose()
 
 
 async def test_usage_reaches_billing_exactly(stack):
