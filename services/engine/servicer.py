@@ -132,6 +132,10 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             max_num_seqs=engine.config.max_num_seqs,
             max_model_len=engine.config.max_model_len,
             draining=self.draining,
+            # What the router needs to compute this engine's block hashes.
+            block_size=engine.config.block_size,
+            cache_salt=engine.config.cache_salt,
+            kv_cache_blocks=engine.config.num_blocks,
         )
 
     async def Drain(self, request, context):
