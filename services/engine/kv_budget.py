@@ -5,7 +5,10 @@ the device's memory (on CPU: of --cpu-memory-budget), minus what the weights
 already take; the KV cache gets the rest.
 """
 
+import itertools
+
 import torch
+from torch import nn
 
 from services.engine.kv_cache import PagedKVCache
 from services.engine.model_config import ModelConfig
@@ -14,6 +17,12 @@ from services.engine.settings import EngineSettings
 
 class KvBudgetError(ValueError):
     pass
+
+
+def model_bytes(model: nn.Module) -> int:
+    """Memory the weights take: parameters, and buffers, where quantized layers keep theirs."""
+    tensors = itertools.chain(model.parameters(), model.buffers())
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def kv_cache_bytes(settings: EngineSettings, device: torch.device, weight_bytes: int) -> int:

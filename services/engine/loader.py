@@ -8,17 +8,26 @@ from tqdm import tqdm
 from services.engine.gguf_loader import load_gguf
 from services.engine.model import LlamaForCausalLM
 from services.engine.model_config import ModelConfig
+from services.engine.quantization.config import QuantizationConfig
+from services.engine.quantization.quantize import quantize_model
 from services.engine.safetensors_loader import load_safetensors
 
 
 def load_model(
-    path: str | Path, dtype: torch.dtype, device: torch.device | str = "cpu", progress: bool = True
+    path: str | Path,
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+    quantization: QuantizationConfig | None = None,
 ) -> tuple[LlamaForCausalLM, ModelConfig]:
     path = Path(path)
     config, weights = load_gguf(path) if path.is_file() else load_safetensors(path)
+    quantizing = quantization is not None and quantization.enabled
+    # Layers to be quantized load in float32 first, so their weights are rounded once.
+    load_dtype = torch.float32 if quantizing else dtype
     # Parameters start on the meta device: random init of memory we overwrite is wasted time.
     with torch.device("meta"):
-        model = LlamaForCausalLM(config).to(dtype)
+        model = LlamaForCausalLM(config).to(load_dtype)
     model.to_empty(device=device)
     params = dict(model.named_parameters())
     filled = dict.fromkeys(params, 0)
@@ -45,4 +54,7 @@ def load_model(
     missing = [name for name, param in params.items() if filled[name] != param.numel()]
     if missing:
         raise ValueError(f"checkpoint does not fill {missing}")
-    return model.eval().requires_grad_(False), config
+    model = model.eval().requires_grad_(False)
+    if quantizing:
+        model = quantize_model(model, quantization, dtype, source=path)
+    return model, config

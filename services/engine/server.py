@@ -13,11 +13,12 @@ from services.common.model_files import resolve_model_path
 from services.common.tokenizer_loader import load_tokenizer
 from services.engine.async_engine import AsyncEngine
 from services.engine.device import resolve_device, resolve_dtype
-from services.engine.kv_budget import kv_cache_bytes, num_blocks
+from services.engine.kv_budget import kv_cache_bytes, model_bytes, num_blocks
 from services.engine.kv_cache import PagedKVCache
 from services.engine.llm_engine import EngineConfig, LLMEngine
 from services.engine.loader import load_model
 from services.engine.model_runner import ModelRunner
+from services.engine.quantization.config import QuantizationConfig
 from services.engine.servicer import EngineServicer
 from services.engine.settings import EngineSettings
 from services.engine.spec.decoder import SpecConfig
@@ -33,11 +34,12 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
     device = resolve_device(settings.device)
     dtype = resolve_dtype(settings.dtype, device)
     started = time.perf_counter()
-    model, config = load_model(path, dtype=dtype, device=device, progress=True)
+    quantization = QuantizationConfig(settings.quantization, settings.quantization_group_size)
+    model, config = load_model(path, dtype, device, progress=True, quantization=quantization)
     max_model_len = min(settings.max_model_len or config.max_model_len, config.max_model_len)
     config = dataclasses.replace(config, max_model_len=max_model_len)
     tokenizer = load_tokenizer(path)
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    weight_bytes = model_bytes(model)
     memory = kv_cache_bytes(settings, device, weight_bytes)
     blocks = num_blocks(settings, config, dtype, memory)
     cache = PagedKVCache.allocate(config, blocks, settings.block_size, dtype, device)
@@ -46,6 +48,8 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
         path=str(path),
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
+        quantization=quantization.describe(),
+        weight_bytes=weight_bytes,
         max_model_len=max_model_len,
         kv_cache_bytes=memory,
         kv_cache_blocks=blocks,

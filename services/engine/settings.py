@@ -1,9 +1,10 @@
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.settings import ServiceSettings
+from services.engine.quantization.config import GROUP_SIZES
 
 
 class EngineSettings(ServiceSettings):
@@ -30,6 +31,14 @@ class EngineSettings(ServiceSettings):
     max_num_batched_tokens: int = Field(2048, gt=0, description="tokens computed per step")
     enable_chunked_prefill: bool = Field(True, description="split long prompts across steps")
     cache_salt: str = Field("", description="prefix-cache hash salt; empty = model id")
+    quantization: Literal["none", "int8", "int4"] = Field(
+        "none", description="weight-only quantization of the decoder's linear layers"
+    )
+    quantization_group_size: int = Field(
+        64,
+        description="int4 weights per scale and minimum: 32, 64 or 128 "
+        "(32 on a Q4_0/Q4_1 GGUF keeps the file's blocks)",
+    )
     speculative_method: Literal["", "ngram"] = Field(
         "", description="speculative decoding proposer for requests that opt in; empty = off"
     )
@@ -37,3 +46,12 @@ class EngineSettings(ServiceSettings):
     speculative_max_batch: int = Field(
         8, gt=0, description="no speculation when more sequences than this are running"
     )
+
+    @field_validator("quantization_group_size")
+    @classmethod
+    def _known_group_size(cls, value: int) -> int:
+        # An int field, not Literal[32, 64, 128]: flags arrive as strings, and a
+        # Literal of ints does not coerce them.
+        if value not in GROUP_SIZES:
+            raise ValueError(f"must be one of {GROUP_SIZES}")
+        return value

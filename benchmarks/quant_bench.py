@@ -1,0 +1,190 @@
+"""Weight-only quantization against float32, in one run: `make bench-accel`, "quantization".
+
+For float32, bfloat16 and each quantized variant of the bundled SmolLM2:
+- weight memory of the quantized linear layers against the same layers in
+  float32 and in bfloat16 (the issue's bars: int8 >= 1.9x, int4 >= 3.5x,
+  checked against bfloat16, the stricter of the two);
+- perplexity on the held-out text (services/eval/data) and its delta
+  against float32 (bar: int8 within 1%);
+- decode tokens/s through the engine at batch 1 and a larger batch, and the
+  speedup against float32 measured in the same run (the machines are shared
+  and noisy: each number is the best of --repeats runs).
+
+Every variant starts from one float32 load, so they all quantize the same
+weights. The results go under the "quantization" key of --output, which
+other accelerator benchmarks (speculative decoding) share: keys already in
+the file are kept.
+"""
+
+import argparse
+import copy
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from services.common.chat_template import render_chat
+from services.common.model_files import default_model_path
+from services.common.tokenizer_loader import load_tokenizer
+from services.engine.kv_budget import model_bytes
+from services.engine.kv_cache import PagedKVCache
+from services.engine.llm_engine import EngineConfig, LLMEngine
+from services.engine.loader import load_model
+from services.engine.model_runner import ModelRunner
+from services.engine.quantization.config import QuantizationConfig
+from services.engine.quantization.memory import quantized_weight_memory
+from services.engine.quantization.quantize import quantize_model
+from services.engine.sampling_params import SamplingParams
+from services.eval.perplexity import DEFAULT_TEXT, perplexity
+
+# name -> (quantization, activation dtype). bf16 is how this CPU serves (AMX/AVX512-BF16);
+# int8 in float32 shows what the float32 fallback (dequantize every call) costs.
+VARIANTS = {
+    "float32": (QuantizationConfig("none"), torch.float32),
+    "bfloat16": (QuantizationConfig("none"), torch.bfloat16),
+    "int8": (QuantizationConfig("int8"), torch.bfloat16),
+    "int8-float32": (QuantizationConfig("int8"), torch.float32),
+    "int4-g64": (QuantizationConfig("int4", 64), torch.bfloat16),
+    "int4-g128": (QuantizationConfig("int4", 128), torch.bfloat16),
+    # Group 32 keeps the GGUF file's own Q4_1 blocks: no requantization at all.
+    "int4-g32-gguf": (QuantizationConfig("int4", 32), torch.bfloat16),
+}
+BASELINE = "float32"
+BARS = {"int8": 1.9, "int4-g64": 3.5, "int4-g128": 3.5}  # weight memory ratio vs bfloat16
+INT8_MAX_DELTA_PCT = 1.0
+QUESTION = "Tell me about the history of bread, part {}."
+
+
+def decode_tokens_per_s(model, config, tokenizer, dtype, batch: int, new_tokens: int) -> float:
+    """Decode tokens/s of `batch` greedy requests, prefill excluded."""
+    blocks = batch * 16  # 256 tokens a request: the prompt and what it decodes fit
+    cache = PagedKVCache.allocate(config, blocks, 16, dtype, "cpu")
+    engine = LLMEngine(
+        EngineConfig(num_blocks=blocks, max_model_len=256, max_num_seqs=batch),
+        config,
+        ModelRunner(model, config, cache, "cpu"),
+        tokenizer,
+    )
+    params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
+    for i in range(batch):
+        messages = [{"role": "user", "content": QUESTION.format(i)}]
+        text = render_chat(
+            tokenizer.chat_template, messages, True, tokenizer.bos_token, tokenizer.eos_token
+        )
+        engine.add_request(str(i), tokenizer.encode(text), params)
+    # The first step prefills every prompt (they fit the token budget) and samples
+    # each one's first token; what follows is decoding only.
+    engine.step()
+    started = time.perf_counter()
+    while engine.has_work:
+        engine.step()
+    return batch * (new_tokens - 1) / (time.perf_counter() - started)
+
+
+def bench_variant(name, float_model, config, tokenizer, ids, args) -> dict:
+    quantization, dtype = VARIANTS[name]
+    model = quantize_model(copy.deepcopy(float_model), quantization, dtype, source=args.model)
+    result = {
+        "quantization": quantization.describe(),
+        "dtype": str(dtype).removeprefix("torch."),
+        "model_bytes": model_bytes(model),
+    }
+    if quantization.enabled:
+        memory = quantized_weight_memory(model)
+        result["weight_memory"] = {
+            "quantized_bytes": memory.quantized_bytes,
+            "float32_bytes": memory.float32_bytes,
+            "bfloat16_bytes": memory.bfloat16_bytes,
+            "ratio_vs_float32": round(memory.ratio_vs_float32, 3),
+            "ratio_vs_bfloat16": round(memory.ratio_vs_bfloat16, 3),
+        }
+    ppl = perplexity(model, ids, args.window)
+    result["perplexity"] = round(ppl.perplexity, 4)
+    result["perplexity_tokens"] = ppl.tokens
+    result["tokens_per_s"] = {
+        str(batch): round(
+            max(
+                decode_tokens_per_s(model, config, tokenizer, dtype, batch, args.new_tokens)
+                for _ in range(args.repeats)
+            ),
+            2,
+        )
+        for batch in args.batches
+    }
+    return result
+
+
+def summarize(variants: dict) -> dict:
+    base = variants[BASELINE]
+    for result in variants.values():
+        result["perplexity_delta_pct"] = round(
+            100 * (result["perplexity"] / base["perplexity"] - 1), 3
+        )
+        result["speedup_vs_float32"] = {
+            batch: round(tps / base["tokens_per_s"][batch], 2)
+            for batch, tps in result["tokens_per_s"].items()
+        }
+    checks = {
+        f"{name}_memory_ratio_vs_bfloat16_ge_{bar}": (
+            variants[name]["weight_memory"]["ratio_vs_bfloat16"] >= bar
+        )
+        for name, bar in BARS.items()
+        if name in variants
+    }
+    if "int8" in variants:
+        checks["int8_perplexity_delta_le_1pct"] = (
+            variants["int8"]["perplexity_delta_pct"] <= INT8_MAX_DELTA_PCT
+        )
+    return checks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--output", type=Path, default=Path("benchmarks/results/accel.json"))
+    parser.add_argument("--model", type=Path, default=None, help="default: bundled SmolLM2")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--new-tokens", type=int, default=32, help="decoded per request")
+    parser.add_argument("--repeats", type=int, default=2, help="best of this many timings")
+    parser.add_argument("--ppl-tokens", type=int, default=1024)
+    parser.add_argument("--window", type=int, default=512)
+    # One thread: on shared cores a second OpenMP thread waits on a core another
+    # process holds, and a decode step, a few hundred small matmuls, slows ~30x.
+    parser.add_argument("--torch-threads", type=int, default=1, help="0: torch's default")
+    args = parser.parse_args()
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    args.model = args.model or default_model_path()
+    names = [BASELINE, *(n for n in args.variants if n != BASELINE)]
+
+    tokenizer = load_tokenizer(args.model)
+    ids = tokenizer.encode(DEFAULT_TEXT.read_text(encoding="utf-8"))[: args.ppl_tokens]
+    float_model, config = load_model(args.model, torch.float32, progress=False)
+    variants = {}
+    for name in names:
+        print(f"{name}...", flush=True)
+        variants[name] = bench_variant(name, float_model, config, tokenizer, ids, args)
+    section = {
+        "command": "make bench-accel",
+        "model": str(args.model),
+        "device": "cpu",
+        "threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "text": DEFAULT_TEXT.name,
+        "window": args.window,
+        "new_tokens": args.new_tokens,
+        "baseline": BASELINE,
+        "checks": summarize(variants),
+        "variants": variants,
+    }
+    results = json.loads(args.output.read_text()) if args.output.exists() else {}
+    results["quantization"] = section
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(section, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""The --quantization flags as one value."""
+
+from dataclasses import dataclass
+from typing import Literal
+
+Method = Literal["none", "int8", "int4"]
+METHODS: tuple[Method, ...] = ("none", "int8", "int4")
+# Group sizes torch's CPU int4 kernel and kernels/quant_int4.py both take.
+GROUP_SIZES = (32, 64, 128)
+
+
+@dataclass(frozen=True)
+class QuantizationConfig:
+    method: Method = "none"
+    # int4 only: how many consecutive input weights of a row share a scale and a minimum.
+    group_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"quantization {self.method!r} is not one of {METHODS}")
+        if self.group_size not in GROUP_SIZES:
+            raise ValueError(f"int4 group size {self.group_size} is not one of {GROUP_SIZES}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none"
+
+    def describe(self) -> str:
+        """A short name for logs and reports: none, int8, int4-g64."""
+        return f"int4-g{self.group_size}" if self.method == "int4" else self.method

@@ -1,0 +1,71 @@
+"""Replace a loaded model's linear layers with quantized ones."""
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from services.engine.model import LlamaForCausalLM
+from services.engine.quantization import gguf_blocks
+from services.engine.quantization.config import QuantizationConfig
+from services.engine.quantization.int4 import Int4Weight, int4_group_size, make_int4_linear
+from services.engine.quantization.int8 import Int8Linear
+from services.engine.quantization.linear import QuantizedLinear
+
+# The projections of each decoder layer: nearly all the weights outside the
+# embedding. The embedding (a lookup, and the LM head when tied) and an untied
+# LM head stay in float: the head is the one matmul whose error lands straight
+# in the logits, and quantizing a lookup table saves memory but no time.
+TARGETS = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
+
+
+def quantize_model(
+    model: LlamaForCausalLM,
+    quantization: QuantizationConfig,
+    dtype: torch.dtype,
+    source: str | Path | None = None,
+) -> LlamaForCausalLM:
+    """Quantize the TARGETS in place from their float weights, then cast the rest to dtype.
+
+    The float weights should be float32: quantizing bf16 weights would round
+    them twice. An int4 layer whose inputs the group size does not divide
+    takes the largest smaller group that does (int4_group_size). For int4
+    with group 32 from a GGUF file (source), the file's own Q4_0/Q4_1 blocks
+    are used as they are: the layers then hold exactly the weights the file
+    holds, instead of a requantization of their dequantized values.
+    """
+    if not quantization.enabled:
+        return model.to(dtype)
+    from_file: dict[str, Int4Weight] = {}
+    if (
+        quantization.method == "int4"
+        and quantization.group_size == gguf_blocks.GROUP_SIZE
+        and source is not None
+        and Path(source).is_file()
+    ):
+        from_file = gguf_blocks.read_int4_blocks(
+            source, model.config, model.packed_modules_mapping, TARGETS
+        )
+    for name, module in list(model.named_modules()):
+        parent, _, child = name.rpartition(".")
+        if child in TARGETS:
+            quantized = _quantize(module, quantization, dtype, from_file.get(name))
+            setattr(model.get_submodule(parent), child, quantized)
+    return model.to(dtype)
+
+
+def _quantize(
+    linear: nn.Linear,
+    quantization: QuantizationConfig,
+    dtype: torch.dtype,
+    from_file: Int4Weight | None,
+) -> QuantizedLinear:
+    shard_sizes = getattr(linear, "shard_sizes", None)
+    if quantization.method == "int8":
+        return Int8Linear(linear.weight, linear.bias, dtype, shard_sizes)
+    if from_file is None:
+        group_size = int4_group_size(linear.in_features, quantization.group_size)
+        weight = Int4Weight.quantize(linear.weight, group_size)
+    else:
+        weight = from_file.to(linear.weight.device)  # the file is read on the CPU
+    return make_int4_linear(weight, linear.bias, dtype, shard_sizes)
