@@ -55,8 +55,8 @@ chart-template: $(BIN)/helm
 	$(BIN)/helm template maas charts/maas --include-crds $(ARGS)
 
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check services operators kernels tests
-	$(BIN)/ruff format --check services operators kernels tests
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 BENCH_STAMP := $(VENV)/.installed-bench
 

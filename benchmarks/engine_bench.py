@@ -36,8 +36,11 @@ def chat_prompt(tokenizer, question: str) -> list[int]:
     from services.common.chat_template import render_chat
 
     text = render_chat(
-        tokenizer.chat_template, [{"role": "user", "content": question}], True,
-        tokenizer.bos_token, tokenizer.eos_token,
+        tokenizer.chat_template,
+        [{"role": "user", "content": question}],
+        True,
+        tokenizer.bos_token,
+        tokenizer.eos_token,
     )
     return tokenizer.encode(text)
 
@@ -77,14 +80,18 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, size: int = 4096) -> f
 
 def bench_continuous_vs_static(model, config, tokenizer, hf_model, dtype, device, n: int) -> dict:
     rng = random.Random(0)
-    prompts = [chat_prompt(tokenizer, f"Tell me about {TOPICS[i % 8]}, part {i}.") for i in range(n)]
+    prompts = [
+        chat_prompt(tokenizer, f"Tell me about {TOPICS[i % 8]}, part {i}.") for i in range(n)
+    ]
     lengths = [rng.randint(16, 256) for _ in range(n)]
-    engine = make_engine(model, config, tokenizer, dtype, device, max_num_seqs=n,
-                         max_num_batched_tokens=2048)
+    engine = make_engine(
+        model, config, tokenizer, dtype, device, max_num_seqs=n, max_num_batched_tokens=2048
+    )
     started = time.perf_counter()
     for i, (prompt, length) in enumerate(zip(prompts, lengths, strict=True)):
-        engine.add_request(f"r{i}", prompt, SamplingParams(temperature=0, max_tokens=length,
-                                                            ignore_eos=True))
+        engine.add_request(
+            f"r{i}", prompt, SamplingParams(temperature=0, max_tokens=length, ignore_eos=True)
+        )
     drain(engine)
     ours = sum(lengths) / (time.perf_counter() - started)
     result = {"requests": n, "output_tokens": sum(lengths), "continuous_tokens_per_s": ours}
@@ -95,13 +102,19 @@ def bench_continuous_vs_static(model, config, tokenizer, hf_model, dtype, device
             width = max(len(prompts[i]) for i in group)
             # Left padding, as decoder-only batched generation needs.
             ids = torch.tensor([[0] * (width - len(prompts[i])) + prompts[i] for i in group])
-            mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i])
-                                 for i in group])
+            mask = torch.tensor(
+                [[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in group]
+            )
             longest = max(lengths[i] for i in group)
             with torch.inference_mode():
-                hf_model.generate(ids.to(device), attention_mask=mask.to(device),
-                                  max_new_tokens=longest, min_new_tokens=longest,
-                                  do_sample=False, pad_token_id=0)
+                hf_model.generate(
+                    ids.to(device),
+                    attention_mask=mask.to(device),
+                    max_new_tokens=longest,
+                    min_new_tokens=longest,
+                    do_sample=False,
+                    pad_token_id=0,
+                )
         static = sum(lengths) / (time.perf_counter() - started)
         result[f"static_batch_{batch}_tokens_per_s"] = static
         result[f"speedup_vs_static_{batch}"] = ours / static
@@ -116,11 +129,22 @@ def bench_chunked_prefill(model, config, tokenizer, dtype, device, long_tokens: 
     # prefill do); the decodes wait for that step.
     unchunked_budget = long_tokens + 64
     for label, chunked, budget in (("chunked", True, 512), ("unchunked", False, unchunked_budget)):
-        engine = make_engine(model, config, tokenizer, dtype, device, max_num_seqs=32,
-                             max_num_batched_tokens=budget, enable_chunked_prefill=chunked)
+        engine = make_engine(
+            model,
+            config,
+            tokenizer,
+            dtype,
+            device,
+            max_num_seqs=32,
+            max_num_batched_tokens=budget,
+            enable_chunked_prefill=chunked,
+        )
         for i in range(16):
-            engine.add_request(f"d{i}", chat_prompt(tokenizer, f"Count slowly, run {i}."),
-                               SamplingParams(temperature=0, max_tokens=200, ignore_eos=True))
+            engine.add_request(
+                f"d{i}",
+                chat_prompt(tokenizer, f"Count slowly, run {i}."),
+                SamplingParams(temperature=0, max_tokens=200, ignore_eos=True),
+            )
         arrivals: dict[str, list[float]] = {}
         for _ in range(20):  # the decodes are running
             for out in engine.step():
@@ -155,23 +179,34 @@ def bench_prefix_cache(model, config, tokenizer, dtype, device, prefix_tokens: i
 
     def ttft(request_id: str, question: str) -> float:
         started = time.perf_counter()
-        engine.add_request(request_id, prefix + tokenizer.encode(question),
-                           SamplingParams(temperature=0, max_tokens=1))
+        engine.add_request(
+            request_id,
+            prefix + tokenizer.encode(question),
+            SamplingParams(temperature=0, max_tokens=1),
+        )
         drain(engine)
         return time.perf_counter() - started
 
     first = ttft("first", " What is fact 3?")
     second = ttft("second", " What is fact 7?")
-    return {"prefix_tokens": prefix_tokens, "first_ttft_s": first, "cached_ttft_s": second,
-            "ttft_ratio": first / second}
+    return {
+        "prefix_tokens": prefix_tokens,
+        "first_ttft_s": first,
+        "cached_ttft_s": second,
+        "ttft_ratio": first / second,
+    }
 
 
 def bench_efficiency(model, config, tokenizer, dtype, device, peak: float) -> dict:
-    engine = make_engine(model, config, tokenizer, dtype, device, max_num_seqs=64,
-                         max_num_batched_tokens=8192)
+    engine = make_engine(
+        model, config, tokenizer, dtype, device, max_num_seqs=64, max_num_batched_tokens=8192
+    )
     for i in range(64):
-        engine.add_request(f"e{i}", chat_prompt(tokenizer, f"Describe {TOPICS[i % 8]} {i}."),
-                           SamplingParams(temperature=0, max_tokens=200, ignore_eos=True))
+        engine.add_request(
+            f"e{i}",
+            chat_prompt(tokenizer, f"Describe {TOPICS[i % 8]} {i}."),
+            SamplingParams(temperature=0, max_tokens=200, ignore_eos=True),
+        )
     engine.step()  # prefill everything
     for _ in range(5):
         engine.step()
@@ -180,15 +215,27 @@ def bench_efficiency(model, config, tokenizer, dtype, device, peak: float) -> di
         engine.step()
     step_s = (time.perf_counter() - started) / steps
     contexts = [s.num_tokens for s in engine.scheduler.running]
-    linear = sum(p.numel() for name, p in model.named_parameters()
-                 if p.dim() == 2 and "embed" not in name) + config.vocab_size * config.hidden_size
-    attention = sum(4 * ctx * config.num_heads * config.head_dim * config.num_layers
-                    for ctx in contexts)
+    linear = (
+        sum(
+            p.numel()
+            for name, p in model.named_parameters()
+            if p.dim() == 2 and "embed" not in name
+        )
+        + config.vocab_size * config.hidden_size
+    )
+    attention = sum(
+        4 * ctx * config.num_heads * config.head_dim * config.num_layers for ctx in contexts
+    )
     flops = 2 * linear * len(contexts) + attention
-    return {"batch": len(contexts), "mean_context": statistics.fmean(contexts),
-            "step_s": step_s, "tokens_per_s": len(contexts) / step_s,
-            "achieved_flops": flops / step_s, "matmul_peak_flops": peak,
-            "fraction_of_peak": flops / step_s / peak}
+    return {
+        "batch": len(contexts),
+        "mean_context": statistics.fmean(contexts),
+        "step_s": step_s,
+        "tokens_per_s": len(contexts) / step_s,
+        "achieved_flops": flops / step_s,
+        "matmul_peak_flops": peak,
+        "fraction_of_peak": flops / step_s / peak,
+    }
 
 
 def plot(results: dict, path: Path) -> None:
@@ -199,18 +246,29 @@ def plot(results: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     cs = results["continuous_vs_static"]
-    axes[0].bar(["maas continuous", "HF static 8", "HF static 32"],
-                [cs["continuous_tokens_per_s"], cs["static_batch_8_tokens_per_s"],
-                 cs["static_batch_32_tokens_per_s"]], color=["tab:green", "tab:gray", "tab:gray"])
+    axes[0].bar(
+        ["maas continuous", "HF static 8", "HF static 32"],
+        [
+            cs["continuous_tokens_per_s"],
+            cs["static_batch_8_tokens_per_s"],
+            cs["static_batch_32_tokens_per_s"],
+        ],
+        color=["tab:green", "tab:gray", "tab:gray"],
+    )
     axes[0].set_title(f"Output tokens/s, {cs['requests']} requests")
     cp = results["chunked_prefill"]
-    axes[1].bar(["chunked", "unchunked"], [cp["chunked_itl_p99_s"] * 1e3,
-                                           cp["unchunked_itl_p99_s"] * 1e3],
-                color=["tab:green", "tab:gray"])
+    axes[1].bar(
+        ["chunked", "unchunked"],
+        [cp["chunked_itl_p99_s"] * 1e3, cp["unchunked_itl_p99_s"] * 1e3],
+        color=["tab:green", "tab:gray"],
+    )
     axes[1].set_title(f"P99 ITL (ms), 16 decodes + {cp['long_prompt_tokens']}-token prompt")
     pc = results["prefix_cache"]
-    axes[2].bar(["first", "prefix cached"], [pc["first_ttft_s"] * 1e3, pc["cached_ttft_s"] * 1e3],
-                color=["tab:gray", "tab:green"])
+    axes[2].bar(
+        ["first", "prefix cached"],
+        [pc["first_ttft_s"] * 1e3, pc["cached_ttft_s"] * 1e3],
+        color=["tab:gray", "tab:green"],
+    )
     axes[2].set_title(f"TTFT (ms), {pc['prefix_tokens']}-token shared prefix")
     fig.suptitle(f"maas engine, {results['dtype']} on {results['device']}")
     fig.tight_layout()
@@ -234,8 +292,13 @@ def main() -> None:
     model, config = load_model(path, dtype=dtype, device=device, progress=False)
     tokenizer = load_tokenizer(path)
     # transformers computes GGUF checkpoints in float32 (its fastest path for them).
-    hf_model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32).to(device).eval()
+    hf_model = (
+        transformers.AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32
+        )
+        .to(device)
+        .eval()
+    )
     peak = matmul_peak(dtype, device)
     results = {
         "benchmark": "engine",
@@ -249,13 +312,16 @@ def main() -> None:
     }
     print("continuous vs static batching...", flush=True)
     results["continuous_vs_static"] = bench_continuous_vs_static(
-        model, config, tokenizer, hf_model, dtype, device, args.requests)
+        model, config, tokenizer, hf_model, dtype, device, args.requests
+    )
     print("chunked prefill...", flush=True)
     results["chunked_prefill"] = bench_chunked_prefill(
-        model, config, tokenizer, dtype, device, args.long_prompt)
+        model, config, tokenizer, dtype, device, args.long_prompt
+    )
     print("prefix cache...", flush=True)
-    results["prefix_cache"] = bench_prefix_cache(model, config, tokenizer, dtype, device,
-                                                 args.prefix)
+    results["prefix_cache"] = bench_prefix_cache(
+        model, config, tokenizer, dtype, device, args.prefix
+    )
     print("efficiency...", flush=True)
     results["efficiency"] = bench_efficiency(model, config, tokenizer, dtype, device, peak)
     args.output.parent.mkdir(parents=True, exist_ok=True)

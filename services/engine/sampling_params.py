@@ -58,8 +58,11 @@ class SamplingParams:
             ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
             ("stop_token_ids", all(i >= 0 for i in self.stop_token_ids), "must be >= 0"),
             ("n", 1 <= self.n <= MAX_N, f"must be in [1, {MAX_N}]"),
-            ("top_logprobs", 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
-             f"must be in [0, {MAX_TOP_LOGPROBS}]"),
+            (
+                "top_logprobs",
+                0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
+                f"must be in [0, {MAX_TOP_LOGPROBS}]",
+            ),
         ]
         for name, ok, requirement in checks:
             if not ok:
