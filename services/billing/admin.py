@@ -24,15 +24,8 @@ from services.billing.ledger import DAY, HOUR, PREFIX, Ledger, Totals
 from services.billing.prices import PriceTable
 from services.billing.quota import Quotas, QuotaState
 from services.common.redis_client import open_redis
+from services.common.timestamps import parse_timestamp
 from services.common.usage_event import USAGE_STREAM
-
-
-def parse_time(value: str) -> int:
-    """Unix seconds or an ISO 8601 date/time (UTC when no zone is given)."""
-    if value.isdigit():
-        return int(value)
-    parsed = datetime.fromisoformat(value)
-    return int((parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp())
 
 
 def totals_dict(totals: Totals) -> dict:
@@ -157,8 +150,8 @@ def _parser() -> argparse.ArgumentParser:
     use.add_argument("--tenant", required=True)
     use.add_argument("--format", choices=["json", "csv"], default="json")
     use.add_argument("--granularity", choices=["hour", "day"], default=None)
-    use.add_argument("--start", type=parse_time, default=0)
-    use.add_argument("--end", type=parse_time, default=None)
+    use.add_argument("--start", type=parse_timestamp, default=0)
+    use.add_argument("--end", type=parse_timestamp, default=None)
     quota = sub.add_parser("quota", help="set a tenant's monthly token budget")
     quota.add_argument("--tenant", required=True)
     quota.add_argument(

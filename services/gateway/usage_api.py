@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import grpc
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
+from services.common.timestamps import parse_timestamp
 from services.gateway.errors import APIError, bad_request, from_upstream, unavailable
 
 GRANULARITIES = {"hour": billing_pb2.GRANULARITY_HOUR, "day": billing_pb2.GRANULARITY_DAY}
@@ -19,12 +20,9 @@ def parse_time(value: str | None, name: str) -> int | None:
     if value is None:
         return None
     try:
-        if value.isdigit():
-            return int(value)
-        parsed = datetime.fromisoformat(value)
+        return parse_timestamp(value)
     except ValueError:
         raise bad_request(f"{name} must be Unix seconds or an ISO 8601 time", param=name) from None
-    return int((parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp())
 
 
 def totals(message) -> dict:
