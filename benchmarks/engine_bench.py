@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from services.common.chat_template import render_chat
 from services.common.model_files import default_model_path
 from services.common.tokenizer_loader import load_tokenizer
 from services.engine.device import resolve_device, resolve_dtype
@@ -33,8 +34,6 @@ TOPICS = ["rivers", "volcanoes", "bread", "chess", "jazz", "bees", "glaciers", "
 
 
 def chat_prompt(tokenizer, question: str) -> list[int]:
-    from services.common.chat_template import render_chat
-
     text = render_chat(
         tokenizer.chat_template,
         [{"role": "user", "content": question}],
