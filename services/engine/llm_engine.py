@@ -21,7 +21,9 @@ from services.engine.sampler import Sampler, make_generator
 from services.engine.sampling_params import SamplingParams
 from services.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from services.engine.sequence import Sequence
-from services.engine.spec.decoder import SpecConfig, SpeculativeDecoder
+from services.engine.spec.config import SpecConfig
+from services.engine.spec.decoder import SpeculativeDecoder
+from services.engine.spec.proposer import TargetInfo
 from services.engine.stop_strings import StopStringMatcher
 from services.tokenizer.length_check import ContextLengthError, check_length
 
@@ -68,7 +70,13 @@ class LLMEngine:
             self.blocks,
         )
         self.sampler = Sampler(model_config.eos_token_ids)
-        self.spec = SpeculativeDecoder(config.speculative, self.sampler, config.max_model_len)
+        target = TargetInfo(
+            vocab_size=model_config.vocab_size,
+            max_model_len=config.max_model_len,
+            device=runner.device,
+            dtype=runner.kv_cache.k.dtype,
+        )
+        self.spec = SpeculativeDecoder(config.speculative, self.sampler, target)
         self.requests: dict[str, Request] = {}
 
     @property

@@ -105,3 +105,29 @@ class ModelConfig:
             attention_bias=cfg.get("attention_bias", _ATTENTION_BIAS[arch]),
             extra_eos_token_ids=tuple(eos_ids[1:]),
         )
+
+    def to_hf_config(self) -> dict[str, Any]:
+        """A Hugging Face config.json for this shape; from_hf_config reads it back."""
+        eos = list(self.eos_token_ids)
+        return {
+            "model_type": self.architecture,
+            "architectures": [
+                "Qwen2ForCausalLM" if self.architecture == "qwen2" else "LlamaForCausalLM"
+            ],
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "max_position_embeddings": self.max_model_len,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": eos[0] if len(eos) == 1 else eos or None,
+            "attention_bias": self.attention_bias,
+            "hidden_act": "silu",
+            "torch_dtype": "float32",
+        }

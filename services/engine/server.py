@@ -21,7 +21,7 @@ from services.engine.model_runner import ModelRunner
 from services.engine.quantization.config import QuantizationConfig
 from services.engine.servicer import EngineServicer
 from services.engine.settings import EngineSettings
-from services.engine.spec.decoder import SpecConfig
+from services.engine.spec.config import SpecConfig
 
 log = get_logger(__name__)
 SERVICE_NAME = engine_pb2.DESCRIPTOR.services_by_name["Engine"].full_name
@@ -68,6 +68,8 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
             method=settings.speculative_method,
             num_tokens=settings.num_speculative_tokens,
             max_batch=settings.speculative_max_batch,
+            draft_model=settings.speculative_draft_model,
+            draft_context=settings.speculative_draft_context,
         ),
     )
     runner = ModelRunner(model, config, cache, device)

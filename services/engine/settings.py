@@ -39,8 +39,14 @@ class EngineSettings(ServiceSettings):
         description="int4 weights per scale and minimum: 32, 64 or 128 "
         "(32 on a Q4_0/Q4_1 GGUF keeps the file's blocks)",
     )
-    speculative_method: Literal["", "ngram"] = Field(
+    speculative_method: Literal["", "ngram", "draft"] = Field(
         "", description="speculative decoding proposer for requests that opt in; empty = off"
+    )
+    speculative_draft_model: str = Field(
+        "", description="draft model for --speculative-method draft (see maas distill-draft)"
+    )
+    speculative_draft_context: int = Field(
+        1024, ge=64, description="tokens of context the draft model keeps per sequence"
     )
     num_speculative_tokens: int = Field(4, gt=0, le=16, description="draft tokens per step")
     speculative_max_batch: int = Field(

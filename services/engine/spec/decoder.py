@@ -5,13 +5,15 @@ appended (its draft); the step computes the last real token and the draft in
 one pass, which costs about as much as one decode on a memory-bound model;
 after it, verify.py keeps the longest acceptable prefix plus one more token.
 
-Speculation is per request (SamplingParams.speculative) and switches itself
-off where it does not pay: when the batch is larger than max_batch (decoding
-is then compute-bound, and drafts steal batch slots), for a sequence whose
-recent drafts are mostly rejected (until its moving average recovers), and
-for n > 1 or logprobs requests (kept on the simple path).
+Speculation is per request (SamplingParams.speculative) and adapts where it
+pays less: each sequence drafts in proportion to its recent acceptance (a
+moving average), pauses when that falls below min_acceptance (until it
+recovers), and nothing is drafted when the batch is larger than max_batch
+(decoding is then compute-bound, and drafts steal batch slots); n > 1 and
+logprobs requests stay on the simple path.
 """
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -21,20 +23,13 @@ from services.engine import metrics
 from services.engine.sampler import Sampler
 from services.engine.sampling_params import SamplingParams
 from services.engine.sequence import Sequence
-from services.engine.spec.proposer import make_proposer
+from services.engine.spec.config import SpecConfig
+from services.engine.spec.proposer import DraftRequest, TargetInfo, make_proposer
 from services.engine.spec.verify import verify
 
 # How fast the acceptance average follows new evidence, and recovers when idle.
 _EMA = 0.3
 _RECOVERY = 0.02
-
-
-@dataclass
-class SpecConfig:
-    method: str = ""  # empty: off
-    num_tokens: int = 4
-    max_batch: int = 8
-    min_acceptance: float = 0.3
 
 
 @dataclass
@@ -48,29 +43,35 @@ class SamplingView:
 
 
 class SpeculativeDecoder:
-    def __init__(self, config: SpecConfig, sampler: Sampler, max_model_len: int):
+    def __init__(self, config: SpecConfig, sampler: Sampler, target: TargetInfo):
         self.config = config
         self.sampler = sampler
-        self.max_model_len = max_model_len
-        self.proposer = make_proposer(config.method) if config.method else None
+        self.max_model_len = target.max_model_len
+        self.proposer = make_proposer(config, target) if config.method else None
 
     def propose(self, running: list[Sequence]) -> None:
         if self.proposer is None or len(running) > self.config.max_batch:
             return
-        for seq in running:
-            if not self._eligible(seq):
-                continue
-            budget = min(
-                self.config.num_tokens,
-                seq.params.max_tokens - len(seq.output_ids) - 1,
-                self.max_model_len - seq.num_tokens - 1,
-            )
-            started = time.perf_counter()
-            draft = self.proposer.propose(seq.token_ids, budget)
-            metrics.SPEC_PROPOSER_SECONDS.observe(time.perf_counter() - started)
+        seqs = [seq for seq in running if self._eligible(seq)]
+        if not seqs:
+            return
+        requests = [DraftRequest(seq.seq_id, seq.token_ids, self._budget(seq)) for seq in seqs]
+        started = time.perf_counter()
+        drafts = self.proposer.propose(requests)
+        metrics.SPEC_PROPOSER_SECONDS.observe(time.perf_counter() - started)
+        for seq, draft in zip(seqs, drafts, strict=True):
             if draft:
                 seq.token_ids.extend(draft)
                 seq.num_draft_tokens = len(draft)
+
+    def _budget(self, seq: Sequence) -> int:
+        # Fewer guesses where fewer are accepted: a rejected guess is wasted compute.
+        adapted = max(1, math.ceil(self.config.num_tokens * seq.draft_acceptance))
+        return min(
+            adapted,
+            seq.params.max_tokens - len(seq.output_ids) - 1,
+            self.max_model_len - seq.num_tokens - 1,
+        )
 
     def _eligible(self, seq: Sequence) -> bool:
         params = seq.params

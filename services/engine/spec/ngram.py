@@ -5,7 +5,7 @@ most recent earlier occurrence of the sequence's last n tokens (longest n
 first) and propose the tokens that followed it.
 """
 
-from services.engine.spec.proposer import register
+from services.engine.spec.proposer import DraftRequest, register
 
 
 @register("ngram")
@@ -14,7 +14,14 @@ class NgramProposer:
         self.min_n = min_n
         self.max_n = max_n
 
-    def propose(self, token_ids: list[int], max_tokens: int) -> list[int]:
+    @classmethod
+    def from_config(cls, config, target) -> "NgramProposer":
+        return cls()
+
+    def propose(self, requests: list[DraftRequest]) -> list[list[int]]:
+        return [self.lookup(r.token_ids, r.max_tokens) for r in requests]
+
+    def lookup(self, token_ids: list[int], max_tokens: int) -> list[int]:
         if max_tokens <= 0:
             return []
         length = len(token_ids)

@@ -1,16 +1,20 @@
 """The continuously batched engine on the real model, against transformers."""
 
+import dataclasses
+
 import pytest
 import torch
 from prometheus_client import REGISTRY
 
 from services.common.tokenizer_loader import load_tokenizer
+from services.engine.checkpoint import save_model
 from services.engine.kv_cache import PagedKVCache
 from services.engine.llm_engine import EngineConfig, LLMEngine, RequestRejected
 from services.engine.loader import load_model
+from services.engine.model import LlamaForCausalLM
 from services.engine.model_runner import ModelRunner
 from services.engine.sampling_params import SamplingParams
-from services.engine.spec.decoder import SpecConfig
+from services.engine.spec.config import SpecConfig
 
 pytestmark = pytest.mark.slow
 
@@ -225,3 +229,29 @@ def test_speculative_greedy_is_token_identical_and_accepts_drafts(
     assert tokens(got[("spec", 0)]) == hf_greedy(repeat, 40)
     assert tokens(got[("plain", 0)]) == hf_greedy(prompts[0], NEW_TOKENS)
     assert REGISTRY.get_sample_value("maas_engine_spec_accepted_tokens_total") > accepted
+
+
+def test_draft_model_speculation_is_token_identical(model, tokenizer, hf_greedy, prompts, tmp_path):
+    llama, config = model
+    # A real draft that is often wrong: the target's embeddings and first two layers.
+    draft = LlamaForCausalLM(dataclasses.replace(config, num_layers=2))
+    wanted = draft.state_dict().keys()
+    draft.load_state_dict({k: v for k, v in llama.state_dict().items() if k in wanted})
+    spec = SpecConfig(
+        method="draft",
+        draft_model=str(save_model(draft, tmp_path / "draft")),
+        max_batch=4,
+        draft_context=256,
+    )
+    engine = make_engine(model, tokenizer, speculative=spec)
+    drafted = REGISTRY.get_sample_value("maas_engine_spec_draft_tokens_total") or 0.0
+    got = run(
+        engine,
+        {
+            "short": (prompts[0], greedy(speculative=True)),
+            "long": (prompts[-1], greedy(speculative=True)),
+        },
+    )
+    assert tokens(got[("short", 0)]) == hf_greedy(prompts[0], NEW_TOKENS)
+    assert tokens(got[("long", 0)]) == hf_greedy(prompts[-1], NEW_TOKENS)
+    assert REGISTRY.get_sample_value("maas_engine_spec_draft_tokens_total") > drafted

@@ -10,10 +10,10 @@ def test_ngram_proposes_what_followed_the_latest_match():
     proposer = NgramProposer(min_n=2, max_n=3)
     tokens = [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3]
     # The suffix 1 2 3 last appeared before 7 8 5.
-    assert proposer.propose(tokens, 3) == [7, 8, 5]
-    assert proposer.propose(tokens, 1) == [7]
-    assert proposer.propose([4, 5, 6, 7], 3) == []
-    assert proposer.propose(tokens, 0) == []
+    assert proposer.lookup(tokens, 3) == [7, 8, 5]
+    assert proposer.lookup(tokens, 1) == [7]
+    assert proposer.lookup([4, 5, 6, 7], 3) == []
+    assert proposer.lookup(tokens, 0) == []
 
 
 def greedy_target(argmaxes):
