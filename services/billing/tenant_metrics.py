@@ -1,18 +1,16 @@
 """Per-tenant request and token counters, exported by billing.
 
 Billing counts each request exactly once (duplicates are dropped before this),
-so these are the per-tenant numbers to put on a dashboard. A tenant label can
-only hold a configured tenant's name (events come from authenticated keys),
-and at most `limit` of them per process: past that, tenants share the label
-"_other" (no tenant name starts with "_"), so a platform with thousands of
-tenants cannot flood Prometheus.
+so these are the per-tenant numbers to put on a dashboard. Tenant labels are
+bounded as services/common/tenant_labels.py describes.
 """
 
 from prometheus_client import Counter
 
+from services.common.tenant_labels import OTHER, TenantLabels
 from services.common.usage_event import UsageEvent
 
-OTHER = "_other"
+__all__ = ["OTHER", "TenantMetrics"]
 
 REQUESTS = Counter("maas_billing_tenant_requests", "Requests billed, by tenant", ["tenant"])
 TOKENS = Counter(
@@ -20,19 +18,7 @@ TOKENS = Counter(
 )
 
 
-class TenantMetrics:
-    def __init__(self, limit: int):
-        self._limit = limit
-        self._named: set[str] = set()
-
-    def label(self, tenant: str) -> str:
-        if tenant in self._named:
-            return tenant
-        if len(self._named) < self._limit:
-            self._named.add(tenant)
-            return tenant
-        return OTHER
-
+class TenantMetrics(TenantLabels):
     def record(self, event: UsageEvent) -> None:
         tenant = self.label(event.tenant)
         REQUESTS.labels(tenant).inc()

@@ -191,8 +191,8 @@ class CompletionService:
         self._breakers.begin(pick.endpoint_id)
         call = None
         try:
-            await self._up.wait_connected(pick.address, self._timeouts.connect)
-            call = self._up.engine(pick.address).Generate(
+            await self._up.wait_connected(pick.address, pick.endpoint_id, self._timeouts.connect)
+            call = self._up.engine(pick.address, pick.endpoint_id).Generate(
                 engine_pb2.GenerateRequest(
                     request_id=job.request_id,
                     model=job.deployment,
@@ -203,7 +203,7 @@ class CompletionService:
                 ),
                 timeout=max(deadline - time.monotonic(), 0.001),
             )
-            first = await asyncio.wait_for(call.read(), self._timeouts.first_token)
+            first = await self._up.first_message(call, pick.endpoint_id, self._timeouts.first_token)
             if first is grpc.aio.EOF:
                 raise EngineFailedError(
                     APIError(502, "the model ended without output", "api_error", "upstream_error"),

@@ -10,6 +10,7 @@ from services.common.grpc_client import open_channel
 from services.common.grpc_server import GrpcService, install_stop_signals, start_server
 from services.common.logging import get_logger
 from services.common.redis_client import open_redis
+from services.common.tenant_labels import TenantLabels
 from services.gateway.admission import Admission
 from services.gateway.auth import Authenticator
 from services.gateway.circuit_breaker import Breakers
@@ -33,16 +34,23 @@ SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
 
 
 def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, routes) -> Pipeline:
+    breakers = Breakers(settings.breaker_failures, settings.breaker_cooldown_seconds)
+    tenant_labels = (
+        TenantLabels(settings.metrics_tenant_labels) if settings.metrics_tenant_labels else None
+    )
     service = CompletionService(
         upstreams,
-        ModelCatalog(upstreams.router, settings.models_cache_seconds),
-        UsageEmitter(redis, UsageSpool(Path(settings.usage_spool_dir))),
+        # A replica the router no longer lists takes its breaker (and metric) with it.
+        ModelCatalog(upstreams.router, settings.models_cache_seconds, breakers.retain),
+        UsageEmitter(
+            redis, UsageSpool(Path(settings.usage_spool_dir)), tenant_labels=tenant_labels
+        ),
         Timeouts(
             connect=settings.connect_timeout_seconds,
             first_token=settings.first_token_timeout_seconds,
             total=settings.request_timeout_seconds,
         ),
-        Breakers(settings.breaker_failures, settings.breaker_cooldown_seconds),
+        breakers,
         settings.max_attempts,
     )
     # A concurrency lease outlives any request: queue wait plus the whole request.

@@ -60,3 +60,11 @@ class GatewaySettings(ServiceSettings):
     blocked_terms_action: Literal["mask", "stop"] = Field(
         "mask", description="mask: replace with *; stop: end with finish_reason content_filter"
     )
+
+    # Metrics.
+    metrics_tenant_labels: int = Field(
+        0,
+        ge=0,
+        description="tenants named on maas_gateway_tenant_tokens_total (first come, the rest"
+        " share _other); 0 = no per-tenant metric",
+    )

@@ -1,33 +1,120 @@
-"""gRPC stubs for the gateway's peers; one channel per engine address, reused."""
+"""gRPC stubs for the gateway's peers; one channel per address, reused.
+
+Every failure of a peer is counted here, in maas_gateway_upstream_errors_total
+{upstream, endpoint, kind}, and nowhere else: each stub's calls report their
+final status code, and the two waits the gateway times itself (connect, first
+token) report their timeouts. `endpoint` is the configured address of the
+tokenizer and the router, and the router's endpoint id of an engine replica
+(the label its breaker and the router's replica metrics use), so there is one
+value per replica.
+
+Counted kinds: connect_timeout, first_token_timeout, no_output (an engine
+stream that ended before its first message), and the lower-case names of the
+gRPC codes that mean the peer failed (FAULTS). Not counted: OK, CANCELLED (the
+gateway cancelled: a client left, or a timeout counted above), codes that are
+the request's own fault (INVALID_ARGUMENT, NOT_FOUND...), and the router's
+UNAVAILABLE answer to Pick, which means no replica is left, not that the
+router failed (maas_router_picks_total{outcome="no_endpoint"} counts those).
+"""
 
 import asyncio
 
 import grpc
+from prometheus_client import Counter
 
 from maas.v1 import engine_pb2_grpc, router_pb2_grpc, tokenizer_pb2_grpc
 from services.common.grpc_client import open_channel
+from services.common.grpc_interceptors import SERVER_ERRORS
+
+ERRORS = Counter(
+    "maas_gateway_upstream_errors",
+    "Failed calls to the tokenizer, router and engines, by endpoint and kind",
+    ["upstream", "endpoint", "kind"],
+)
+TOKENIZER, ROUTER, ENGINE = "tokenizer", "router", "engine"
+# The peer failed or is overloaded; the other codes are the request's doing.
+FAULTS = SERVER_ERRORS | {grpc.StatusCode.RESOURCE_EXHAUSTED}
+# (upstream, method) -> codes that are an answer, not a failure.
+ANSWERS = {(ROUTER, "Pick"): {grpc.StatusCode.UNAVAILABLE}}
+# A call's status is read in a task of its own; held here until it has run.
+_RECORDING: set[asyncio.Task] = set()
+
+
+def count_error(upstream: str, endpoint: str, kind: str) -> None:
+    ERRORS.labels(upstream, endpoint, kind).inc()
+
+
+class CountedStub:
+    """A generated stub whose calls count their failures once they end."""
+
+    def __init__(self, stub, upstream: str, endpoint: str):
+        self._stub, self._upstream, self._endpoint = stub, upstream, endpoint
+
+    def __getattr__(self, method: str):
+        multicallable = getattr(self._stub, method)
+        answers = ANSWERS.get((self._upstream, method), set())
+
+        def invoke(*args, **kwargs):
+            call = multicallable(*args, **kwargs)
+            call.add_done_callback(lambda done: self._on_done(done, answers))
+            return call
+
+        return invoke
+
+    def _on_done(self, call, answers: set[grpc.StatusCode]) -> None:
+        async def record() -> None:
+            code = await call.code()
+            if code in FAULTS and code not in answers:
+                count_error(self._upstream, self._endpoint, code.name.lower())
+
+        task = asyncio.ensure_future(record())
+        _RECORDING.add(task)
+        task.add_done_callback(_RECORDING.discard)
 
 
 class Upstreams:
     def __init__(self, tokenizer_address: str, router_address: str):
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self.tokenizer = tokenizer_pb2_grpc.TokenizerStub(self._channel(tokenizer_address))
-        self.router = router_pb2_grpc.RouterStub(self._channel(router_address))
+        self.tokenizer = CountedStub(
+            tokenizer_pb2_grpc.TokenizerStub(self._channel(tokenizer_address)),
+            TOKENIZER,
+            tokenizer_address,
+        )
+        self.router = CountedStub(
+            router_pb2_grpc.RouterStub(self._channel(router_address)), ROUTER, router_address
+        )
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         if address not in self._channels:
             self._channels[address] = open_channel(address, "gateway")
         return self._channels[address]
 
-    def engine(self, address: str) -> engine_pb2_grpc.EngineStub:
-        return engine_pb2_grpc.EngineStub(self._channel(address))
+    def engine(self, address: str, endpoint_id: str) -> CountedStub:
+        """An EngineStub for the replica at `address`, counting under its endpoint id."""
+        return CountedStub(engine_pb2_grpc.EngineStub(self._channel(address)), ENGINE, endpoint_id)
 
-    async def wait_connected(self, address: str, timeout: float) -> None:
-        """The connect timeout: a call on a channel that cannot connect would
-        otherwise wait for its whole deadline. Free when already connected."""
+    async def wait_connected(self, address: str, endpoint_id: str, timeout: float) -> None:
+        """An engine's connect timeout: a call on a channel that cannot connect
+        would otherwise wait for its whole deadline. Free when already connected."""
         channel = self._channel(address)
         if channel.get_state(try_to_connect=True) != grpc.ChannelConnectivity.READY:
-            await asyncio.wait_for(channel.channel_ready(), timeout)
+            try:
+                await asyncio.wait_for(channel.channel_ready(), timeout)
+            except TimeoutError:
+                count_error(ENGINE, endpoint_id, "connect_timeout")
+                raise
+
+    @staticmethod
+    async def first_message(call, endpoint_id: str, timeout: float):
+        """An engine stream's first message (or EOF), waited for at most `timeout`."""
+        try:
+            first = await asyncio.wait_for(call.read(), timeout)
+        except TimeoutError:
+            count_error(ENGINE, endpoint_id, "first_token_timeout")
+            raise
+        if first is grpc.aio.EOF:
+            count_error(ENGINE, endpoint_id, "no_output")
+        return first
 
     async def close(self) -> None:
         for channel in self._channels.values():

@@ -1,0 +1,165 @@
+"""Upstream errors per endpoint, breaker state and per-tenant tokens, as /metrics shows them.
+
+The gateway's HTTP app is served in-process (ASGI) over the stub cluster's
+pipeline, so each assertion reads the same text Prometheus would scrape.
+Metrics are process-wide: assertions use endpoint ids and tenants unique to
+the test, or compare before and after.
+"""
+
+import asyncio
+import time
+import uuid
+
+import grpc
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from maas.v1 import tokenizer_pb2
+from services.common.redis_client import open_redis
+from services.common.tenant_labels import OTHER
+from services.gateway.auth import Authenticator
+from services.gateway.errors import APIError
+from services.gateway.http_app import Gateway, create_app
+from services.gateway.tenants import Tenant, TenantStore
+from services.local.ports import free_port
+from tests.integration.gateway.conftest import CHUNKS, MODEL
+
+Samples = dict[tuple[str, frozenset], float]
+
+
+@pytest.fixture
+async def scrape(redis_url):
+    """scrape(cluster) -> {(series name, labels): value} from the gateway's GET /metrics."""
+    redis = open_redis(redis_url)
+
+    async def get(cluster) -> Samples:
+        await cluster.pipeline.service.wait_background()
+        await asyncio.sleep(0.05)  # a finished call's status is counted in a task of its own
+        app = create_app(Gateway(cluster.pipeline, Authenticator(TenantStore(redis)), redis, 1024))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            response = await client.get("/metrics")
+        assert response.status_code == 200
+        return {
+            (sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(response.text)
+            for sample in family.samples
+        }
+
+    yield get
+    await redis.aclose()
+
+
+def errors(samples: Samples, upstream: str, endpoint: str, kind: str) -> float:
+    labels = frozenset({"upstream": upstream, "endpoint": endpoint, "kind": kind}.items())
+    return samples.get(("maas_gateway_upstream_errors_total", labels), 0.0)
+
+
+def grew(before: Samples, after: Samples, upstream: str, endpoint: str, kind: str) -> float:
+    return errors(after, upstream, endpoint, kind) - errors(before, upstream, endpoint, kind)
+
+
+def upstream_errors(samples: Samples, upstream: str) -> float:
+    return sum(
+        value
+        for (name, labels), value in samples.items()
+        if name == "maas_gateway_upstream_errors_total" and ("upstream", upstream) in labels
+    )
+
+
+def breaker(samples: Samples, endpoint: str) -> float | None:
+    return samples.get(("maas_gateway_breaker_state", frozenset({("endpoint", endpoint)})))
+
+
+def tenant_tokens(samples: Samples, tenant: str, kind: str) -> float:
+    labels = frozenset({"tenant": tenant, "kind": kind}.items())
+    return samples.get(("maas_gateway_tenant_tokens_total", labels), 0.0)
+
+
+async def test_a_dead_engine_counts_connect_timeouts_and_its_breaker_opens(make_cluster, scrape):
+    cluster = await make_cluster(
+        replicas=1, breaker_failures=2, breaker_cooldown_seconds=1.0, connect_timeout_seconds=0.2
+    )
+    dead = f"dead-{uuid.uuid4().hex[:8]}"
+    cluster.router.endpoints.append((dead, f"127.0.0.1:{free_port()}", MODEL))
+    started = time.monotonic()
+    for _ in range(4):  # round robin: the dead replica is picked first every other request
+        await cluster.run()
+    assert cluster.router.picks.count(dead) == 2
+    samples = await scrape(cluster)
+    assert errors(samples, "engine", dead, "connect_timeout") == 2
+    if time.monotonic() - started < 1.0:  # unless a slow machine outran the cooldown
+        assert breaker(samples, dead) == 1
+    assert breaker(samples, "e0") is not None  # closed endpoints are exported too
+
+    # The cooldown runs out with no request at all: the gauge reads half-open.
+    await asyncio.sleep(1.05)
+    assert breaker(await scrape(cluster), dead) == 0.5
+
+    # The router stops listing the replica: its breaker and series go; the counter stays.
+    cluster.router.endpoints = [e for e in cluster.router.endpoints if e[0] != dead]
+    await cluster.run()
+    samples = await scrape(cluster)
+    assert breaker(samples, dead) is None
+    assert errors(samples, "engine", dead, "connect_timeout") == 2
+
+
+async def test_engine_failures_are_counted_by_code_and_router_answers_are_not(make_cluster, scrape):
+    cluster = await make_cluster(replicas=1)
+    before = await scrape(cluster)
+    cluster.engines[0].fail = grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(APIError):
+        await cluster.run()
+    cluster.engines[0].fail = grpc.StatusCode.INVALID_ARGUMENT  # the request's fault
+    with pytest.raises(APIError):
+        await cluster.run()
+    after = await scrape(cluster)
+    assert grew(before, after, "engine", "e0", "unavailable") == 1
+    assert upstream_errors(after, "engine") - upstream_errors(before, "engine") == 1
+    # The retry's Pick found no replica left (UNAVAILABLE): an answer, not a router failure.
+    assert upstream_errors(after, "router") == upstream_errors(before, "router")
+
+
+async def test_a_first_token_timeout_is_counted_once(make_cluster, scrape):
+    cluster = await make_cluster(replicas=1, first_token_timeout_seconds=0.2)
+    cluster.engines[0].hang = True
+    before = await scrape(cluster)
+    with pytest.raises(APIError) as caught:
+        await cluster.run()
+    assert caught.value.status == 504
+    after = await scrape(cluster)
+    assert grew(before, after, "engine", "e0", "first_token_timeout") == 1
+    # The gateway cancelled the stream: CANCELLED is not counted again.
+    assert upstream_errors(after, "engine") - upstream_errors(before, "engine") == 1
+
+
+async def test_an_unreachable_tokenizer_is_counted_under_its_address(make_cluster, scrape):
+    cluster = await make_cluster(replicas=1)
+    before = await scrape(cluster)
+    message = tokenizer_pb2.ChatMessage(role="user", content="hi")
+    with pytest.raises(APIError):
+        await cluster.pipeline.service.encode_chat(MODEL, [message], None)
+    after = await scrape(cluster)
+    # The cluster's gateway points its tokenizer at 127.0.0.1:1, where nothing listens.
+    assert grew(before, after, "tokenizer", "127.0.0.1:1", "unavailable") == 1
+
+
+async def test_tenant_tokens_are_counted_only_when_configured_and_bounded(make_cluster, scrape):
+    tag = uuid.uuid4().hex[:8]
+    plain = await make_cluster(replicas=1)
+    await plain.run(Tenant(name=f"off-{tag}"))
+    samples = await scrape(plain)
+    assert tenant_tokens(samples, f"off-{tag}", "completion") == 0
+
+    cluster = await make_cluster(replicas=1, metrics_tenant_labels=1)
+    before = await scrape(cluster)
+    await cluster.run(Tenant(name=f"first-{tag}"))
+    await cluster.run(Tenant(name=f"second-{tag}"))
+    after = await scrape(cluster)
+    assert tenant_tokens(after, f"first-{tag}", "completion") == len(CHUNKS)
+    assert tenant_tokens(after, f"first-{tag}", "prompt") == 3
+    assert tenant_tokens(after, f"second-{tag}", "completion") == 0
+    assert tenant_tokens(after, OTHER, "completion") - tenant_tokens(
+        before, OTHER, "completion"
+    ) == len(CHUNKS)
