@@ -6,8 +6,8 @@ code computes. Each kernel module (rms_norm, activation, rotary,
 paged_attention, quant_int8, quant_int4) holds one Triton kernel and its
 launcher, <op>_triton; <module>_ref.py beside it holds the twin,
 <op>_reference, and for the quantized matmuls the quantize and dequantize
-functions that define the weight format. docs/kernels.md has the recipe for
-wiring them into the engine.
+functions that define the weight format. docs/kernels.md says where the
+engine calls them (services/engine/model.py's kernel path, on CUDA).
 
 No module is named after an op: importing kernels.<name> sets the package
 attribute <name>, which would replace the op of that name re-exported here.

@@ -5,6 +5,7 @@ from itertools import pairwise
 import torch
 import torch.nn.functional as F
 
+from kernels import paged_attention_decode
 from services.engine.attention_metadata import AttentionMetadata
 
 
@@ -15,19 +16,32 @@ def paged_attention(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
+    decode_context_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Store the new keys and values in the pool, then attend from the pool.
 
     q is [tokens, heads, head_dim]; k and v are [tokens, kv_heads, head_dim];
     k_cache and v_cache are one layer's pool, [blocks, block_size, kv_heads, head_dim].
     Returns [tokens, heads, head_dim].
+
+    decode_context_lens, the decodes' context lengths as a tensor on q's device,
+    is given on the kernel path (LlamaForCausalLM.use_kernels): the decodes then
+    run kernels.paged_attention_decode, which reads each sequence's blocks in
+    place through its block table instead of gathering them all for SDPA.
+    Prefill chunks take SDPA either way.
     """
     kv_heads, head_dim = k_cache.shape[2:]
     k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k)
     v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v)
     out = torch.empty_like(q)
     decodes = meta.num_decodes
-    if decodes:
+    if decodes and decode_context_lens is not None:
+        # The kernel's pool layout is this layer's slice of PagedKVCache as it is,
+        # and the padded block tables' filler (block 0) is a valid id it never reads.
+        out[:decodes] = paged_attention_decode(
+            q[:decodes], k_cache, v_cache, meta.block_tables[:decodes], decode_context_lens
+        )
+    elif decodes:
         out[:decodes] = _decode(q[:decodes], k_cache, v_cache, meta)
     bounds = pairwise(meta.query_start_loc[decodes:])
     chunks = zip(bounds, meta.prefill_block_ids, meta.prefill_masks, strict=True)

@@ -3,12 +3,21 @@
 A forward pass takes the new tokens of several sequences back to back, so one
 call can prefill prompts in chunks, decode a batch, or mix both; the linear
 layers see one flat batch of tokens with no padding.
+
+Two paths compute the same function. The torch path (`forward` of every
+module) is what the CPU serves and what tests hold to transformers token for
+token. The kernel path (`forward_kernels`) runs kernels/ (docs/kernels.md):
+on CUDA the Triton kernels, a fused residual add + RMSNorm, SiLU-and-mul,
+rotary and paged decode attention; LlamaForCausalLM.use_kernels picks the
+path once a step. Quantized linear layers call kernels.int8_matmul and
+kernels.int4_matmul on either path: those pick Triton by device themselves.
 """
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels import rms_norm_residual, rotary_embedding, silu_and_mul
 from services.engine.attention import paged_attention
 from services.engine.attention_metadata import AttentionMetadata
 from services.engine.kv_cache import PagedKVCache
@@ -88,6 +97,31 @@ class Attention(nn.Module):
         out = paged_attention(q, k, v, kv_cache.k[self.layer], kv_cache.v[self.layer], meta)
         return self.o_proj(out.view(tokens, -1))
 
+    def forward_kernels(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv_cache: PagedKVCache,
+        meta: AttentionMetadata,
+        decode_context_lens: torch.Tensor,
+    ) -> torch.Tensor:
+        """forward with q and k rotated in one kernel and decodes attended by the paged kernel."""
+        tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split(self.qkv_proj.shard_sizes, dim=-1)
+        # Strided views of the fused projection: the kernel reads them in place.
+        q, k = rotary_embedding(
+            q.view(tokens, self.num_heads, self.head_dim),
+            k.view(tokens, self.num_kv_heads, self.head_dim),
+            cos,
+            sin,
+        )
+        v = v.view(tokens, self.num_kv_heads, self.head_dim)
+        out = paged_attention(
+            q, k, v, kv_cache.k[self.layer], kv_cache.v[self.layer], meta, decode_context_lens
+        )
+        return self.o_proj(out.view(tokens, -1))
+
 
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
@@ -99,6 +133,10 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
+
+    def forward_kernels(self, x: torch.Tensor) -> torch.Tensor:
+        # One pass over the gate/up output instead of silu, then the product.
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -119,6 +157,34 @@ class DecoderLayer(nn.Module):
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_kernels(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv_cache: PagedKVCache,
+        meta: AttentionMetadata,
+        decode_context_lens: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward with each residual add fused into the RMSNorm that follows it.
+
+        The residual stream travels beside the hidden states instead of through
+        them: x is the previous sublayer's output not yet added (the embeddings,
+        with residual None, in the first layer), and the layer returns its MLP's
+        output and the stream before it. The sums are the torch path's
+        `x + sublayer(x)`, rounded to the model dtype the same way; the last add
+        happens in the final norm.
+        """
+        x, residual = rms_norm_residual(
+            x, residual, self.input_layernorm.weight, self.input_layernorm.eps
+        )
+        x = self.self_attn.forward_kernels(x, cos, sin, kv_cache, meta, decode_context_lens)
+        x, residual = rms_norm_residual(
+            x, residual, self.post_attention_layernorm.weight, self.post_attention_layernorm.eps
+        )
+        return self.mlp.forward_kernels(x), residual
 
 
 class LlamaModel(nn.Module):
@@ -142,6 +208,11 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
+        # None: the kernel path for CUDA inputs, the torch path for anything else,
+        # decided once a step. Tests set True (and kernels.ops.force_triton) to run
+        # the CUDA path's Triton kernels in Triton's CPU interpreter; False keeps
+        # the torch path on a GPU, to compare or to rule the kernels out.
+        self.use_kernels: bool | None = None
         # Module names follow Hugging Face checkpoints so safetensors load by name.
         self.model = LlamaModel(config)
         self.lm_head = (
@@ -164,9 +235,31 @@ class LlamaForCausalLM(nn.Module):
         """
         h = self.model.embed_tokens(input_ids)
         cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta, h.dtype)
+        use_kernels = input_ids.is_cuda if self.use_kernels is None else self.use_kernels
+        if use_kernels:
+            return self._forward_kernels(h, cos, sin, kv_cache, meta)
         for layer in self.model.layers:
             h = layer(h, cos, sin, kv_cache, meta)
         return self.model.norm(h)
+
+    def _forward_kernels(
+        self,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv_cache: PagedKVCache,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        # The decodes' context lengths on the device, once a step for every layer:
+        # each decode's row of the mask is True exactly over its context.
+        decode_context_lens = meta.decode_mask.flatten(1).sum(-1)
+        residual = None
+        for layer in self.model.layers:
+            h, residual = layer.forward_kernels(
+                h, residual, cos, sin, kv_cache, meta, decode_context_lens
+            )
+        h, _ = rms_norm_residual(h, residual, self.model.norm.weight, self.model.norm.eps)
+        return h
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head

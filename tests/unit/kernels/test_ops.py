@@ -7,11 +7,13 @@ import torch
 
 import kernels
 from kernels.activation_ref import silu_and_mul_reference
+from kernels.ops import force_triton
 from kernels.paged_attention_ref import paged_attention_decode_reference
 from kernels.quant_int4_ref import int4_matmul_reference, quantize_int4
 from kernels.quant_int8_ref import int8_matmul_reference, quantize_int8
 from kernels.rms_norm_ref import rms_norm_residual_reference
 from kernels.rotary_ref import rotary_cos_sin_reference, rotary_embedding_reference
+from tests.unit.kernels.triton_import import import_kernel
 
 
 def assert_equal(actual, expected):
@@ -59,3 +61,17 @@ def test_cpu_serving_does_not_need_triton():
         "assert 'triton' not in sys.modules, 'triton was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_force_triton_sends_cpu_tensors_to_the_kernel_inside_the_block_only(monkeypatch):
+    activation = import_kernel("activation")  # interpreted: conftest.py set TRITON_INTERPRET
+    calls = []
+    launcher = activation.silu_and_mul_triton
+    monkeypatch.setattr(activation, "silu_and_mul_triton", lambda x: calls.append(x) or launcher(x))
+    gate_up = torch.randn(3, 32)
+    with force_triton():
+        forced = kernels.silu_and_mul(gate_up)
+    assert len(calls) == 1
+    torch.testing.assert_close(forced, silu_and_mul_reference(gate_up))
+    kernels.silu_and_mul(gate_up)
+    assert len(calls) == 1
