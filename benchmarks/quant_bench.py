@@ -25,14 +25,13 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.results_file import update_results
 from services.common.chat_template import render_chat
 from services.common.model_files import default_model_path
 from services.common.tokenizer_loader import load_tokenizer
 from services.engine.kv_budget import model_bytes
-from services.engine.kv_cache import PagedKVCache
-from services.engine.llm_engine import EngineConfig, LLMEngine
 from services.engine.loader import load_model
-from services.engine.model_runner import ModelRunner
+from services.engine.offline import offline_engine
 from services.engine.quantization.config import QuantizationConfig
 from services.engine.quantization.memory import quantized_weight_memory
 from services.engine.quantization.quantize import quantize_model
@@ -57,16 +56,10 @@ INT8_MAX_DELTA_PCT = 1.0
 QUESTION = "Tell me about the history of bread, part {}."
 
 
-def decode_tokens_per_s(model, config, tokenizer, dtype, batch: int, new_tokens: int) -> float:
+def decode_tokens_per_s(model, config, tokenizer, batch: int, new_tokens: int) -> float:
     """Decode tokens/s of `batch` greedy requests, prefill excluded."""
-    blocks = batch * 16  # 256 tokens a request: the prompt and what it decodes fit
-    cache = PagedKVCache.allocate(config, blocks, 16, dtype, "cpu")
-    engine = LLMEngine(
-        EngineConfig(num_blocks=blocks, max_model_len=256, max_num_seqs=batch),
-        config,
-        ModelRunner(model, config, cache, "cpu"),
-        tokenizer,
-    )
+    # 256 tokens a request: the prompt and what it decodes fit.
+    engine = offline_engine(model, config, tokenizer, batch, 256)
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
     for i in range(batch):
         messages = [{"role": "user", "content": QUESTION.format(i)}]
@@ -106,7 +99,7 @@ def bench_variant(name, float_model, config, tokenizer, ids, args) -> dict:
     result["tokens_per_s"] = {
         str(batch): round(
             max(
-                decode_tokens_per_s(model, config, tokenizer, dtype, batch, args.new_tokens)
+                decode_tokens_per_s(model, config, tokenizer, batch, args.new_tokens)
                 for _ in range(args.repeats)
             ),
             2,
@@ -179,10 +172,7 @@ def main() -> None:
         "checks": summarize(variants),
         "variants": variants,
     }
-    results = json.loads(args.output.read_text()) if args.output.exists() else {}
-    results["quantization"] = section
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    update_results(args.output, "quantization", section)
     print(json.dumps(section, indent=2))
 
 

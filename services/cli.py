@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("bench", help="load-test an OpenAI-compatible server", add_help=False)
     sub.add_parser("top", help="live view of a running stack", add_help=False)
     sub.add_parser("eval", help="model quality checks (maas eval perplexity)", add_help=False)
+    sub.add_parser(
+        "distill-draft", help="train a draft model for speculative decoding", add_help=False
+    )
     args, rest = parser.parse_known_args(argv)
     if args.command in ("tenants", "keys"):
         from services.admin.cli import main as admin_main
@@ -105,6 +108,10 @@ def main(argv: list[str] | None = None) -> None:
         from services.eval.cli import main as eval_main
 
         sys.exit(eval_main(rest))
+    if args.command == "distill-draft":
+        from services.distill.main import main as distill
+
+        sys.exit(distill(rest))
     if args.command == "bench":
         from services.bench.main import main as bench
 

@@ -1,0 +1,12 @@
+"""Benchmarks that share one results file each own a key of it."""
+
+import json
+from pathlib import Path
+
+
+def update_results(path: Path, key: str, section: dict) -> None:
+    """Write section under key, keeping the other benchmarks' keys as they are."""
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results[key] = section
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")

@@ -1,0 +1,66 @@
+"""The engine without a server: batch generation for tools and benchmarks.
+
+`maas distill-draft` generates its training text this way and the
+accelerator benchmark times decoding with it; both want continuous batching
+and the same code path as serving, minus gRPC.
+"""
+
+import torch
+from tqdm import tqdm
+
+from services.common.text_tokenizer import TextTokenizer
+from services.engine.kv_cache import PagedKVCache
+from services.engine.llm_engine import EngineConfig, LLMEngine
+from services.engine.model import LlamaForCausalLM
+from services.engine.model_config import ModelConfig
+from services.engine.model_runner import ModelRunner
+from services.engine.sampling_params import SamplingParams
+from services.engine.spec.config import SpecConfig
+
+BLOCK_SIZE = 16
+
+
+def offline_engine(
+    model: LlamaForCausalLM,
+    config: ModelConfig,
+    tokenizer: TextTokenizer,
+    max_num_seqs: int,
+    max_model_len: int,
+    speculative: SpecConfig | None = None,
+) -> LLMEngine:
+    """An engine whose KV pool holds max_num_seqs sequences of max_model_len at once."""
+    blocks = max_num_seqs * -(-max_model_len // BLOCK_SIZE)
+    dtype = model.model.embed_tokens.weight.dtype
+    device = model.model.embed_tokens.weight.device
+    cache = PagedKVCache.allocate(config, blocks, BLOCK_SIZE, dtype, device)
+    engine_config = EngineConfig(
+        num_blocks=blocks,
+        max_model_len=max_model_len,
+        block_size=BLOCK_SIZE,
+        max_num_seqs=max_num_seqs,
+        speculative=speculative or SpecConfig(),
+    )
+    return LLMEngine(engine_config, config, ModelRunner(model, config, cache, device), tokenizer)
+
+
+@torch.inference_mode()
+def generate(
+    engine: LLMEngine,
+    prompts: list[list[int]],
+    params: SamplingParams | list[SamplingParams],
+    progress: str = "",
+) -> list[list[int]]:
+    """Each prompt's generated token ids, in prompt order (n = 1).
+
+    With a progress label, a bar counts finished requests.
+    """
+    per_prompt = params if isinstance(params, list) else [params] * len(prompts)
+    for i, (prompt, p) in enumerate(zip(prompts, per_prompt, strict=True)):
+        engine.add_request(str(i), prompt, p)
+    outputs: list[list[int]] = [[] for _ in prompts]
+    with tqdm(total=len(prompts), desc=progress, unit="seq", disable=not progress) as bar:
+        while engine.has_work:
+            for out in engine.step():
+                outputs[int(out.request_id)] += out.token_ids
+                bar.update(out.finish_reason is not None)
+    return outputs
