@@ -82,8 +82,14 @@ bench-router: $(BENCH_STAMP)
 	$(BIN)/maas bench --scenario uniform-random --torch-threads 1 --output benchmarks/results/router_uniform_random.json
 
 # Accelerations against float32, each a section of one JSON file (quantization first).
-bench-accel: $(STAMP)
+DRAFT := .maas/drafts/smollm2-135m-draft
+
+$(DRAFT)/model.safetensors: $(STAMP)
+	$(BIN)/maas distill-draft --output $(DRAFT)
+
+bench-accel: $(STAMP) $(DRAFT)/model.safetensors
 	$(BIN)/python -m benchmarks.quant_bench --output benchmarks/results/accel.json
+	$(BIN)/python -m benchmarks.spec_bench --draft $(DRAFT) --output benchmarks/results/accel.json
 
 clean:
 	rm -rf $(VENV) .maas .pytest_cache
