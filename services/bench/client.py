@@ -19,6 +19,13 @@ class RequestResult:
     completion_tokens: int = 0
     cached_tokens: int = 0
     text: str = ""
+    # The scenario's name for the request's class ("chat", "long"), so a
+    # mixed workload can be summarized per class; empty when there is one.
+    kind: str = ""
+    # perf_counter() when the request was sent and when each content chunk
+    # arrived: throughput over time is bucketed from these.
+    sent_at: float = 0.0
+    chunk_times: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -33,13 +40,21 @@ class RequestResult:
 
 
 class ChatClient:
-    def __init__(self, base_url: str, api_key: str, model: str, timeout: float):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        model: str,
+        timeout: float,
+        transport: httpx.AsyncBaseTransport | None = None,  # tests: a canned server
+    ):
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._model = model
         self._http = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {api_key}"},
             timeout=httpx.Timeout(timeout, connect=10.0),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+            transport=transport,
         )
 
     async def close(self) -> None:
@@ -60,8 +75,8 @@ class ChatClient:
         if session:
             body["user"] = session
             headers["x-session-id"] = session
-        result = RequestResult()
         started = time.perf_counter()
+        result = RequestResult(sent_at=started)
         try:
             async with self._http.stream("POST", self._url, json=body, headers=headers) as reply:
                 if reply.status_code != 200:
@@ -98,6 +113,7 @@ class ChatClient:
                     else:
                         result.itl.append(now - last)
                     last = now
+                    result.chunk_times.append(now)
                     result.text += content
                 if choice.get("finish_reason") == "error":
                     result.error = "stream_error"

@@ -1,6 +1,6 @@
 """Local mode started for one benchmark run, as `maas up` would, then stopped.
 
-Each policy's state and logs stay in STATE_DIR/bench/POLICY (default .maas),
+Each run's state and logs stay in STATE_DIR/bench/LABEL (default .maas),
 so a surprising result can be traced in the router's and engines' logs.
 """
 
@@ -15,8 +15,12 @@ from services.local.stack import Stack, StackConfig
 
 
 @contextlib.asynccontextmanager
-async def local_stack(policy: str, replicas: int, engine_args: list[str]) -> AsyncIterator[Stack]:
-    state = Path(os.environ.get("MAAS_STATE_DIR", ".maas")) / "bench" / policy
+async def local_stack(
+    policy: str, replicas: int, engine_args: list[str], label: str = ""
+) -> AsyncIterator[Stack]:
+    # One directory per run label (policy, or policy/engine variant).
+    name = (label or policy).replace("/", "-")
+    state = Path(os.environ.get("MAAS_STATE_DIR", ".maas")) / "bench" / name
     shutil.rmtree(state, ignore_errors=True)  # logs of this run only
     config = StackConfig(
         state_dir=state,

@@ -1,10 +1,10 @@
-"""`maas bench --scenario NAME`: run a workload, write a JSON report and a PNG of CDFs.
+"""`maas bench --scenario NAME`: run a workload, write a JSON report and a PNG.
 
 With --base-url it measures that server once. Without, it starts local mode
-for each --routing-policy in turn (the scenario's pair by default), with
---engine-replicas engines whose KV cache holds --kv-cache-fraction of the
-workload's working set, and compares them. Unknown flags go to every engine,
-as with `maas up`.
+for each --routing-policy in turn (the scenario's default policies by
+default) and each --engine-variant, with --engine-replicas engines whose KV
+cache holds --kv-cache-fraction of the workload's working set, and compares
+them. Unknown flags go to every engine, as with `maas up`.
 """
 
 import argparse
@@ -13,10 +13,14 @@ import json
 import math
 import os
 import platform
+import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 
+from services.bench import workload_args
 from services.bench.client import ChatClient, RequestResult
+from services.bench.goodput import Slo
+from services.bench.report import plot_inputs, print_summary
 from services.bench.runner import dev_api_key, engine_metrics_urls, measure, warm_up
 from services.bench.scenario import Scenario
 from services.bench.scenarios import SCENARIOS
@@ -34,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--warmup-requests", type=int, default=8, help="short requests before measuring"
     )
+    slo = parser.add_argument_group("goodput: requests meeting every SLO given")
+    slo.add_argument("--slo-ttft-ms", type=float, help="time to first token at most")
+    slo.add_argument("--slo-tpot-ms", type=float, help="time per output token at most")
     remote = parser.add_argument_group("an existing server")
     remote.add_argument("--base-url", default="", help="e.g. http://127.0.0.1:8080/v1")
     remote.add_argument(
@@ -46,43 +53,71 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="an engine's /metrics as NAME=URL or URL (repeat); default: .maas/stack.json's",
     )
-    local = parser.add_argument_group("local mode, started once per policy")
+    local = parser.add_argument_group("local mode, started once per policy and engine variant")
     local.add_argument("--routing-policy", action="append", choices=POLICIES, default=[])
+    local.add_argument(
+        "--engine-variant",
+        action="append",
+        default=[],
+        metavar="NAME=FLAGS",
+        help="extra engine flags for one run, e.g. "
+        "'chunked=--max-num-batched-tokens 256' (repeat to compare)",
+    )
     local.add_argument("--engine-replicas", type=int, default=4)
     local.add_argument("--kv-cache-memory", type=int, default=0, help="bytes per engine")
     local.add_argument(
         "--kv-cache-fraction",
         type=float,
-        default=1 / 3,
-        help="size each engine's KV cache to this share of the working set (0: engine default)",
+        help="size each engine's KV cache to this share of the working set "
+        "(0: engine default; default: the scenario's)",
     )
     output = parser.add_argument_group("output")
     output.add_argument("--output", type=Path, help="JSON report (default: benchmarks/results/)")
-    output.add_argument("--plot", type=Path, help="PNG of latency CDFs (default: beside the JSON)")
+    output.add_argument("--plot", type=Path, help="PNG of CDFs and throughput (default: beside)")
+    workload_args.add_shared_arguments(parser)
     for scenario in SCENARIOS.values():
         scenario.add_arguments(parser)
     return parser
 
 
-async def run_remote(args, scenario: Scenario) -> tuple[dict, list[RequestResult]]:
+def engine_variants(flags: list[str]) -> dict[str, list[str]]:
+    """NAME=FLAGS -> {NAME: [flag, ...]}; none given: one unnamed variant."""
+    variants = {}
+    for flag in flags:
+        name, sep, engine_flags = flag.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--engine-variant wants NAME=FLAGS, got {flag!r}")
+        variants[name] = shlex.split(engine_flags)
+    return variants or {"": []}
+
+
+def run_labels(policies: tuple[str, ...], variants: dict[str, list[str]]):
+    """(label, policy, variant name) per local run; labels name only what varies."""
+    for policy in policies:
+        for name in variants:
+            parts = [policy] if len(policies) > 1 or not name else []
+            yield "/".join([*parts, name] if name else parts), policy, name
+
+
+async def run_remote(args, scenario: Scenario, slo: Slo) -> tuple[dict, list[RequestResult]]:
     metrics = engine_metrics_urls(args.metrics_url)
     client = ChatClient(args.base_url, args.api_key or dev_api_key(), args.model, args.timeout)
     try:
         await warm_up(client, args.warmup_requests)
-        return await measure(scenario, client, args.max_tokens, metrics, "remote")
+        return await measure(scenario, client, args.max_tokens, metrics, "remote", slo)
     finally:
         await client.close()
 
 
-async def run_local(args, scenario: Scenario, policy: str, engine_args: list[str]):
+async def run_local(args, scenario: Scenario, slo: Slo, policy: str, label: str, engine_args):
     from services.bench.local_stack import local_stack
 
-    async with local_stack(policy, args.engine_replicas, engine_args) as stack:
+    async with local_stack(policy, args.engine_replicas, engine_args, label) as stack:
         engines = {k: v for k, v in stack.metrics_urls.items() if k.startswith("engine-")}
         client = ChatClient(f"{stack.gateway_url}/v1", stack.api_key, args.model, args.timeout)
         try:
             await warm_up(client, args.warmup_requests)
-            return await measure(scenario, client, args.max_tokens, engines, policy)
+            return await measure(scenario, client, args.max_tokens, engines, label, slo)
         finally:
             await client.close()
 
@@ -90,13 +125,16 @@ async def run_local(args, scenario: Scenario, policy: str, engine_args: list[str
 def size_kv_cache(args, scenario: Scenario, engine_args: list[str]) -> tuple[list[str], dict]:
     """Engine flags with the KV cache sized for this workload, and what was chosen."""
     working_set = scenario.working_set_tokens()
+    fraction = (
+        scenario.kv_cache_fraction if args.kv_cache_fraction is None else args.kv_cache_fraction
+    )
     setup = {"engine_replicas": args.engine_replicas, "working_set_tokens": working_set}
-    if args.kv_cache_memory or args.kv_cache_fraction:
+    if args.kv_cache_memory or fraction:
         from services.bench.kv_sizing import kv_block_bytes
 
         per_block, block_size = kv_block_bytes(engine_args)
         # Never below one whole request of the workload: the engine would refuse it.
-        wanted = max(working_set * args.kv_cache_fraction, scenario.largest_request_tokens())
+        wanted = max(working_set * fraction, scenario.largest_request_tokens())
         memory = args.kv_cache_memory or math.ceil(wanted / block_size) * per_block
         tokens = memory // per_block * block_size
         engine_args = [*engine_args, f"--kv-cache-memory={memory}"]
@@ -109,43 +147,24 @@ def size_kv_cache(args, scenario: Scenario, engine_args: list[str]) -> tuple[lis
     return engine_args, setup
 
 
-def series(results: list[RequestResult]) -> dict[str, list[float]]:
-    ok = [r for r in results if r.ok]
-    return {
-        "ttft": [r.ttft for r in ok if r.ttft is not None],
-        "tpot": [r.tpot for r in ok if r.tpot is not None],
-        "itl": [gap for r in ok for gap in r.itl],
-        "e2e": [r.e2e for r in ok],
-    }
-
-
-def print_summary(runs: dict[str, dict], verdict: dict) -> None:
-    for label, s in runs.items():
-        hit = (s["prefix_cache"] or {}).get("hit_rate")
-        print(
-            f"{label:>16}: TTFT mean {s['ttft_s'].get('mean', 0):.3f}s "
-            f"p90 {s['ttft_s'].get('p90', 0):.3f}s | TPOT mean {s['tpot_s'].get('mean', 0):.4f}s"
-            f" | {s['throughput']['output_tokens_per_s']:.1f} output tok/s"
-            f" | prefix-cache hit rate {'n/a' if hit is None else f'{hit:.1%}'}"
-            f" | errors {sum(s['errors'].values())}"
-        )
-    for name, check in verdict.items():
-        met = "met" if check["met"] else "NOT met"
-        print(f"{name}: {check['value']} (target {check['target']}): {met}")
-
-
 def main(argv: list[str]) -> int:
     args, engine_args = build_parser().parse_known_args(argv)
     scenario = SCENARIOS[args.scenario].from_args(args)
+    slo = Slo(args.slo_ttft_ms, args.slo_tpot_ms)
     runs, samples = {}, {}
     if args.base_url:
         setup = {"base_url": args.base_url}
-        runs["remote"], samples["remote"] = asyncio.run(run_remote(args, scenario))
+        runs["remote"], samples["remote"] = asyncio.run(run_remote(args, scenario, slo))
     else:
         engine_args, setup = size_kv_cache(args, scenario, engine_args)
-        for policy in args.routing_policy or scenario.default_policies:
-            runs[policy], samples[policy] = asyncio.run(
-                run_local(args, scenario, policy, engine_args)
+        variants = engine_variants(args.engine_variant)
+        if args.engine_variant:
+            setup["engine_variants"] = variants
+        policies = tuple(args.routing_policy) or scenario.default_policies
+        for label, policy, variant in run_labels(policies, variants):
+            flags = [*engine_args, *variants[variant]]
+            runs[label], samples[label] = asyncio.run(
+                run_local(args, scenario, slo, policy, label, flags)
             )
     verdict = scenario.verdict(runs)
     output = args.output or Path("benchmarks/results") / f"bench_{scenario.name}.json"
@@ -154,7 +173,7 @@ def main(argv: list[str]) -> int:
     report = {
         "benchmark": "maas bench",
         "scenario": scenario.name,
-        "command": " ".join(["maas", "bench", *argv]),
+        "command": " ".join(["maas", "bench", *map(shlex.quote, argv)]),
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
         "params": scenario.describe(),
@@ -163,18 +182,9 @@ def main(argv: list[str]) -> int:
         "verdict": verdict,
     }
     output.write_text(json.dumps(report, indent=2) + "\n")
-    from services.bench.plot import plot_cdfs
+    from services.bench.plot import plot_run
 
-    notes = {
-        label: f"(hit rate {s['prefix_cache']['hit_rate']:.0%})" if s["prefix_cache"] else ""
-        for label, s in runs.items()
-    }
-    plot_cdfs(
-        {label: series(results) for label, results in samples.items()},
-        notes,
-        plot,
-        f"maas bench --scenario {scenario.name}",
-    )
+    plot_run(*plot_inputs(runs, samples), plot, f"maas bench --scenario {scenario.name}")
     print_summary(runs, verdict)
     print(f"wrote {output} and {plot}")
     return 0

@@ -10,7 +10,8 @@ from tqdm import tqdm
 
 from services.bench.client import ChatClient, RequestResult
 from services.bench.engine_metrics import hit_rates, scrape
-from services.bench.scenario import Scenario
+from services.bench.goodput import Slo
+from services.bench.scenario import Scenario, Send
 from services.bench.stats import summarize
 
 
@@ -27,31 +28,45 @@ async def warm_up(client: ChatClient, count: int) -> None:
     )
 
 
+def sender(client: ChatClient, default_max_tokens: int, on_result=None) -> Send:
+    """The scenario's Send: per-request max_tokens or the run's, kind recorded."""
+
+    async def send(
+        messages: list[dict], session: str = "", *, max_tokens: int = 0, kind: str = ""
+    ) -> RequestResult:
+        result = await client.chat(messages, max_tokens or default_max_tokens, session)
+        result.kind = kind
+        if on_result:
+            on_result(result)
+        return result
+
+    return send
+
+
 async def measure(
     scenario: Scenario,
     client: ChatClient,
     max_tokens: int,
     engine_metrics: dict[str, str],
     label: str,
+    slo: Slo | None = None,
 ) -> tuple[dict, list[RequestResult]]:
     """The scenario's summary (prefix-cache hit rates included when engines are known)."""
     results: list[RequestResult] = []
     bar = tqdm(total=scenario.total_requests(), desc=label, unit="req")
 
-    async def send(messages: list[dict], session: str) -> RequestResult:
-        result = await client.chat(messages, max_tokens, session)
+    def record(result: RequestResult) -> None:
         results.append(result)
         bar.update()
-        return result
 
-    await scenario.prepare(lambda messages, session: client.chat(messages, max_tokens, session))
+    await scenario.prepare(sender(client, max_tokens))
     before = await scrape(engine_metrics) if engine_metrics else {}
     started = time.perf_counter()
     try:
-        await scenario.run(send)
+        await scenario.run(sender(client, max_tokens, record))
     finally:
         bar.close()
-    summary = summarize(results, time.perf_counter() - started)
+    summary = summarize(results, time.perf_counter() - started, origin=started, slo=slo)
     after = await scrape(engine_metrics) if engine_metrics else {}
     summary["prefix_cache"] = hit_rates(before, after) if engine_metrics else None
     return summary, results

@@ -5,6 +5,8 @@ import statistics
 from collections import Counter
 
 from services.bench.client import RequestResult
+from services.bench.goodput import Slo, goodput
+from services.bench.timeline import BUCKET_S, output_tokens_per_s
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -21,12 +23,22 @@ def distribution(values: list[float]) -> dict[str, float]:
     return {k: round(v, 5) for k, v in summary.items()}
 
 
-def summarize(results: list[RequestResult], wall_seconds: float) -> dict:
+def summarize(
+    results: list[RequestResult],
+    wall_seconds: float,
+    *,
+    origin: float | None = None,
+    slo: Slo | None = None,
+) -> dict:
+    """The run's numbers; with several request kinds, each kind's too, under "classes".
+
+    origin (the perf_counter time the run started) adds throughput over time.
+    """
     ok = [r for r in results if r.ok]
     completion = sum(r.completion_tokens for r in ok)
     prompt = sum(r.prompt_tokens for r in ok)
     cached = sum(r.cached_tokens for r in ok)
-    return {
+    summary = {
         "requests": len(results),
         "succeeded": len(ok),
         "errors": dict(Counter(r.error for r in results if not r.ok)),
@@ -46,4 +58,21 @@ def summarize(results: list[RequestResult], wall_seconds: float) -> dict:
         "prompt_tokens_mean": round(prompt / len(ok), 1) if ok else 0.0,
         # What the API reported as cached (usage.prompt_tokens_details), over all prompts.
         "usage_cached_ratio": round(cached / prompt, 4) if prompt else 0.0,
+        "goodput": goodput(results, wall_seconds, slo or Slo()),
     }
+    if origin is not None:
+        summary["throughput_over_time"] = {
+            "bucket_s": BUCKET_S,
+            "output_tokens_per_s": output_tokens_per_s(results, origin),
+        }
+    kinds = sorted({r.kind for r in results})
+    if len(kinds) > 1:
+        # A mixed workload's point is usually one class's latency while the
+        # other runs (chat ITL during long prefills); the pooled numbers blur it.
+        summary["classes"] = {
+            kind: summarize(
+                [r for r in results if r.kind == kind], wall_seconds, origin=origin, slo=slo
+            )
+            for kind in kinds
+        }
+    return summary

@@ -17,6 +17,7 @@ import asyncio
 import random
 from dataclasses import asdict, dataclass
 
+from services.bench.loops import open_loop
 from services.bench.scenario import Send
 from services.bench.text import words
 
@@ -28,6 +29,8 @@ TEMPLATE_TOKENS_PER_MESSAGE = 6
 class SharedPrefix:
     name = "shared-prefix"
     default_policies = ("prefix_affinity", "round_robin")
+    # A third of the working set: affinity pays off only when caches must choose.
+    kv_cache_fraction = 1 / 3
 
     groups: int = 8
     users_per_group: int = 2
@@ -120,8 +123,8 @@ class SharedPrefix:
         arrivals = [(g, u) for g in range(self.groups) for u in range(self.users_per_group)]
         random.Random(f"{self.seed}/arrivals").shuffle(arrivals)
 
-        async def conversation(position: int, group: int, user: int) -> None:
-            await asyncio.sleep(position * self.arrival_interval)
+        async def conversation(position: int) -> None:
+            group, user = arrivals[position]
             messages = [{"role": "system", "content": self.system_prompt(group)}]
             for turn in range(self.rounds):
                 messages.append({"role": "user", "content": self.question(group, user, turn)})
@@ -130,7 +133,7 @@ class SharedPrefix:
                     return  # without its answer the conversation can't go on
                 messages.append({"role": "assistant", "content": result.text})
 
-        await asyncio.gather(*(conversation(i, g, u) for i, (g, u) in enumerate(arrivals)))
+        await open_loop([i * self.arrival_interval for i in range(len(arrivals))], conversation)
 
     def verdict(self, runs: dict[str, dict]) -> dict:
         affinity, baseline = runs.get("prefix_affinity"), runs.get("round_robin")

@@ -6,7 +6,7 @@ from services.bench.scenarios.uniform_random import UniformRandom
 async def record(scenario) -> list[tuple[list[dict], str]]:
     sent = []
 
-    async def send(messages, session):
+    async def send(messages, session="", **_):
         sent.append((messages, session))
         return RequestResult(text=f"answer {len(sent)}")
 
