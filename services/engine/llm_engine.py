@@ -165,11 +165,16 @@ class LLMEngine:
             return []
         logits = self.runner.execute(plan.scheduled, plan.block_copies)
         rows_of: list[tuple[Sequence, torch.Tensor]] = []
+        # Decided before any bookkeeping: verification changes what num_logits
+        # would say, and may finish (and free) the sequence.
+        chunks: list[Sequence] = []
         offset = 0
         for item in plan.scheduled:
             if item.num_logits:
                 rows_of.append((item.seq, logits[offset : offset + item.num_logits]))
                 offset += item.num_logits
+            else:
+                chunks.append(item.seq)
             # Drafted positions count as computed only once accepted (below).
             item.seq.num_computed_tokens += item.num_new_tokens - item.seq.num_draft_tokens
         outputs: list[SeqOutput] = []
@@ -183,9 +188,8 @@ class LLMEngine:
             group = [seq, *self._fork_samples(seq)]
             samplers += group
             rows += [seq_rows[-1]] * len(group)
-        for item in plan.scheduled:
-            if not item.num_logits:
-                self.blocks.mark_computed(item.seq, item.seq.num_computed_tokens)
+        for seq in chunks:
+            self.blocks.mark_computed(seq, seq.num_computed_tokens)
         tokens = self.sampler(torch.stack(rows), samplers) if rows else []
         outputs += [
             self._append_token(seq, token, row)

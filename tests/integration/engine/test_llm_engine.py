@@ -7,6 +7,7 @@ import torch
 from prometheus_client import REGISTRY
 
 from services.common.tokenizer_loader import load_tokenizer
+from services.distill.prompts import EDIT_TASKS
 from services.engine.checkpoint import save_model
 from services.engine.kv_cache import PagedKVCache
 from services.engine.llm_engine import EngineConfig, LLMEngine, RequestRejected
@@ -15,6 +16,7 @@ from services.engine.model import LlamaForCausalLM
 from services.engine.model_runner import ModelRunner
 from services.engine.sampling_params import SamplingParams
 from services.engine.spec.config import SpecConfig
+from services.eval.perplexity import DEFAULT_TEXT
 
 pytestmark = pytest.mark.slow
 
@@ -229,6 +231,24 @@ def test_speculative_greedy_is_token_identical_and_accepts_drafts(
     assert tokens(got[("spec", 0)]) == hf_greedy(repeat, 40)
     assert tokens(got[("plain", 0)]) == hf_greedy(prompts[0], NEW_TOKENS)
     assert REGISTRY.get_sample_value("maas_engine_spec_accepted_tokens_total") > accepted
+
+    # An edit of a text: a sequence that ends inside an accepted draft, where
+    # the engine once indexed the blocks it had just freed.
+    passage = " ".join(DEFAULT_TEXT.read_text(encoding="utf-8").split()[240:360])
+    rendered = hf_tokenizer.apply_chat_template(
+        [{"role": "user", "content": f"{EDIT_TASKS[1]}\n\n{passage}"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    edit = hf_tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    got = run(
+        engine,
+        {
+            mode: (edit, SamplingParams(temperature=0, max_tokens=96, speculative=mode == "spec"))
+            for mode in ("spec", "plain")
+        },
+    )
+    assert tokens(got[("spec", 0)]) == tokens(got[("plain", 0)])
 
 
 def test_draft_model_speculation_is_token_identical(model, tokenizer, hf_greedy, prompts, tmp_path):
