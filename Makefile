@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PROTOS := $(wildcard proto/maas/v1/*.proto)
 
-.PHONY: run test proto lint bench bench-engine bench-billing bench-gateway bench-router bench-accel install install-test install-helm crd chart-lint chart-template clean
+.PHONY: run test proto lint bench bench-engine bench-billing bench-gateway bench-router bench-long-prefill bench-accel install install-test install-helm crd chart-lint chart-template clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,15 @@ bench-gateway: $(STAMP)
 bench-router: $(BENCH_STAMP)
 	$(BIN)/maas bench --scenario shared-prefix --torch-threads 1 --output benchmarks/results/router_shared_prefix.json
 	$(BIN)/maas bench --scenario uniform-random --torch-threads 1 --output benchmarks/results/router_uniform_random.json
+
+# Chat traffic with long documents mixed in, chunked prefill against whole prompts.
+bench-long-prefill: $(BENCH_STAMP)
+	$(BIN)/maas bench --scenario long-prefill-mix --engine-replicas 1 --torch-threads 2 \
+		--requests 50 --request-rate 0.5 --output-len-range 8 32 --long-every 15 \
+		--slo-ttft-ms 3000 --slo-tpot-ms 300 \
+		--engine-variant 'chunked=--max-num-batched-tokens 256' \
+		--engine-variant 'unchunked=--no-enable-chunked-prefill --max-num-batched-tokens 4096' \
+		--output benchmarks/results/bench_long_prefill_mix.json
 
 # Accelerations against float32, each a section of one JSON file (quantization first).
 DRAFT := .maas/drafts/smollm2-135m-draft

@@ -88,11 +88,13 @@ def timed_run(model, config, tokenizer, spec, batch: list[list[int]], max_tokens
 
 def method_configs(args) -> dict[str, SpecConfig]:
     common = {"num_tokens": args.num_tokens, "max_batch": max(args.batches) + 1}
-    methods = {BASELINE: SpecConfig(), "ngram": SpecConfig(method="ngram", **common)}
-    if (args.draft / "model.safetensors").exists():
-        methods["draft"] = SpecConfig(method="draft", draft_model=str(args.draft), **common)
-    else:
+    methods = {BASELINE: SpecConfig()}
+    if "ngram" in args.methods:
+        methods["ngram"] = SpecConfig(method="ngram", **common)
+    if "draft" in args.methods and not (args.draft / "model.safetensors").exists():
         print(f"no draft model in {args.draft}: run `maas distill-draft` first; skipping it")
+    elif "draft" in args.methods:
+        methods["draft"] = SpecConfig(method="draft", draft_model=str(args.draft), **common)
     return methods
 
 
@@ -163,6 +165,9 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/accel.json"))
     parser.add_argument("--model", type=Path, default=None, help="default: bundled SmolLM2")
     parser.add_argument("--draft", type=Path, default=DEFAULT_DRAFT)
+    parser.add_argument(
+        "--methods", nargs="+", choices=["ngram", "draft"], default=["ngram", "draft"]
+    )
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--passage-words", type=int, default=120)
     parser.add_argument("--max-tokens", type=int, default=160, help="per request at batch 1")
@@ -171,7 +176,10 @@ def main() -> None:
     parser.add_argument("--num-tokens", type=int, default=4, help="draft tokens per step")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--repeats", type=int, default=2, help="best of this many timings")
-    parser.add_argument("--dtype", default="auto", help="the engine's serving dtype by default")
+    # float32: a step over five positions and five steps over one round alike
+    # only in float32; in bfloat16 near-ties can flip, so greedy identity is
+    # only guaranteed (and checked) in float32.
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "auto"])
     # One thread, as in the quantization benchmark: shared cores make a second
     # OpenMP thread wait on a core another process holds.
     parser.add_argument("--torch-threads", type=int, default=1, help="0: torch's default")
@@ -203,7 +211,8 @@ def main() -> None:
         "batch_1": single,
         "batch_sweep": sweep,
         "checks": {
-            f"ngram_batch1_speedup_ge_{NGRAM_TARGET}": single["ngram"]["speedup"] >= NGRAM_TARGET,
+            f"ngram_batch1_speedup_ge_{NGRAM_TARGET}": single.get("ngram", {}).get("speedup", 0)
+            >= NGRAM_TARGET,
             "greedy_identical": all(r["greedy_identical"] for r in single.values()),
         },
     }

@@ -35,7 +35,7 @@ from services.engine.offline import generate, offline_engine
 from services.engine.sampling_params import SamplingParams
 
 DEFAULT_OUTPUT = Path(".maas/drafts/smollm2-135m-draft")
-HELD_OUT = 0.1  # share of sequences kept out of training to measure agreement
+HELD_OUT = 0.1  # share of passages kept out of training to measure agreement
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +94,26 @@ def make_data(args, model, config, tokenizer) -> dict:
     }
 
 
+def split_by_passage(count: int, args) -> tuple[list[int], list[int]]:
+    """Held-out and training sequence indices, whole passages (and their edits) apart.
+
+    An edit repeats its passage, so splitting sequence by sequence would score
+    the draft on text it learned by heart.
+    """
+    passages = list(range(args.passages))
+    random.Random(args.seed).shuffle(passages)
+    held_passages = set(passages[: max(1, int(len(passages) * HELD_OUT))])
+
+    def passage_of(index: int) -> int:
+        # Sequences are the passages in order, then each passage's edits together.
+        if index < args.passages:
+            return index
+        return (index - args.passages) // args.edits_per_passage
+
+    held = [i for i in range(count) if passage_of(i) in held_passages]
+    return held, [i for i in range(count) if passage_of(i) not in held_passages]
+
+
 def generation_params(args) -> dict:
     names = ("model", "seed", "passages", "edits_per_passage", "passage_tokens", "edit_tokens")
     return {name: getattr(args, name) for name in names}
@@ -117,10 +137,7 @@ def main(argv: list[str]) -> int:
 
     sequences = [p + a for p, a in zip(data["prompts"], data["answers"], strict=True)]
     starts = [len(p) for p in data["prompts"]]
-    order = list(range(len(sequences)))
-    random.Random(args.seed).shuffle(order)
-    held = order[: max(1, int(len(order) * HELD_OUT))]
-    kept = order[len(held) :]
+    held, kept = split_by_passage(len(sequences), args)
     shape = StudentShape(
         **{f.name: getattr(args, f.name) for f in dataclasses.fields(StudentShape)}
     )
