@@ -22,7 +22,7 @@ from services.engine.model import LlamaForCausalLM
 
 @dataclass
 class TrainConfig:
-    steps: int = 300
+    steps: int = 150
     batch_size: int = 8
     window: int = 256
     learning_rate: float = 2e-3
