@@ -143,3 +143,11 @@ def test_engine_accepts_every_flag_the_operator_passes_by_default():
     settings = parse_settings(EngineSettings, args[1:], prog="maas serve engine")
     assert settings.kv_cache_memory == 2**30 and settings.max_model_len == 2048
     assert settings.model_id == "x" and settings.host == "0.0.0.0"
+
+
+def test_engine_accepts_the_operators_draft_model_flags():
+    speculative = {"method": "draft", "numTokens": 6, "draftModel": "/models/draft"}
+    spec = {"engine": {"speculative": speculative}, "model": {"name": "x"}}
+    settings = parse_settings(EngineSettings, container(spec)["args"][1:], prog="maas serve engine")
+    assert settings.speculative_method == "draft" and settings.num_speculative_tokens == 6
+    assert settings.speculative_draft_model == "/models/draft"
