@@ -6,7 +6,7 @@ dataclass fields after their flags, so one from_args builds any of them.
 """
 
 import argparse
-from dataclasses import fields
+from dataclasses import asdict, fields
 
 
 def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,3 +44,17 @@ def add_range_argument(group, flag: str, default: tuple[int, int], what: str) ->
     group.add_argument(
         flag, type=int, nargs=2, metavar=("LOW", "HIGH"), help=f"{what} (default: {low} {high})"
     )
+
+
+class RequestsWorkload:
+    """A dataclass workload of `requests` requests whose fields are named after its flags."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace):
+        return from_args(cls, args)
+
+    def describe(self) -> dict:
+        return asdict(self)
+
+    def total_requests(self) -> int:
+        return self.requests

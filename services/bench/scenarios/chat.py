@@ -8,7 +8,7 @@ ignore_eos). Arrivals are open-loop at --request-rate, as independent users'.
 
 import argparse
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 
 from services.bench import arrivals, lengths, workload_args
@@ -22,7 +22,7 @@ TEMPLATE_TOKENS = 40
 
 
 @dataclass
-class Chat(SingleStack):
+class Chat(SingleStack, workload_args.RequestsWorkload):
     name = "chat"
 
     requests: int = 40
@@ -44,16 +44,6 @@ class Chat(SingleStack):
         group.add_argument(
             "--length-dist", choices=lengths.DISTRIBUTIONS, help="default: lognormal"
         )
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace):
-        return workload_args.from_args(cls, args)
-
-    def describe(self) -> dict:
-        return asdict(self)
-
-    def total_requests(self) -> int:
-        return self.requests
 
     def chat_request(self, index: int) -> tuple[list[dict], int]:
         """The index-th turn's messages and answer length."""

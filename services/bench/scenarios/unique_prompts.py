@@ -8,7 +8,7 @@ Not a scenario itself; they differ in how requests are driven and judged.
 
 import argparse
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from services.bench import workload_args
 from services.bench.scenario import Send
@@ -18,7 +18,7 @@ SYSTEM_TOKENS = 16
 
 
 @dataclass
-class UniquePrompts:
+class UniquePrompts(workload_args.RequestsWorkload):
     requests: int = 64
     prompt_tokens: int = 256
     max_tokens: int = 16
@@ -27,16 +27,6 @@ class UniquePrompts:
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         """Only the shared traffic flags (workload_args), declared once for all."""
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace):
-        return workload_args.from_args(cls, args)
-
-    def describe(self) -> dict:
-        return asdict(self)
-
-    def total_requests(self) -> int:
-        return self.requests
 
     def largest_request_tokens(self) -> int:
         return SYSTEM_TOKENS + self.prompt_tokens + self.max_tokens + 16
