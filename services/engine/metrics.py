@@ -56,5 +56,7 @@ SPEC_ACCEPTED_LENGTH = Histogram(
     buckets=(0, 1, 2, 3, 4, 5, 6, 8, 10, 16),
 )
 SPEC_PROPOSER_SECONDS = Histogram(
-    "maas_engine_spec_proposer_seconds", "Time to propose one draft", buckets=LATENCY_BUCKETS
+    "maas_engine_spec_proposer_seconds",
+    "Time to propose guesses for one step's sequences",
+    buckets=LATENCY_BUCKETS,
 )
