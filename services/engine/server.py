@@ -28,10 +28,14 @@ SERVICE_NAME = engine_pb2.DESCRIPTOR.services_by_name["Engine"].full_name
 
 
 def build_engine(settings: EngineSettings) -> LLMEngine:
-    if settings.torch_threads:
-        torch.set_num_threads(settings.torch_threads)
     path = resolve_model_path(settings.model_path)
     device = resolve_device(settings.device)
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    elif device.type == "cpu":
+        # One core stays with the event loop that streams tokens out: with every
+        # core computing, gRPC writes waited out whole requests (seen on 2 cores).
+        torch.set_num_threads(max(1, torch.get_num_threads() - 1))
     dtype = resolve_dtype(settings.dtype, device)
     started = time.perf_counter()
     quantization = QuantizationConfig(settings.quantization, settings.quantization_group_size)
