@@ -83,7 +83,7 @@ bench-router: $(BENCH_STAMP)
 
 # Chat traffic with long documents mixed in, chunked prefill against whole prompts.
 bench-long-prefill: $(BENCH_STAMP)
-	$(BIN)/maas bench --scenario long-prefill-mix --engine-replicas 1 --torch-threads 2 \
+	$(BIN)/maas bench --scenario long-prefill-mix --engine-replicas 1 \
 		--requests 50 --request-rate 0.5 --output-len-range 8 32 --long-every 15 \
 		--slo-ttft-ms 3000 --slo-tpot-ms 300 \
 		--engine-variant 'chunked=--max-num-batched-tokens 256' \
