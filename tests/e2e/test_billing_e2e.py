@@ -137,7 +137,12 @@ async def test_redis_outage_is_spooled_and_replayed_exactly(stack, tmp_path):
             for _ in range(4):
                 served.append(await complete(client, base, key, max_tokens=3))
             assert all(r.status_code == 200 for r in served), [r.text for r in served]
-            assert (tmp_path / "spool" / "usage.jsonl").read_text().count("\n") >= 4
+            # Each event is written once its response has gone out: wait for the last.
+            spool = tmp_path / "spool" / "usage.jsonl"
+            deadline = time.monotonic() + 10
+            while spool.read_text().count("\n") < 4 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert spool.read_text().count("\n") >= 4
             server = redis_process(tmp_path, port)
             server.start()
             await wait_ready(server, redis_url, 30)
