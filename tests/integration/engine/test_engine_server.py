@@ -84,17 +84,24 @@ async def test_abort_ends_running_and_queued_requests(engine):
     _, address = engine
     async with grpc.aio.insecure_channel(address) as channel:
         stub = engine_pb2_grpc.EngineStub(channel)
-        calls = {rid: stub.Generate(request(rid, 500)) for rid in ("a", "b", "c")}
-        # Two run together in one batch (max-num-seqs 2); the third waits. Read
-        # from the engine's load, not from the streams: this client leaves them
-        # unread until the aborts, and their first messages can arrive late.
-        for _ in range(300):
-            load = await stub.GetLoad(engine_pb2.GetLoadRequest())
-            if (load.running, load.waiting) == (2, 1):
-                break
-            await asyncio.sleep(0.1)
-        assert (load.running, load.waiting) == (2, 1)
-        for rid in calls:
+
+        async def load_becomes(running: int, waiting: int):
+            # Read from the engine's load, not from the streams: this client
+            # leaves them unread until the aborts, and first messages can lag.
+            for _ in range(300):
+                load = await stub.GetLoad(engine_pb2.GetLoadRequest())
+                if (load.running, load.waiting) == (running, waiting):
+                    return
+                await asyncio.sleep(0.1)
+            raise AssertionError(f"load {load.running, load.waiting}, not {running, waiting}")
+
+        # Two run together in one batch (max-num-seqs 2); the third, sent after, waits.
+        calls = {rid: stub.Generate(request(rid, 500)) for rid in ("a", "b")}
+        await load_becomes(2, 0)
+        calls["c"] = stub.Generate(request("c", 500))
+        await load_becomes(2, 1)
+        # The queued one first: aborting a running one would let it in.
+        for rid in ("c", "b", "a"):
             assert (await stub.Abort(engine_pb2.AbortRequest(request_id=rid))).found
         last = {rid: (await read_all(call))[-1] for rid, call in calls.items()}
         load = await stub.GetLoad(engine_pb2.GetLoadRequest())
