@@ -16,7 +16,7 @@ def paged_attention(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
-    decode_context_lens: torch.Tensor | None = None,
+    use_kernel: bool = False,
 ) -> torch.Tensor:
     """Store the new keys and values in the pool, then attend from the pool.
 
@@ -24,9 +24,8 @@ def paged_attention(
     k_cache and v_cache are one layer's pool, [blocks, block_size, kv_heads, head_dim].
     Returns [tokens, heads, head_dim].
 
-    decode_context_lens, the decodes' context lengths as a tensor on q's device,
-    is given on the kernel path (LlamaForCausalLM.use_kernels): the decodes then
-    run kernels.paged_attention_decode, which reads each sequence's blocks in
+    use_kernel is set on the kernel path (LlamaForCausalLM.use_kernels): the
+    decodes then run kernels.paged_attention_decode, which reads each sequence's blocks in
     place through its block table instead of gathering them all for SDPA.
     Prefill chunks take SDPA either way.
     """
@@ -35,11 +34,11 @@ def paged_attention(
     v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v)
     out = torch.empty_like(q)
     decodes = meta.num_decodes
-    if decodes and decode_context_lens is not None:
+    if decodes and use_kernel:
         # The kernel's pool layout is this layer's slice of PagedKVCache as it is,
         # and the padded block tables' filler (block 0) is a valid id it never reads.
         out[:decodes] = paged_attention_decode(
-            q[:decodes], k_cache, v_cache, meta.block_tables[:decodes], decode_context_lens
+            q[:decodes], k_cache, v_cache, meta.block_tables[:decodes], meta.decode_context_lens
         )
     elif decodes:
         out[:decodes] = _decode(q[:decodes], k_cache, v_cache, meta)

@@ -20,6 +20,8 @@ class AttentionMetadata:
     # The decodes' block tables cut to the longest decode context, flattened:
     # one index_select gathers every decode's blocks.
     decode_block_ids: torch.Tensor
+    # [decodes]: each decode's context length, on the device (the paged decode kernel's input).
+    decode_context_lens: torch.Tensor
     # [decodes, 1, 1, gathered positions]: True where the position is in that decode's
     # context; the rest is padding out to the longest decode.
     decode_mask: torch.Tensor
@@ -72,6 +74,7 @@ class AttentionMetadata:
             block_tables=tables,
             num_decodes=num_decodes,
             decode_block_ids=tables[:num_decodes, :decode_blocks].flatten(),
+            decode_context_lens=decode_ctx,
             decode_mask=(gathered < decode_ctx[:, None])[:, None, None, :],
             prefill_block_ids=[tables[i, : blocks_needed[i]] for i in prefills],
             prefill_masks=[

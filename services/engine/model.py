@@ -104,7 +104,6 @@ class Attention(nn.Module):
         sin: torch.Tensor,
         kv_cache: PagedKVCache,
         meta: AttentionMetadata,
-        decode_context_lens: torch.Tensor,
     ) -> torch.Tensor:
         """forward with q and k rotated in one kernel and decodes attended by the paged kernel."""
         tokens = x.shape[0]
@@ -118,7 +117,7 @@ class Attention(nn.Module):
         )
         v = v.view(tokens, self.num_kv_heads, self.head_dim)
         out = paged_attention(
-            q, k, v, kv_cache.k[self.layer], kv_cache.v[self.layer], meta, decode_context_lens
+            q, k, v, kv_cache.k[self.layer], kv_cache.v[self.layer], meta, use_kernel=True
         )
         return self.o_proj(out.view(tokens, -1))
 
@@ -166,7 +165,6 @@ class DecoderLayer(nn.Module):
         sin: torch.Tensor,
         kv_cache: PagedKVCache,
         meta: AttentionMetadata,
-        decode_context_lens: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """forward with each residual add fused into the RMSNorm that follows it.
 
@@ -180,7 +178,7 @@ class DecoderLayer(nn.Module):
         x, residual = rms_norm_residual(
             x, residual, self.input_layernorm.weight, self.input_layernorm.eps
         )
-        x = self.self_attn.forward_kernels(x, cos, sin, kv_cache, meta, decode_context_lens)
+        x = self.self_attn.forward_kernels(x, cos, sin, kv_cache, meta)
         x, residual = rms_norm_residual(
             x, residual, self.post_attention_layernorm.weight, self.post_attention_layernorm.eps
         )
@@ -250,14 +248,9 @@ class LlamaForCausalLM(nn.Module):
         kv_cache: PagedKVCache,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        # The decodes' context lengths on the device, once a step for every layer:
-        # each decode's row of the mask is True exactly over its context.
-        decode_context_lens = meta.decode_mask.flatten(1).sum(-1)
         residual = None
         for layer in self.model.layers:
-            h, residual = layer.forward_kernels(
-                h, residual, cos, sin, kv_cache, meta, decode_context_lens
-            )
+            h, residual = layer.forward_kernels(h, residual, cos, sin, kv_cache, meta)
         h, _ = rms_norm_residual(h, residual, self.model.norm.weight, self.model.norm.eps)
         return h
 
