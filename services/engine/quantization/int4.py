@@ -83,8 +83,8 @@ def make_int4_linear(
     return Int4Linear(weight, bias, dtype, shard_sizes)
 
 
-class Int4Linear(QuantizedLinear):
-    """The portable format, for kernels.int4_matmul."""
+class _Int4Base(QuantizedLinear):
+    """What both int4 layouts share: the shape and group size of the weight."""
 
     def __init__(
         self,
@@ -96,6 +96,22 @@ class Int4Linear(QuantizedLinear):
         out_features, in_features = weight.shape
         super().__init__(in_features, out_features, bias, dtype, shard_sizes)
         self.group_size = weight.group_size
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, group_size={self.group_size}"
+
+
+class Int4Linear(_Int4Base):
+    """The portable format, for kernels.int4_matmul."""
+
+    def __init__(
+        self,
+        weight: Int4Weight,
+        bias: torch.Tensor | None,
+        dtype: torch.dtype,
+        shard_sizes: list[int] | None = None,
+    ):
+        super().__init__(weight, bias, dtype, shard_sizes)
         self.register_buffer("packed", weight.packed)
         # In the model dtype: at group 64, float32 scale + min would be 0.125 bytes a
         # weight on top of the 0.5 of the levels, bf16 halves that.
@@ -105,11 +121,8 @@ class Int4Linear(QuantizedLinear):
     def matmul(self, rows: torch.Tensor) -> torch.Tensor:
         return int4_matmul(rows, self.packed, self.scales, self.mins, self.group_size)
 
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, group_size={self.group_size}"
 
-
-class CpuInt4Linear(QuantizedLinear):
+class CpuInt4Linear(_Int4Base):
     """The layout of torch's CPU int4 kernel (_weight_int4pack_mm_for_cpu).
 
     Its levels are tiled in an order of its own (which depends on the CPU's
@@ -125,9 +138,7 @@ class CpuInt4Linear(QuantizedLinear):
         dtype: torch.dtype,
         shard_sizes: list[int] | None = None,
     ):
-        out_features, in_features = weight.shape
-        super().__init__(in_features, out_features, bias, dtype, shard_sizes)
-        self.group_size = weight.group_size
+        super().__init__(weight, bias, dtype, shard_sizes)
         levels = unpack_int4(weight.packed).to(torch.int32)
         self.register_buffer("qweight", torch._convert_weight_to_int4pack_for_cpu(levels, 1))
         # The kernel computes (level - 8) * scale + zero; ours is level * scale + min.
@@ -139,6 +150,3 @@ class CpuInt4Linear(QuantizedLinear):
         return torch._weight_int4pack_mm_for_cpu(
             rows, self.qweight, self.group_size, self.scale_zeros
         )
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, group_size={self.group_size}"
