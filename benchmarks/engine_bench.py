@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-from services.common.chat_template import render_chat
 from services.common.model_files import default_model_path
 from services.common.tokenizer_loader import load_tokenizer
 from services.engine.device import resolve_device, resolve_dtype
@@ -34,14 +33,7 @@ TOPICS = ["rivers", "volcanoes", "bread", "chess", "jazz", "bees", "glaciers", "
 
 
 def chat_prompt(tokenizer, question: str) -> list[int]:
-    text = render_chat(
-        tokenizer.chat_template,
-        [{"role": "user", "content": question}],
-        True,
-        tokenizer.bos_token,
-        tokenizer.eos_token,
-    )
-    return tokenizer.encode(text)
+    return tokenizer.encode_chat([{"role": "user", "content": question}])
 
 
 def make_engine(model, config, tokenizer, dtype, device, **options) -> LLMEngine:

@@ -26,7 +26,6 @@ from pathlib import Path
 import torch
 
 from benchmarks.results_file import update_results
-from services.common.chat_template import render_chat
 from services.common.model_files import default_model_path
 from services.common.tokenizer_loader import load_tokenizer
 from services.engine.kv_budget import model_bytes
@@ -63,10 +62,7 @@ def decode_tokens_per_s(model, config, tokenizer, batch: int, new_tokens: int) -
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
     for i in range(batch):
         messages = [{"role": "user", "content": QUESTION.format(i)}]
-        text = render_chat(
-            tokenizer.chat_template, messages, True, tokenizer.bos_token, tokenizer.eos_token
-        )
-        engine.add_request(str(i), tokenizer.encode(text), params)
+        engine.add_request(str(i), tokenizer.encode_chat(messages), params)
     # The first step prefills every prompt (they fit the token budget) and samples
     # each one's first token; what follows is decoding only.
     engine.step()

@@ -26,7 +26,6 @@ import torch
 from prometheus_client import REGISTRY
 
 from benchmarks.results_file import update_results
-from services.common.chat_template import render_chat
 from services.common.model_files import default_model_path
 from services.common.tokenizer_loader import load_tokenizer
 from services.distill.main import DEFAULT_OUTPUT as DEFAULT_DRAFT
@@ -50,11 +49,7 @@ def prompts(tokenizer, count: int, passage_words: int) -> list[list[int]]:
         start = (i * passage_words * 2) % max(1, len(words) - passage_words)
         passage = " ".join(words[start : start + passage_words])
         task = EDIT_TASKS[i % len(EDIT_TASKS)]
-        messages = [{"role": "user", "content": f"{task}\n\n{passage}"}]
-        text = render_chat(
-            tokenizer.chat_template, messages, True, tokenizer.bos_token, tokenizer.eos_token
-        )
-        result.append(tokenizer.encode(text))
+        result.append(tokenizer.encode_chat([{"role": "user", "content": f"{task}\n\n{passage}"}]))
     return result
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
+from services.common.chat_template import render_chat
+
 
 @dataclass(frozen=True)
 class TextTokenizer:
@@ -34,6 +36,12 @@ class TextTokenizer:
         write those tokens themselves, hence the default.
         """
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        """Token ids of `messages` rendered with this model's chat template, ready to answer."""
+        return self.encode(
+            render_chat(self.chat_template, messages, True, self.bos_token, self.eos_token)
+        )
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)

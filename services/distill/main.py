@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 
-from services.common.chat_template import render_chat
 from services.common.model_files import default_model_path
 from services.common.tokenizer_loader import load_tokenizer
 from services.distill.prompts import edit_prompts, passage_prompts
@@ -65,33 +64,32 @@ def build_parser() -> argparse.ArgumentParser:
 def make_data(args, model, config, tokenizer) -> dict:
     """Prompt and answer token ids of every sequence the target wrote."""
     engine = offline_engine(model, config, tokenizer, args.batch, 512)
-    eos = tokenizer.eos_token
+    prompts: list[list[int]] = []
 
-    def render(prompt: str) -> list[int]:
-        messages = [{"role": "user", "content": prompt}]
-        text = render_chat(tokenizer.chat_template, messages, True, tokenizer.bos_token, eos)
-        return tokenizer.encode(text)
-
-    def answer(prompts: list[str], max_tokens: int, temperature: float, label: str):
+    def answer(texts: list[str], max_tokens: int, temperature: float, label: str):
+        ids = [tokenizer.encode_chat([{"role": "user", "content": t}]) for t in texts]
+        prompts.extend(ids)
         # Each request its own seed: the data does not depend on batch composition.
         params = [
             SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=args.seed + i)
-            for i in range(len(prompts))
+            for i in range(len(texts))
         ]
-        return generate(engine, [render(p) for p in prompts], params, progress=label)
+        return generate(engine, ids, params, progress=label)
 
     # Passages sampled, for variety; edits greedy, as latency-sensitive traffic mostly is.
-    first = passage_prompts(args.passages, args.seed)
-    passages = answer(first, args.passage_tokens, 0.8, "The target writes passages")
-    second = edit_prompts(
-        [tokenizer.decode(p) for p in passages], args.edits_per_passage, args.seed
+    passages = answer(
+        passage_prompts(args.passages, args.seed),
+        args.passage_tokens,
+        0.8,
+        "The target writes passages",
     )
-    edits = answer(second, args.edit_tokens, 0.0, "The target edits them")
-    return {
-        "params": generation_params(args),
-        "prompts": [render(p) for p in first + second],
-        "answers": passages + edits,
-    }
+    edits = answer(
+        edit_prompts([tokenizer.decode(p) for p in passages], args.edits_per_passage, args.seed),
+        args.edit_tokens,
+        0.0,
+        "The target edits them",
+    )
+    return {"params": generation_params(args), "prompts": prompts, "answers": passages + edits}
 
 
 def split_by_passage(count: int, args) -> tuple[list[int], list[int]]:
