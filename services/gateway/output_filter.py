@@ -6,14 +6,22 @@ still become the start of a term is sent before the next delta shows whether
 it does. Matching is case-insensitive. `mask` replaces each match with
 asterisks of the same length; `stop` sends the text before the match and
 ends the choice with finish_reason "content_filter".
+
+Logprobs would leak what the text hides, so the sampled tokens' strings are
+screened the same way, as their own stream (token strings need not add up to
+the detokenized text): an entry is held back while its token may still be
+part of a term, its string masked where a match covers it, and with "stop"
+the entries from the matching token on are dropped. An alternative in
+top_logprobs is masked when it contains a term on its own.
 """
 
 import re
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
 from prometheus_client import Counter
+
+from maas.v1 import engine_pb2
 
 BLOCKED = Counter("maas_gateway_blocked_terms", "Blocked terms found in output", ["action"])
 
@@ -23,37 +31,90 @@ class Filtered:
     text: str
     # Set when a term was found and the action is "stop".
     stopped: bool = False
+    logprobs: list[engine_pb2.TokenLogprob] = field(default_factory=list)
+
+
+def _mask(text: str, spans: list[tuple[int, int]]) -> str:
+    chars = list(text)
+    for start, end in spans:
+        chars[start:end] = "*" * (end - start)
+    return "".join(chars)
+
+
+@dataclass(frozen=True)
+class Terms:
+    pattern: re.Pattern
+    holdback: int
+    action: Literal["mask", "stop"]
+
+    def scan(self, buffer: str, final: bool) -> tuple[list[tuple[int, int]], int]:
+        """(matches to act on, how much of buffer is settled and may be sent)."""
+        # Text past the boundary may still turn out to start a term; a match
+        # that starts past it may still grow into a longer term, so both wait.
+        boundary = len(buffer) if final else max(len(buffer) - self.holdback, 0)
+        matches = [m.span() for m in self.pattern.finditer(buffer) if m.start() < boundary]
+        return matches, max([boundary, *(end for _, end in matches)])
+
+    def mask_alternatives(self, lp: engine_pb2.TokenLogprob) -> engine_pb2.TokenLogprob:
+        screened = engine_pb2.TokenLogprob()
+        screened.CopyFrom(lp)
+        for alternative in screened.top_logprobs:
+            alternative.token = self.pattern.sub(lambda m: "*" * len(m.group()), alternative.token)
+        return screened
+
+
+@dataclass
+class ChoiceFilter:
+    """One choice's held-back text and logprob entries."""
+
+    terms: Terms
+    tail: str = ""
+    pending: list[engine_pb2.TokenLogprob] = field(default_factory=list)
+
+    def push(self, text: str, logprobs: list, final: bool) -> Filtered:
+        buffer = self.tail + text
+        matches, cut = self.terms.scan(buffer, final)
+        kept, token_stop = self._tokens(logprobs, final)
+        if matches:
+            BLOCKED.labels(self.terms.action).inc(len(matches))
+        if (matches or token_stop) and self.terms.action == "stop":
+            self.tail, self.pending = "", []
+            before = buffer[: matches[0][0]] if matches else buffer[:cut]
+            return Filtered(before, stopped=True, logprobs=kept)
+        self.tail = buffer[cut:]
+        return Filtered(_mask(buffer[:cut], matches), logprobs=kept)
+
+    def _tokens(self, logprobs: list, final: bool) -> tuple[list, bool]:
+        """Entries safe to send, and whether a term was found in the tokens."""
+        pending = self.pending + [self.terms.mask_alternatives(lp) for lp in logprobs]
+        buffer = "".join(lp.token for lp in pending)
+        matches, cut = self.terms.scan(buffer, final)
+        if matches and self.terms.action == "stop":
+            cut = matches[0][0]
+        masked = _mask(buffer, matches)
+        released, offset = [], 0
+        for lp in pending:
+            end = offset + len(lp.token)
+            if end > cut:
+                break
+            lp.token = masked[offset:end]
+            released.append(lp)
+            offset = end
+        self.pending = pending[len(released) :]
+        return released, bool(matches)
 
 
 @dataclass
 class StreamFilter:
-    """The filter's state for one response: a held-back tail per choice index."""
+    """The filter's state for one response, per choice index."""
 
-    pattern: re.Pattern
-    holdback: int
-    action: Literal["mask", "stop"]
-    _tails: dict[int, str] = field(default_factory=lambda: defaultdict(str))
+    terms: Terms
+    _choices: dict[int, ChoiceFilter] = field(default_factory=dict)
 
-    def push(self, index: int, text: str, final: bool) -> Filtered:
+    def push(self, index: int, text: str, final: bool, logprobs: list = ()) -> Filtered:
         """Feed a delta of choice `index`; `final` flushes what is held back."""
-        buffer = self._tails[index] + text
-        # Text past the boundary may still turn out to start a term; a match
-        # that starts past it may still grow into a longer term, so both wait.
-        boundary = len(buffer) if final else max(len(buffer) - self.holdback, 0)
-        matches = [m for m in self.pattern.finditer(buffer) if m.start() < boundary]
-        if matches:
-            BLOCKED.labels(self.action).inc(len(matches))
-            if self.action == "stop":
-                self._tails[index] = ""
-                return Filtered(buffer[: matches[0].start()], stopped=True)
-        cut = max([boundary, *(m.end() for m in matches)])
-        out, position = [], 0
-        for match in matches:
-            out += [buffer[position : match.start()], "*" * len(match.group())]
-            position = match.end()
-        out.append(buffer[position:cut])
-        self._tails[index] = buffer[cut:]
-        return Filtered("".join(out))
+        choice = self._choices.setdefault(index, ChoiceFilter(self.terms))
+        return choice.push(text, list(logprobs), final)
 
 
 class OutputFilter:
@@ -72,4 +133,4 @@ class OutputFilter:
         return self._pattern is not None
 
     def stream(self) -> StreamFilter:
-        return StreamFilter(self._pattern, self._holdback, self._action)
+        return StreamFilter(Terms(self._pattern, self._holdback, self._action))

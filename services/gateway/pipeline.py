@@ -149,8 +149,10 @@ class Pipeline:
                 if screen is not None:
                     if delta.index in stopped:
                         continue
-                    passed = screen.push(delta.index, delta.text, final=bool(delta.finish_reason))
-                    delta.text = passed.text
+                    passed = screen.push(
+                        delta.index, delta.text, bool(delta.finish_reason), delta.logprobs
+                    )
+                    delta.text, delta.logprobs = passed.text, passed.logprobs
                     if passed.stopped:
                         delta.finish_reason = "content_filter"
                         stopped.add(delta.index)

@@ -1,5 +1,6 @@
 import pytest
 
+from maas.v1 import engine_pb2
 from services.gateway.output_filter import OutputFilter
 
 
@@ -55,3 +56,40 @@ def test_choices_are_filtered_independently():
 def test_no_terms_means_disabled():
     assert not OutputFilter([], "mask").enabled
     assert not OutputFilter([""], "stop").enabled
+
+
+def entry(token: str, *alternatives: str) -> engine_pb2.TokenLogprob:
+    return engine_pb2.TokenLogprob(
+        token=token,
+        logprob=-0.5,
+        top_logprobs=[engine_pb2.TopLogprob(token=t, logprob=-1.0) for t in alternatives],
+    )
+
+
+def screen_tokens(action, tokens, alternatives=()):
+    """Each token its own delta, as the engine sends them; the tokens that came out."""
+    screen = OutputFilter(["darn"], action).stream()
+    out = []
+    for i, token in enumerate(tokens):
+        final = i == len(tokens) - 1
+        passed = screen.push(0, token, final, [entry(token, *alternatives)])
+        out += passed.logprobs
+        if passed.stopped:
+            break
+    return out
+
+
+def test_masked_terms_vanish_from_logprob_tokens_split_over_tokens():
+    out = screen_tokens("mask", ["a", " da", "rn", " day"])
+    assert [lp.token for lp in out] == ["a", " **", "**", " day"]
+    assert "darn" not in "".join(lp.token for lp in out)
+
+
+def test_stop_drops_the_entries_from_the_term_on():
+    out = screen_tokens("stop", ["all", " fine", " da", "rn", " it"])
+    assert [lp.token for lp in out] == ["all", " fine"]
+
+
+def test_alternatives_that_hold_a_term_are_masked():
+    out = screen_tokens("mask", ["fine"], alternatives=["Darn", "dar"])
+    assert [t.token for t in out[0].top_logprobs] == ["****", "dar"]
