@@ -45,3 +45,46 @@ def test_any_split_gives_the_same_result_as_whole_text(text, stop, cuts):
     deltas = [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
     expected = (text[: text.find(stop)], True) if stop in text else (text, False)
     assert feed([stop], deltas) == expected
+
+
+def test_the_stop_that_starts_first_wins_over_the_one_that_ends_first():
+    assert feed(["abcd", "bc"], ["xab", "cd"]) == ("x", True)
+
+
+class ReferenceMatcher:
+    """The obvious matcher: search all held text, try every suffix of it."""
+
+    def __init__(self, stops: list[str]):
+        self.stops, self.held = stops, ""
+
+    def push(self, delta: str) -> tuple[str, bool]:
+        text = self.held + delta
+        starts = [text.find(s) for s in self.stops if s in text]
+        if starts:
+            self.held = ""
+            return text[: min(starts)], True
+        keep = max(
+            (
+                size
+                for stop in self.stops
+                for size in range(1, min(len(stop), len(text) + 1))
+                if stop.startswith(text[len(text) - size :])
+            ),
+            default=0,
+        )
+        self.held = text[len(text) - keep :]
+        return text[: len(text) - keep], False
+
+
+@given(
+    stops=st.lists(st.text(alphabet="abc", min_size=1, max_size=6), min_size=1, max_size=5),
+    deltas=st.lists(st.text(alphabet="abc", max_size=5), max_size=12),
+)
+def test_every_push_matches_the_reference_matcher(stops, deltas):
+    matcher, reference = StopStringMatcher(stops), ReferenceMatcher(stops)
+    for delta in deltas:
+        result = matcher.push(delta)
+        assert result == reference.push(delta)
+        if result[1]:
+            return
+    assert matcher.flush() == reference.held
