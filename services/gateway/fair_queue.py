@@ -6,8 +6,14 @@ the tenant's finish tag moves on by 1 / weight. Slots go to the lowest start
 tag. A tenant with 50 requests queued has tags far in the future, so another
 tenant's first request lands near the head of the queue instead of behind all
 50; with weights, a premium tenant (weight 4) gets four requests through for
-each of a weight-1 tenant's while both are backlogged. Costs are per request,
-not per token: a slot is held for the whole request whatever its length.
+each of a weight-1 tenant's while both are backlogged.
+
+A request costs its number of sequences (n), not its tokens: it holds that
+many slots for its whole length, since it takes that many places in an
+engine's batch, and its tenant's finish tag moves on by cost / weight. The
+head of the queue waits until its cost fits; requests behind it do not
+overtake, so a large request is never starved by small ones. A request larger
+than every slot runs alone.
 
 One queue lives in each gateway replica; slots are this replica's share of
 the deployment's capacity.
@@ -45,6 +51,7 @@ class QueueTimeoutError(Exception):
 class _Waiter:
     start_tag: float
     seq: int
+    cost: int = field(compare=False)
     future: asyncio.Future = field(compare=False)
 
 
@@ -70,19 +77,20 @@ class FairQueue:
         self.slots = max(slots, 1)
         self._dispatch()
 
-    async def acquire(self, tenant: str, weight: float) -> float:
-        """Wait for a slot; returns the seconds waited. Pair with release()."""
+    async def acquire(self, tenant: str, weight: float, cost: int = 1) -> float:
+        """Wait for `cost` slots; returns the seconds waited. Pair with release(cost)."""
         arrived = time.perf_counter()
-        if self.in_use < self.slots and not self._waiting:
-            self.in_use += 1
+        if not self._waiting and self._fits(cost):
+            self.in_use += cost
             WAIT_SECONDS.labels(self.name).observe(0.0)
             return 0.0
         if self._waiting >= self._max_waiting:
             SHED.labels("full").inc()
             raise QueueFullError(f"the queue for {self.name!r} is full")
         start = max(self._virtual_time, self._finish_tags.get(tenant, 0.0))
-        self._finish_tags[tenant] = start + 1.0 / weight
-        waiter = _Waiter(start, next(self._seq), asyncio.get_running_loop().create_future())
+        self._finish_tags[tenant] = start + cost / weight
+        future = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(start, next(self._seq), cost, future)
         heapq.heappush(self._heap, waiter)
         self._set_waiting(self._waiting + 1)
         try:
@@ -99,27 +107,34 @@ class FairQueue:
         WAIT_SECONDS.labels(self.name).observe(waited)
         return waited
 
-    def release(self) -> None:
-        self.in_use -= 1
+    def release(self, cost: int = 1) -> None:
+        self.in_use -= cost
         self._dispatch()
+
+    def _fits(self, cost: int) -> bool:
+        return self.in_use == 0 or self.in_use + cost <= self.slots
 
     def _abandon(self, waiter: _Waiter) -> None:
         if waiter.future.done() and not waiter.future.cancelled():
-            # The slot was granted just as the waiter gave up: hand it on.
-            self.release()
+            # The slots were granted just as the waiter gave up: hand them on.
+            self.release(waiter.cost)
             return
         waiter.future.cancel()
         self._set_waiting(self._waiting - 1)
+        # It may have been the head that others waited behind.
+        self._dispatch()
 
     def _dispatch(self) -> None:
-        while self.in_use < self.slots and self._heap:
-            waiter = heapq.heappop(self._heap)
-            if waiter.future.cancelled():
-                continue
-            self._virtual_time = waiter.start_tag
-            self.in_use += 1
-            self._set_waiting(self._waiting - 1)
-            waiter.future.set_result(None)
+        while self._heap:
+            waiter = self._heap[0]
+            if not waiter.future.cancelled():
+                if not self._fits(waiter.cost):
+                    break
+                self._virtual_time = waiter.start_tag
+                self.in_use += waiter.cost
+                self._set_waiting(self._waiting - 1)
+                waiter.future.set_result(None)
+            heapq.heappop(self._heap)
         if not self._heap:
             # Idle: every tenant starts level again, and old tags cannot pile up.
             self._finish_tags.clear()

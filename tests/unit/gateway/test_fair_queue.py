@@ -104,3 +104,41 @@ async def test_cancelled_waiters_do_not_take_slots_and_new_slots_are_handed_out(
     queue.resize(3)
     await asyncio.gather(*staying)
     assert queue.in_use == 3 and queue.waiting == 0
+
+
+async def test_a_request_weighs_its_sequences_in_slots_and_in_the_fair_share():
+    queue = FairQueue("wide", slots=4, max_waiting=100, timeout=30)
+    await queue.acquire("holder", 1.0, cost=4)
+    order = []
+
+    async def one(tenant, cost):
+        await queue.acquire(tenant, 1.0, cost)
+        order.append(tenant)
+        queue.release(cost)
+
+    # Equal weights: n=4 requests get a quarter of the requests through that
+    # n=1 requests do, so both tenants get the same number of sequences.
+    waiters = [one("wide", 4) for _ in range(10)] + [one("narrow", 1) for _ in range(40)]
+    tasks = [asyncio.create_task(w) for w in waiters]
+    await asyncio.sleep(0)
+    assert queue.waiting == 50
+    queue.release(4)
+    await asyncio.gather(*tasks)
+    assert order[:25].count("wide") == 5
+    assert queue.in_use == 0
+
+
+async def test_a_wide_request_at_the_head_is_not_overtaken_and_one_wider_than_all_runs_alone():
+    queue = FairQueue("head", slots=4, max_waiting=10, timeout=30)
+    await queue.acquire("t", 1.0, cost=3)
+    wider = asyncio.create_task(queue.acquire("u", 1.0, cost=6))
+    narrow = asyncio.create_task(queue.acquire("v", 1.0))
+    await asyncio.sleep(0)
+    # One slot is free, but the head needs more: the narrow request waits behind it.
+    assert queue.waiting == 2
+    queue.release(3)
+    await wider
+    assert queue.in_use == 6 and queue.waiting == 1
+    queue.release(6)
+    await narrow
+    assert queue.in_use == 1
