@@ -8,14 +8,23 @@ Per tenant (the {tenant} hash tag keeps a tenant's keys on one cluster slot):
   KEYS[1] maas:rl:{t}:log       zset  request id -> admission time (ms)
   KEYS[2] maas:rl:{t}:tokens    hash  request id -> tokens charged
   KEYS[3] maas:rl:{t}:sum       int   sum of the hash (tokens in the window)
-  KEYS[4] maas:rl:{t}:inflight  zset  request id -> lease expiry (ms)
+  KEYS[4] maas:rl:{t}:inflight  zset  lease member -> lease expiry (ms)
 
 The log is a sliding window: exactly the requests admitted in the last
 window_ms count, with no burst at a window boundary as fixed windows allow.
+
+A request is admitted in two steps. ADMIT, before any work is done for it
+(tokenizing included), counts it against RPM and takes its concurrency lease,
+charged 0 tokens; RESERVE, once the prompt's size is known, charges prompt +
+max_tokens against TPM. So a request that fails in between (a prompt over the
+context length) has still cost its tenant a request. A request with n
+sequences holds n lease members (id, id#2, ... id#n): it costs n of the
+tenant's concurrency, as it does of an engine's batch.
 """
 
-# Shared prelude: the clock, and dropping what has left the window or whose
-# lease ran out (a replica that died mid-request cannot hold a slot forever).
+# Shared prelude: the clock, dropping what has left the window or whose lease
+# ran out (a replica that died mid-request cannot hold a slot forever), and
+# what every decision returns.
 _PRELUDE = """
 local log, tokens, sum_key, inflight = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local t = redis.call('TIME')
@@ -30,25 +39,13 @@ local function expire(window)
   if #old > 0 then redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window) end
   redis.call('ZREMRANGEBYSCORE', inflight, '-inf', now)
 end
-"""
-
-# ARGV: request id, rpm, tpm, max concurrency, tokens needed, window ms,
-# lease ms, commit (1 admits; 0 only checks).
-# Returns {admitted, reason, retry_after_ms, requests_left, tokens_left, reset_ms}
-ADMIT = (
-    _PRELUDE
-    + """
-local id = ARGV[1]
-local rpm, tpm, conc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local need, window, lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-expire(window)
-local count = redis.call('ZCARD', log)
-local used = tonumber(redis.call('GET', sum_key) or '0')
-local running = redis.call('ZCARD', inflight)
-
+local function lease_member(id, k)
+  if k == 1 then return id end
+  return id .. '#' .. k
+end
 -- Until the window gives back `enough` tokens: the admission time of the
 -- entry whose expiry frees the last of them, plus the window.
-local function tokens_freed_in(enough)
+local function tokens_freed_in(enough, window)
   local freed = 0
   local entries = redis.call('ZRANGE', log, 0, -1, 'WITHSCORES')
   for i = 1, #entries, 2 do
@@ -57,47 +54,94 @@ local function tokens_freed_in(enough)
   end
   return window
 end
+-- {admitted, reason, retry_after_ms, requests_left, tokens_left, reset_ms}.
+-- OpenAI's reset headers: until the limit is back to its initial state,
+-- i.e. until the newest entry leaves the window.
+local function decision(reason, retry, rpm, tpm, window)
+  local count = redis.call('ZCARD', log)
+  local used = tonumber(redis.call('GET', sum_key) or '0')
+  local reset = 0
+  local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+  if #newest > 0 then reset = tonumber(newest[2]) + window - now end
+  return {reason == '' and 1 or 0, reason, math.max(retry, 0), math.max(rpm - count, 0),
+          math.max(tpm - used, 0), math.max(reset, 0)}
+end
+"""
+
+# ARGV: request id, rpm, tpm, max concurrency, tokens needed at least, window
+# ms, lease ms, sequences. Counts the request and takes its lease, or refuses.
+ADMIT = (
+    _PRELUDE
+    + """
+local id = ARGV[1]
+local rpm, tpm, conc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local floor, window, lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local seqs = tonumber(ARGV[8])
+expire(window)
+local count = redis.call('ZCARD', log)
+local used = tonumber(redis.call('GET', sum_key) or '0')
+local running = redis.call('ZCARD', inflight)
 
 local reason, retry = '', 0
 if rpm > 0 and count + 1 > rpm then
   reason = 'requests'
   local oldest = redis.call('ZRANGE', log, 0, 0, 'WITHSCORES')
   retry = tonumber(oldest[2]) + window - now
-elseif tpm > 0 and need > tpm then
+elseif tpm > 0 and floor > tpm then
   reason = 'too_large'
   retry = window
-elseif tpm > 0 and used + need > tpm then
+elseif tpm > 0 and used + floor > tpm then
   reason = 'tokens'
-  retry = tokens_freed_in(used + need - tpm)
-elseif conc > 0 and running + 1 > conc then
+  retry = tokens_freed_in(used + floor - tpm, window)
+elseif conc > 0 and running + seqs > conc then
   reason = 'concurrency'
   retry = 1000
 end
 
-local admitted = reason == '' and 1 or 0
-if admitted == 1 and ARGV[8] == '1' then
+if reason == '' then
   -- A tenant limited only in concurrency needs no log: it would grow with
   -- the request rate for nothing.
   if rpm > 0 or tpm > 0 then
     redis.call('ZADD', log, now, id)
-    redis.call('HSET', tokens, id, need)
-    redis.call('INCRBY', sum_key, need)
-    count, used = count + 1, used + need
+    redis.call('HSET', tokens, id, 0)
   end
-  redis.call('ZADD', inflight, now + lease, id)
+  for k = 1, seqs do redis.call('ZADD', inflight, now + lease, lease_member(id, k)) end
   for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, window + lease) end
 end
--- OpenAI's reset headers: until the limit is back to its initial state,
--- i.e. until the newest entry leaves the window.
-local reset = 0
-local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
-if #newest > 0 then reset = tonumber(newest[2]) + window - now end
-return {admitted, reason, math.max(retry, 0), math.max(rpm - count, 0),
-        math.max(tpm - used, 0), math.max(reset, 0)}
+return decision(reason, retry, rpm, tpm, window)
 """
 )
 
-# ARGV: request id, tokens actually used, window ms.
+# ARGV: request id, rpm, tpm, tokens needed, window ms.
+# Charges an admitted request's tokens, or refuses them; either way the
+# request keeps its place in the request log (it was counted at ADMIT).
+RESERVE = (
+    _PRELUDE
+    + """
+local id = ARGV[1]
+local rpm, tpm, need, window = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+  tonumber(ARGV[5])
+expire(window)
+local charged = tonumber(redis.call('HGET', tokens, id) or '0')
+local used = tonumber(redis.call('GET', sum_key) or '0') - charged
+local reason, retry = '', 0
+if need > tpm then
+  reason = 'too_large'
+  retry = window
+elseif used + need > tpm then
+  reason = 'tokens'
+  retry = tokens_freed_in(used + need - tpm, window)
+else
+  -- Tokenizing took longer than the window: the request counts again from now.
+  if not redis.call('ZSCORE', log, id) then redis.call('ZADD', log, now, id) end
+  redis.call('HSET', tokens, id, need)
+  redis.call('INCRBY', sum_key, need - charged)
+end
+return decision(reason, retry, rpm, tpm, window)
+"""
+)
+
+# ARGV: request id, tokens actually used, window ms, sequences.
 # Sets the request's charge to what it used (a refund, or more if it ran past
 # its reservation) and ends its lease. Returns the change in tokens.
 SETTLE = (
@@ -105,7 +149,7 @@ SETTLE = (
     + """
 local id, actual = ARGV[1], tonumber(ARGV[2])
 expire(tonumber(ARGV[3]))
-redis.call('ZREM', inflight, id)
+for k = 1, tonumber(ARGV[4]) do redis.call('ZREM', inflight, lease_member(id, k)) end
 local charged = redis.call('HGET', tokens, id)
 if not charged then return 0 end
 local delta = actual - tonumber(charged)

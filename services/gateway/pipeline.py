@@ -1,14 +1,18 @@
 """From an authenticated request to engine deltas, the same for both fronts.
 
-admit: route the model name -> refuse an exhausted quota -> check the tenant's limits (a cheap check
-first, so a refused request costs no tokenization) -> tokenize -> reserve
-prompt + max_tokens -> wait for a fair slot on the deployment.
+admit: route the model name -> refuse an exhausted quota -> count the request
+against the tenant's RPM and concurrency (before any work is done for it) ->
+tokenize -> reserve prompt + max_tokens against its TPM -> wait for a fair
+share of the deployment's slots.
 generate: stream from the engine at the tier's priority, through the output
-filter; at the end free the slot and settle the tenant's tokens to what was
+filter; at the end free the slots and settle the tenant's tokens to what was
 really used.
 
 A request that passed the limiter counts toward the tenant's RPM even if it
-then fails (queue full, engine error); its tokens are settled to what it used.
+then fails (a prompt too long for the context, queue full, engine error); its
+concurrency lease ends and its tokens are settled to what it used. A request
+with n sequences costs n: of the tenant's concurrency, and of the
+deployment's slots in the fair queue.
 """
 
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -86,23 +90,20 @@ class Pipeline:
         self._check_cap(spec, tenant)
         await self._quotas.check(tenant.name)
         floor = spec.n * (spec.max_tokens or 1)
-        early = await self._limiter.check(tenant, floor)
-        if not early.admitted:
-            raise early.error(floor)
-        prompt = await encode(route, spec.max_tokens)
-        room = max(prompt.max_model_len - len(prompt.token_ids), 1)
-        max_tokens = spec.max_tokens or min(tenant.max_tokens or room, room)
-        limits = await self._limiter.admit(
-            tenant, spec.request_id, len(prompt.token_ids) + spec.n * max_tokens
-        )
-        queue = self._admission.queue(route, deployments[route.deployment])
+        limits = await self._limiter.admit(tenant, spec.request_id, floor, spec.n)
         try:
-            await queue.acquire(tenant.name, route.tier.weight)
+            prompt = await encode(route, spec.max_tokens)
+            room = max(prompt.max_model_len - len(prompt.token_ids), 1)
+            max_tokens = spec.max_tokens or min(tenant.max_tokens or room, room)
+            need = len(prompt.token_ids) + spec.n * max_tokens
+            limits = await self._limiter.reserve(limits, spec.request_id, need)
+            queue = self._admission.queue(route, deployments[route.deployment])
+            await queue.acquire(tenant.name, route.tier.weight, spec.n)
         except (QueueFullError, QueueTimeoutError) as exc:
-            self._settle(tenant, spec.request_id, 0)
+            self._settle(tenant, spec, 0)
             raise with_headers(unavailable(str(exc)), limits.headers()) from exc
         except BaseException:
-            self._settle(tenant, spec.request_id, 0)
+            self._settle(tenant, spec, 0)
             raise
         return Ticket(principal, spec, route, prompt, max_tokens, queue, limits)
 
@@ -123,6 +124,13 @@ class Pipeline:
             raise bad_request(
                 f"max_tokens is {spec.max_tokens}, above this key's limit of {tenant.max_tokens}.",
                 param="max_tokens",
+            )
+        # Each sequence holds a concurrency slot: more than the limit could never run.
+        if tenant.max_concurrency and spec.n > tenant.max_concurrency:
+            raise bad_request(
+                f"n is {spec.n}, above this key's limit of {tenant.max_concurrency} "
+                "concurrent sequences.",
+                param="n",
             )
 
     async def generate(
@@ -162,12 +170,12 @@ class Pipeline:
                     return
         finally:
             await deltas.aclose()
-            ticket.queue.release()
+            ticket.queue.release(ticket.spec.n)
             used = last.prompt_tokens + last.completion_tokens if last else 0
-            self._settle(ticket.principal.tenant, ticket.spec.request_id, used)
+            self._settle(ticket.principal.tenant, ticket.spec, used)
 
-    def _settle(self, tenant: Tenant, request_id: str, used: int) -> None:
-        self.service.in_background(self._limiter.settle(tenant, request_id, used))
+    def _settle(self, tenant: Tenant, spec: RequestSpec, used: int) -> None:
+        self.service.in_background(self._limiter.settle(tenant, spec.request_id, used, spec.n))
 
 
 def with_headers(error: APIError, headers: dict[str, str]) -> APIError:

@@ -1,7 +1,10 @@
 """Per-tenant RPM, TPM and concurrency limits, exact across gateway replicas.
 
-A request reserves prompt + max_tokens at admission and settles to what it
-really used when it ends, so the TPM window holds real usage, not guesses.
+A request is counted (RPM) and takes its concurrency lease at admission,
+before any work is done for it; once its prompt is tokenized it reserves
+prompt + max_tokens (TPM), and it settles to what it really used when it
+ends, so the TPM window holds real usage, not guesses. A request with n
+sequences costs n of the tenant's concurrency.
 
 When Redis cannot be reached, `fail_open` serves the request without limits
 (logged and counted in maas_gateway_rate_limit_bypassed_total): an outage of
@@ -19,7 +22,7 @@ from redis.exceptions import RedisError
 
 from services.common.logging import get_logger
 from services.gateway.errors import APIError, unavailable
-from services.gateway.limiter_scripts import ADMIT, SETTLE
+from services.gateway.limiter_scripts import ADMIT, RESERVE, SETTLE
 from services.gateway.tenants import Tenant
 
 log = get_logger(__name__)
@@ -96,6 +99,7 @@ class RateLimiter:
         window_seconds: float = 60.0,
     ):
         self._admit = redis.register_script(ADMIT)
+        self._reserve = redis.register_script(RESERVE)
         self._settle = redis.register_script(SETTLE)
         self._lease_ms = int(lease_seconds * 1000)
         # "Per minute" is the API's promise; tests shorten it to see it slide.
@@ -108,46 +112,58 @@ class RateLimiter:
     def _keys(tenant: str) -> list[str]:
         return [f"maas:rl:{{{tenant}}}:{part}" for part in ("log", "tokens", "sum", "inflight")]
 
-    async def check(self, tenant: Tenant, need: int) -> LimitDecision:
-        """Would `need` tokens be admitted now? Records nothing: a cheap early refusal."""
-        return await self._run(tenant, "", need, commit=False)
+    async def admit(
+        self, tenant: Tenant, request_id: str, floor: int, sequences: int = 1
+    ) -> LimitDecision:
+        """Count the request and take its lease of `sequences` slots, or raise the 429.
 
-    async def admit(self, tenant: Tenant, request_id: str, need: int) -> LimitDecision:
-        """Admit and reserve `need` tokens, or refuse; raises the 429 itself."""
-        decision = await self._run(tenant, request_id, need, commit=True)
-        if not decision.admitted:
-            raise decision.error(need)
-        return decision
-
-    async def _run(self, tenant: Tenant, request_id: str, need: int, commit: bool):
+        `floor` is the fewest tokens it can need (n x max_tokens): a request
+        that cannot fit the TPM is refused before it is tokenized."""
         if not tenant.limited:
             return LimitDecision(tenant, admitted=True)
         blocked = self._rpm_blocked(tenant)
         if blocked is not None:
             REFUSED.labels("requests").inc()
-            return blocked
+            raise blocked.error(floor)
         args = [
             request_id,
             tenant.rpm,
             tenant.tpm,
             tenant.max_concurrency,
-            need,
+            floor,
             self._window_ms,
             self._lease_ms,
-            int(commit),
+            sequences,
         ]
+        decision = await self._run(self._admit, tenant, args)
+        if not decision.admitted and decision.reason == "requests":
+            self._blocked[(tenant.name, tenant.rpm)] = (time.monotonic(), decision)
+        return self._raise_refused(decision, floor)
+
+    async def reserve(self, admitted: LimitDecision, request_id: str, need: int) -> LimitDecision:
+        """Charge an admitted request's `need` tokens, or raise the 429. A refused
+        request keeps its lease: settle() it, as any request that ends."""
+        tenant = admitted.tenant
+        if not tenant.tpm or admitted.bypassed:
+            return admitted
+        args = [request_id, tenant.rpm, tenant.tpm, need, self._window_ms]
+        return self._raise_refused(await self._run(self._reserve, tenant, args), need)
+
+    async def _run(self, script, tenant: Tenant, args: list) -> LimitDecision:
         try:
-            raw = await self._admit(keys=self._keys(tenant.name), args=args)
+            raw = await script(keys=self._keys(tenant.name), args=args)
         except RedisError as exc:
             return self._redis_down(tenant, exc)
         admitted, reason, retry, requests_left, tokens_left, reset = raw
-        decision = LimitDecision(
+        return LimitDecision(
             tenant, bool(admitted), reason, retry, requests_left, tokens_left, reset
         )
-        if not admitted:
-            REFUSED.labels(reason).inc()
-            if reason == "requests":
-                self._blocked[(tenant.name, tenant.rpm)] = (time.monotonic(), decision)
+
+    @staticmethod
+    def _raise_refused(decision: LimitDecision, need: int) -> LimitDecision:
+        if not decision.admitted:
+            REFUSED.labels(decision.reason).inc()
+            raise decision.error(need)
         return decision
 
     def _rpm_blocked(self, tenant: Tenant) -> LimitDecision | None:
@@ -176,13 +192,14 @@ class RateLimiter:
         log.warning("rate_limit_bypassed", tenant=tenant.name, error=str(exc))
         return LimitDecision(tenant, admitted=True, bypassed=True)
 
-    async def settle(self, tenant: Tenant, request_id: str, used: int) -> None:
+    async def settle(self, tenant: Tenant, request_id: str, used: int, sequences: int = 1) -> None:
         """Charge what the request really used and end its concurrency lease."""
         if not tenant.limited:
             return
         try:
             await self._settle(
-                keys=self._keys(tenant.name), args=[request_id, used, self._window_ms]
+                keys=self._keys(tenant.name),
+                args=[request_id, used, self._window_ms, sequences],
             )
         except RedisError as exc:
             # The lease expires on its own; the window charge stays at the reservation.

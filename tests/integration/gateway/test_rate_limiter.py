@@ -25,9 +25,15 @@ async def replicas(redis_url):
         await client.aclose()
 
 
+async def take(limiter, who, request_id, need):
+    """Both steps of admission, as the pipeline does them around tokenizing."""
+    decision = await limiter.admit(who, request_id, need)
+    return await limiter.reserve(decision, request_id, need)
+
+
 async def admitted(limiter, who, need=1) -> bool:
     try:
-        await limiter.admit(who, f"req-{uuid.uuid4().hex}", need)
+        await take(limiter, who, f"req-{uuid.uuid4().hex}", need)
     except APIError as error:
         assert error.status == 429
         return False
@@ -61,14 +67,14 @@ async def test_concurrency_is_exact_across_replicas_and_freed_on_settle(replicas
 async def test_tpm_reserves_then_settles_to_real_usage(replicas):
     first, second = replicas
     who = tenant(tpm=100)
-    await first.admit(who, "a", 60)
+    await take(first, who, "a", 60)
     with pytest.raises(APIError) as caught:
-        await second.admit(who, "b", 60)
+        await take(second, who, "b", 60)
     assert caught.value.type == "tokens"
     # "a" used 30 of its 60: the refund makes room for exactly 70 more.
     await first.settle(who, "a", 30)
     assert not await admitted(second, who, 71)
-    decision = await second.admit(who, "c", 70)
+    decision = await take(second, who, "c", 70)
     assert decision.tokens_left == 0
     # A request that ran past its reservation is charged the excess.
     await second.settle(who, "c", 75)
@@ -79,16 +85,16 @@ async def test_tpm_reserves_then_settles_to_real_usage(replicas):
 
 async def test_refusal_is_an_openai_429_with_headers(replicas):
     who = tenant(rpm=2, tpm=1000)
-    ok = await replicas[0].admit(who, "a", 100)
+    ok = await take(replicas[0], who, "a", 100)
     headers = ok.headers()
     assert headers["x-ratelimit-limit-requests"] == "2"
     assert headers["x-ratelimit-remaining-requests"] == "1"
     assert headers["x-ratelimit-limit-tokens"] == "1000"
     assert headers["x-ratelimit-remaining-tokens"] == "900"
     assert headers["x-ratelimit-reset-requests"].endswith("s")
-    await replicas[1].admit(who, "b", 100)
+    await take(replicas[1], who, "b", 100)
     with pytest.raises(APIError) as caught:
-        await replicas[0].admit(who, "c", 100)
+        await take(replicas[0], who, "c", 100)
     error = caught.value
     assert error.code == "rate_limit_exceeded" and error.type == "requests"
     assert error.headers["x-ratelimit-remaining-requests"] == "0"
@@ -102,12 +108,36 @@ async def test_a_request_larger_than_the_tpm_is_refused_as_too_large(replicas):
     assert "Request too large" in caught.value.message
 
 
-async def test_check_records_nothing(replicas):
-    who = tenant(rpm=1)
-    for _ in range(3):
-        assert (await replicas[0].check(who, 1)).admitted
-    assert await admitted(replicas[1], who)
-    assert not (await replicas[0].check(who, 1)).admitted
+async def test_a_request_counts_before_its_tokens_are_known(replicas):
+    first, second = replicas
+    who = tenant(rpm=2, tpm=100, max_concurrency=1)
+    counted = await first.admit(who, "a", 1)
+    assert counted.requests_left == 1 and counted.tokens_left == 100
+    # Tokenized, it turns out too large: refused, but it was a request all the same.
+    with pytest.raises(APIError) as caught:
+        await second.reserve(counted, "a", 101)
+    assert "Request too large" in caught.value.message
+    # Until it settles it holds the tenant's one concurrency slot.
+    with pytest.raises(APIError) as caught:
+        await second.admit(who, "b", 1)
+    assert "concurrent" in caught.value.message
+    await first.settle(who, "a", 0)
+    assert await admitted(second, who)
+    assert not await admitted(first, who)
+
+
+async def test_n_sequences_take_n_concurrency_slots(replicas):
+    first, second = replicas
+    who = tenant(max_concurrency=4)
+    await first.admit(who, "three", 1, sequences=3)
+    with pytest.raises(APIError) as caught:
+        await second.admit(who, "two", 1, sequences=2)
+    assert "concurrent" in caught.value.message
+    await second.admit(who, "one", 1)
+    await first.settle(who, "three", 0, sequences=3)
+    await second.admit(who, "two", 1, sequences=2)
+    with pytest.raises(APIError):
+        await first.admit(who, "another", 1, sequences=2)
 
 
 async def test_the_window_slides(redis_url):

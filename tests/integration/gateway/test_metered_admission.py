@@ -1,0 +1,74 @@
+"""Admission meters a request before any work is done for it, and n sequences cost n."""
+
+import uuid
+
+import pytest
+
+from services.gateway.completions import Prompt
+from services.gateway.errors import APIError, bad_request
+from services.gateway.pipeline import RequestSpec
+from services.gateway.tenants import Principal, Tenant
+from tests.integration.gateway.conftest import MODEL
+
+
+def tenant(**limits) -> Tenant:
+    return Tenant(name=f"meter-{uuid.uuid4().hex[:8]}", **limits)
+
+
+async def over_long(route, max_tokens) -> Prompt:
+    # What the gateway's tokenizer call raises for a prompt past the context length.
+    raise bad_request(
+        "This model's maximum context length is 2048 tokens, your prompt has 9000.",
+        param="prompt",
+    )
+
+
+async def admit_over_long(cluster, who: Tenant) -> APIError:
+    spec = RequestSpec(request_id=f"req-{uuid.uuid4().hex}", model=MODEL, max_tokens=None)
+    with pytest.raises(APIError) as caught:
+        await cluster.pipeline.admit(Principal(who, "key_test"), spec, over_long)
+    # The refused request's lease is ended in the background.
+    await cluster.pipeline.service.wait_background()
+    return caught.value
+
+
+async def test_over_long_prompts_count_toward_rpm_and_free_their_slot(make_cluster):
+    cluster = await make_cluster(replicas=1)
+    # One slot: each failed request must have given it back for the next to be tried.
+    who = tenant(rpm=3, max_concurrency=1)
+    for _ in range(3):
+        assert (await admit_over_long(cluster, who)).status == 400
+    refused = await admit_over_long(cluster, who)
+    assert refused.status == 429 and refused.code == "rate_limit_exceeded"
+    assert refused.type == "requests"
+
+
+async def test_n_sequences_count_as_n_against_concurrency(make_cluster):
+    cluster = await make_cluster(replicas=1)
+    who = tenant(max_concurrency=4)
+    four = await cluster.open(who, n=4)
+    with pytest.raises(APIError) as caught:
+        await cluster.open(who)
+    assert caught.value.status == 429 and "concurrent" in caught.value.message
+    assert [d async for d in four]
+    await cluster.pipeline.service.wait_background()
+    assert await cluster.run(who, n=4)
+
+
+async def test_more_sequences_than_the_concurrency_limit_is_a_400(make_cluster):
+    cluster = await make_cluster(replicas=1)
+    with pytest.raises(APIError) as caught:
+        await cluster.open(tenant(max_concurrency=2), n=3)
+    assert caught.value.status == 400 and caught.value.param == "n"
+
+
+async def test_n_sequences_take_n_slots_of_the_deployment(make_cluster):
+    routes = f"deployments:\n  {MODEL}: {{max_in_flight: 4}}\n"
+    # No waiting room: a request that does not fit now is refused at once.
+    cluster = await make_cluster(replicas=1, routes=routes, queue_size=0)
+    four = await cluster.open(n=4)
+    with pytest.raises(APIError) as caught:
+        await cluster.open()
+    assert caught.value.status == 503 and "full" in caught.value.message
+    assert [d async for d in four]
+    assert await cluster.run()
