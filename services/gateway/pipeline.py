@@ -80,7 +80,8 @@ class Pipeline:
 
     async def models(self, tenant: Tenant | None = None) -> list[str]:
         """Names a tenant may send now (every name when tenant is None)."""
-        names = self._routes.table.names(set(await self.service.deployments()))
+        tier = tenant.tier if tenant else None
+        names = self._routes.table.names(set(await self.service.deployments()), tier)
         return [n for n in names if tenant is None or tenant.may_use(n)]
 
     async def admit(self, principal: Principal, spec: RequestSpec, encode: Encoder) -> Ticket:

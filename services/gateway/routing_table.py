@@ -20,6 +20,12 @@ Loaded from a YAML file (a ConfigMap in Kubernetes):
 
 A deployment is a model id the router knows. Deployments that are not up
 right now are skipped when picking, so a canary can be listed before it runs.
+
+A tier's pool is that tier's alone, however it is named: a deployment that
+serves only tier pools (it is in no alias's routes) cannot be named directly
+by a tenant of another tier, nor is it listed for one. Such a request is
+answered as for an unknown model (404 model_not_found), OpenAI's answer for a
+model the key may not use.
 """
 
 import hashlib
@@ -88,28 +94,47 @@ class RoutingTable(_Strict):
     def tier(self, name: str) -> Tier:
         return self.tiers.get(name) or Tier()
 
-    def names(self, running: set[str]) -> list[str]:
-        """What tenants may ask for now: aliases with a deployment up, and deployments."""
+    def names(self, running: set[str], tier: str | None = None) -> list[str]:
+        """What a tenant of `tier` may ask for now (any tier's names when None):
+        aliases with a deployment up, and deployments."""
         aliases = {
             name
             for name, alias in self.models.items()
-            if any(
-                t.deployment in running
-                for targets in (alias.routes, *alias.tiers.values())
-                for t in targets
-            )
+            if any(t.deployment in running for t in self._targets(alias, tier))
         }
-        return sorted(aliases | (running if self.expose_deployments else set()))
+        exposed = {d for d in running if self._exposed(d, tier)}
+        return sorted(aliases | exposed)
+
+    @staticmethod
+    def _targets(alias: Alias, tier: str | None) -> list[Target]:
+        if tier is None:
+            return [t for targets in (alias.routes, *alias.tiers.values()) for t in targets]
+        return alias.tiers.get(tier, alias.routes)
+
+    def _exposed(self, deployment: str, tier: str | None) -> bool:
+        """May a tenant of `tier` name this deployment directly?"""
+        if not self.expose_deployments:
+            return False
+        pools = {
+            name
+            for alias in self.models.values()
+            for name, targets in alias.tiers.items()
+            if any(t.deployment == deployment for t in targets)
+        }
+        routed = any(
+            t.deployment == deployment for alias in self.models.values() for t in alias.routes
+        )
+        return routed or not pools or tier is None or tier in pools
 
     def resolve(self, model: str, tier: str, session: str, running: set[str]) -> Route | None:
-        """The deployment for this request; None if `model` is unknown."""
+        """The deployment for this request; None if `model` is unknown to this tier."""
         alias = self.models.get(model)
         if alias is None:
-            if not (self.expose_deployments and model in running):
+            if not (model in running and self._exposed(model, tier)):
                 return None
             deployment = model
         else:
-            targets = [t for t in alias.tiers.get(tier, alias.routes) if t.deployment in running]
+            targets = [t for t in self._targets(alias, tier) if t.deployment in running]
             if not targets:
                 raise NoDeploymentUpError(model)
             deployment = pick(targets, f"{model}/{session}" if session else None)

@@ -87,3 +87,16 @@ def test_the_charts_routing_table_is_what_the_gateway_reads():
     text = yaml.safe_dump(yaml.safe_load(values.read_text())["routingTable"])
     table = RoutingTable.from_yaml(text)
     assert table.models, "the chart routes no model"
+
+
+def test_a_tier_pool_cannot_be_named_directly_by_another_tier():
+    canary = table()
+    assert canary.resolve("dedicated", "standard", "", RUNNING) is None
+    assert canary.resolve("dedicated", "no-such-tier", "", RUNNING) is None
+    assert canary.resolve("dedicated", "premium", "", RUNNING).deployment == "dedicated"
+    # The alias's open routes stay open to every tier, premium included.
+    assert canary.resolve("v1", "premium", "", RUNNING).deployment == "v1"
+    assert canary.names(RUNNING, "standard") == ["smollm2", "v1", "v2"]
+    assert canary.names(RUNNING, "premium") == ["dedicated", "smollm2", "v1", "v2"]
+    # Only the pool is up: the alias means nothing to a standard tenant now.
+    assert canary.names({"dedicated"}, "standard") == []
