@@ -7,6 +7,21 @@ process, hence blake2b over a fixed byte encoding.
 
 Each block's hash covers its parent's hash, so equal hashes mean equal whole
 prefixes, not merely equal blocks: KV values depend on every earlier token.
+
+Tenants do not share cached blocks unless a deployment opts in. A shared hit
+shows in `cached_tokens` and in the time to first token, so tenant A could
+learn whether tenant B recently sent a given prefix. Each request's salt is
+therefore the engine's salt plus its tenant (`request_salt`), computed by the
+engine for its own cache and by the router for its prefix index, so the index
+stays exact: it finds a tenant's own blocks and never another's. Sharing (for
+public system prompts) takes two keys: the engine must allow it
+(`--prefix-cache-sharing=global`, the ModelDeployment's
+`spec.engine.prefixCacheSharing`, reported in GetLoad so the router follows)
+and the request must ask for it (`share_prefix_cache`, which the gateway sets
+for deployments its routing table marks `share_prefix_cache: true`). The
+engine enforces it, as the router is only a hint; a request that does not ask
+(an older gateway, a direct caller) or has no tenant is never pooled with
+anyone else's.
 """
 
 import hashlib
@@ -18,7 +33,8 @@ def hash_block(parent: int | None, token_ids: Sequence[int], salt: str = "") -> 
     """Unsigned 64-bit hash of one block of token ids following the block hashed `parent`.
 
     `parent` is None for a sequence's first block. `salt` separates caches whose
-    KV differs for the same tokens (another model, LoRA adapter or dtype).
+    KV differs for the same tokens (another model, LoRA adapter or dtype) or
+    that must not be shared (another tenant's: `request_salt`).
     """
     digest = hashlib.blake2b(digest_size=8)
     # A flag byte rather than 0 for "no parent", so a real parent hash of 0 can't collide.
@@ -41,3 +57,16 @@ def prefix_block_hashes(token_ids: Sequence[int], block_size: int, salt: str = "
         parent = hash_block(parent, token_ids[start : start + block_size], salt)
         hashes.append(parent)
     return hashes
+
+
+def request_salt(engine_salt: str, sharing: str, tenant: str, share_requested: bool) -> str:
+    """The salt of one request's blocks: its tenant's own, or the engine's own when shared.
+
+    `sharing` is the engine's --prefix-cache-sharing; only "global" lets a
+    request that asks share. NUL separates the tenant because a configured
+    salt, from a flag or the environment, cannot hold one: no tenant's salt
+    equals the shared salt or another tenant's, the empty tenant's included.
+    """
+    if sharing == "global" and share_requested:
+        return engine_salt
+    return f"{engine_salt}\x00{tenant}"

@@ -67,7 +67,13 @@ class AsyncEngine:
         self.engine.validate(prompt_ids, params)
 
     async def generate(
-        self, request_id: str, prompt_ids: list[int], params: SamplingParams, priority: int = 0
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        priority: int = 0,
+        tenant: str = "",
+        share_prefix_cache: bool = False,
     ) -> AsyncIterator[SeqOutput]:
         """Outputs of every sample, step by step, until all n samples finish."""
         if request_id in self._streams:
@@ -75,7 +81,9 @@ class AsyncEngine:
         self.validate(prompt_ids, params)
         outputs: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = outputs
-        self._commands.put(("add", request_id, prompt_ids, params, priority))
+        self._commands.put(
+            ("add", request_id, prompt_ids, params, priority, tenant, share_prefix_cache)
+        )
         finished, last = 0, None
         try:
             while finished < params.n:
@@ -156,9 +164,9 @@ class AsyncEngine:
     def _apply(self, command: tuple) -> None:
         kind = command[0]
         if kind == "add":
-            _, request_id, prompt_ids, params, priority = command
+            _, request_id, prompt_ids, params, priority, tenant, share = command
             try:
-                self.engine.add_request(request_id, prompt_ids, params, priority)
+                self.engine.add_request(request_id, prompt_ids, params, priority, tenant, share)
             except RequestRejected as exc:
                 self._to_loop(self._fail, [request_id], exc)
         elif kind == "abort":

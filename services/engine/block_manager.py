@@ -9,6 +9,9 @@ Every block is in exactly one state:
 
 Only full blocks whose KV is computed get a hash, and a hashed or shared block
 is never written again: a write to a shared block is copied first (append_slot).
+Each sequence's hashes are salted with its own cache_salt (its tenant's, unless
+shared: services/common/block_hash.py), so one pool holds every tenant's
+prefixes and a lookup only ever finds those its salt may see.
 """
 
 from collections import Counter, OrderedDict, deque
@@ -26,6 +29,7 @@ class BlockSeq(Protocol):
     # extends it even where another block already caches that hash.
     block_hashes: list[int]
     num_cached_tokens: int
+    cache_salt: str
 
 
 class NoFreeBlocksError(RuntimeError):
@@ -37,11 +41,9 @@ class BlockManager:
         self,
         num_blocks: int,
         block_size: int,
-        salt: str = "",
         on_event: Callable[[str, list[int]], None] | None = None,
     ):
         self.block_size = block_size
-        self.salt = salt
         # Tells the router what this engine caches: "stored", "evicted" or "cleared".
         self.on_event = on_event
         self.blocks = [Block(block_id) for block_id in range(num_blocks)]
@@ -67,7 +69,7 @@ class BlockManager:
         return self.num_used_blocks / self.total_blocks
 
     def can_allocate(self, seq: BlockSeq) -> bool:
-        return self._blocks_to_take(seq, self._cache_hits(seq.token_ids)) <= self.num_free_blocks
+        return self._blocks_to_take(seq, self._cache_hits(seq)) <= self.num_free_blocks
 
     def allocate(self, seq: BlockSeq) -> int:
         """Give `seq` blocks for all its tokens, sharing cached prefix blocks.
@@ -76,7 +78,7 @@ class BlockManager:
         also stored in seq.num_cached_tokens.
         """
         assert not seq.block_table, "sequence already holds blocks"
-        hits = self._cache_hits(seq.token_ids)
+        hits = self._cache_hits(seq)
         if self._blocks_to_take(seq, hits) > self.num_free_blocks:
             raise NoFreeBlocksError("not enough free KV blocks for the prompt")
         # Claim the hits before taking fresh blocks so that eviction can't pick them.
@@ -121,7 +123,8 @@ class BlockManager:
         parent = seq.block_hashes[-1] if seq.block_hashes else None
         for index in range(len(seq.block_hashes), num_computed_tokens // self.block_size):
             start = index * self.block_size
-            parent = hash_block(parent, seq.token_ids[start : start + self.block_size], self.salt)
+            tokens = seq.token_ids[start : start + self.block_size]
+            parent = hash_block(parent, tokens, seq.cache_salt)
             seq.block_hashes.append(parent)
             # Another block already caching this prefix stays the one that is
             # shared: one hash maps to one block, and this one just goes unhashed.
@@ -193,15 +196,16 @@ class BlockManager:
         for block in self.blocks:
             assert block.ref_count == references[block.block_id], f"ref_count of {block}"
 
-    def _cache_hits(self, token_ids: list[int]) -> list[tuple[int, int]]:
-        """(hash, block id) of the leading blocks of token_ids whose KV is cached."""
+    def _cache_hits(self, seq: BlockSeq) -> list[tuple[int, int]]:
+        """(hash, block id) of the leading blocks of seq's tokens whose KV is cached."""
+        token_ids = seq.token_ids
         hits: list[tuple[int, int]] = []
         parent = None
         # The block holding the last token never counts: at least one token must be
         # computed to get logits, and it would be written into a shared block.
         for index in range((len(token_ids) - 1) // self.block_size):
             start = index * self.block_size
-            parent = hash_block(parent, token_ids[start : start + self.block_size], self.salt)
+            parent = hash_block(parent, token_ids[start : start + self.block_size], seq.cache_salt)
             block_id = self.hash_to_block.get(parent)
             if block_id is None:
                 break

@@ -24,6 +24,7 @@ class Request:
     prompt_ids: list[int]
     params: SamplingParams
     priority: int
+    cache_salt: str = ""  # every sample's block-hash salt
     seqs: list[Sequence] = field(default_factory=list)
     texts: dict[int, SampleText] = field(default_factory=dict)
     arrival_time: float = field(default_factory=time.monotonic)
@@ -53,3 +54,5 @@ class SeqOutput:
     arrival_time: float = 0.0
     scheduled_time: float | None = None
     first_token_time: float | None = None
+    # Set, with finish_reason "error", when the request made a step raise.
+    error: str | None = None

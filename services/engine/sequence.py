@@ -36,6 +36,9 @@ class Sequence:
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)
+    # Salts its block hashes, so the prefix cache is shared only where it may be
+    # (services/common/block_hash.py: request_salt).
+    cache_salt: str = ""
     num_preemptions: int = 0
     finish_reason: str | None = None
     last_token_time: float | None = None

@@ -68,6 +68,7 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
         max_num_batched_tokens=settings.max_num_batched_tokens,
         enable_chunked_prefill=settings.enable_chunked_prefill,
         cache_salt=settings.cache_salt or settings.model_id,
+        prefix_cache_sharing=settings.prefix_cache_sharing,
         speculative=SpecConfig(
             method=settings.speculative_method,
             num_tokens=settings.num_speculative_tokens,

@@ -111,7 +111,12 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         tokenizer = self._engine.engine.tokenizer
         try:
             async for output in self._engine.generate(
-                request.request_id, prompt, params, request.priority
+                request.request_id,
+                prompt,
+                params,
+                request.priority,
+                request.tenant,
+                request.share_prefix_cache,
             ):
                 yield response_of(output, tokenizer)
         except RequestRejected as exc:
@@ -135,6 +140,7 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             # What the router needs to compute this engine's block hashes.
             block_size=engine.config.block_size,
             cache_salt=engine.config.cache_salt,
+            prefix_cache_sharing=engine.config.prefix_cache_sharing,
             kv_cache_blocks=engine.config.num_blocks,
         )
 

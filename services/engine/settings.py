@@ -33,6 +33,11 @@ class EngineSettings(ServiceSettings):
     max_num_batched_tokens: int = Field(2048, gt=0, description="tokens computed per step")
     enable_chunked_prefill: bool = Field(True, description="split long prompts across steps")
     cache_salt: str = Field("", description="prefix-cache hash salt; empty = model id")
+    prefix_cache_sharing: Literal["tenant", "global"] = Field(
+        "tenant",
+        description="tenant = every tenant's prefix cache is its own; global = requests "
+        "that ask for it (share_prefix_cache) share cached blocks across tenants",
+    )
     quantization: Literal["none", "int8", "int4"] = Field(
         "none", description="weight-only quantization of the decoder's linear layers"
     )

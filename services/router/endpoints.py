@@ -29,6 +29,7 @@ class Endpoint:
     # How the engine hashes its blocks; the router hashes prompts the same way.
     block_size: int = 16
     cache_salt: str = ""
+    prefix_cache_sharing: str = "tenant"
     kv_events_live: bool = False
     in_flight: int = 0
     # This router's picks since the last GetLoad answer: not in its counts yet.

@@ -91,6 +91,7 @@ class EngineLink:
         # Engines that don't report these use the defaults both sides share.
         e.block_size = load.block_size or e.block_size
         e.cache_salt = load.cache_salt
+        e.prefix_cache_sharing = load.prefix_cache_sharing
 
     async def _poll_forever(self) -> None:
         while True:

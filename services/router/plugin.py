@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from services.common.block_hash import prefix_block_hashes
+from services.common.block_hash import prefix_block_hashes, request_salt
 from services.router.endpoints import Endpoint
 from services.router.pick_history import PickHistory
 from services.router.prefix_index import PrefixIndex
@@ -27,17 +27,23 @@ class PickContext:
     model: str
     token_ids: Sequence[int]
     session_id: str = ""
+    # With the engine's sharing mode, which cached blocks the request can hit.
+    tenant: str = ""
+    share_prefix_cache: bool = False
     exclude: frozenset[str] = frozenset()
     now: float = field(default_factory=time.monotonic)
     _hashes: dict[tuple[int, str], list[int]] = field(default_factory=dict, repr=False)
 
     def block_hashes(self, endpoint: Endpoint) -> list[int]:
-        """The prompt's chained block hashes as this endpoint's engine computes them."""
-        params = endpoint.hash_params
-        if params not in self._hashes:
-            block_size, salt = params
-            self._hashes[params] = prefix_block_hashes(self.token_ids, block_size, salt)
-        return self._hashes[params]
+        """The prompt's chained block hashes as this endpoint's engine computes them
+        for this request: only blocks the engine would let it hit can match."""
+        block_size, engine_salt = endpoint.hash_params
+        salt = request_salt(
+            engine_salt, endpoint.prefix_cache_sharing, self.tenant, self.share_prefix_cache
+        )
+        if (block_size, salt) not in self._hashes:
+            self._hashes[block_size, salt] = prefix_block_hashes(self.token_ids, block_size, salt)
+        return self._hashes[block_size, salt]
 
     @property
     def tie_key(self) -> bytes:

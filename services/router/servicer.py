@@ -46,6 +46,8 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             model=request.model,
             token_ids=request.token_ids,
             session_id=request.session_id,
+            tenant=request.tenant,
+            share_prefix_cache=request.share_prefix_cache,
             exclude=frozenset(request.exclude_endpoint_ids),
         )
         decision = profile.pick(ctx, endpoints)

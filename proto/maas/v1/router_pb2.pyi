@@ -7,20 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PickRequest(_message.Message):
-    __slots__ = ("request_id", "model", "token_ids", "tenant", "session_id", "exclude_endpoint_ids")
+    __slots__ = ("request_id", "model", "token_ids", "tenant", "session_id", "exclude_endpoint_ids", "share_prefix_cache")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
+    SHARE_PREFIX_CACHE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     tenant: str
     session_id: str
     exclude_endpoint_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., tenant: _Optional[str] = ..., session_id: _Optional[str] = ..., exclude_endpoint_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    share_prefix_cache: bool
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., tenant: _Optional[str] = ..., session_id: _Optional[str] = ..., exclude_endpoint_ids: _Optional[_Iterable[str]] = ..., share_prefix_cache: _Optional[bool] = ...) -> None: ...
 
 class PickResponse(_message.Message):
     __slots__ = ("endpoint_id", "address")

@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
-from services.common.block_hash import prefix_block_hashes
+from services.common.block_hash import prefix_block_hashes, request_salt
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
@@ -128,7 +128,8 @@ async def test_kv_events_report_exactly_the_cached_prompt_blocks(engine):
         )
         await read_all(stub.Generate(generate))
         stored: set[int] = set()
-        expected = set(prefix_block_hashes(prompt, 16, DEFAULT_MODEL_ID)) - known
+        salt = request_salt(DEFAULT_MODEL_ID, "tenant", "", False)
+        expected = set(prefix_block_hashes(prompt, 16, salt)) - known
         while not expected <= stored:
             batch = await asyncio.wait_for(events.read(), timeout=30)
             assert batch.sequence > snapshot.sequence

@@ -16,6 +16,8 @@ from tests.integration.router.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.timeout(60)
 
+TENANT = "t"  # who picks, unless a test says otherwise
+
 
 @dataclass
 class Router:
@@ -28,15 +30,25 @@ class Router:
     def stub(self) -> router_pb2_grpc.RouterStub:
         return router_pb2_grpc.RouterStub(self.channel)
 
-    async def pick(self, tokens: list[int], session: str = "", exclude=(), request_id="") -> str:
+    async def pick(
+        self,
+        tokens: list[int],
+        session: str = "",
+        exclude=(),
+        request_id="",
+        tenant: str = TENANT,
+        share_prefix_cache: bool = False,
+    ) -> str:
         request_id = request_id or f"r{time.monotonic_ns()}"
         reply = await self.stub.Pick(
             router_pb2.PickRequest(
                 request_id=request_id,
                 model="m",
                 token_ids=tokens,
+                tenant=tenant,
                 session_id=session,
                 exclude_endpoint_ids=list(exclude),
+                share_prefix_cache=share_prefix_cache,
             )
         )
         await self.stub.Release(router_pb2.ReleaseRequest(request_id=request_id))

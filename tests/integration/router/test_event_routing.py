@@ -5,8 +5,8 @@ import random
 import grpc
 import pytest
 
-from services.common.block_hash import prefix_block_hashes
-from tests.integration.router.conftest import eventually
+from services.common.block_hash import prefix_block_hashes, request_salt
+from tests.integration.router.conftest import TENANT, eventually
 
 
 def prompt(group: int, extra: int = 0, length: int = 160) -> list[int]:
@@ -15,9 +15,10 @@ def prompt(group: int, extra: int = 0, length: int = 160) -> list[int]:
     return [rng.randrange(49152) for _ in range(length)] + list(range(1000, 1000 + extra))
 
 
-def hashes(tokens: list[int]) -> list[int]:
-    # The fake engines report no block size or salt: block 16, salted with the model id.
-    return prefix_block_hashes(tokens, 16, "m")
+def hashes(tokens: list[int], tenant: str = TENANT) -> list[int]:
+    # The fake engines report no block size or salt: block 16, salted with the
+    # model id and, as they share nothing across tenants, the tenant.
+    return prefix_block_hashes(tokens, 16, request_salt("m", "tenant", tenant, False))
 
 
 def indexed(router, engine_id: str) -> int:

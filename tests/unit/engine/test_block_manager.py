@@ -22,6 +22,7 @@ class FakeSeq:
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)
     num_cached_tokens: int = 0
+    cache_salt: str = ""
     # Test-side only: how many leading tokens' KV the fake model has written.
     computed: int = 0
 
@@ -286,8 +287,8 @@ def test_reset_prefix_cache_forgets_every_prefix():
 
 
 def test_salt_flows_into_the_hashes():
-    manager = BlockManager(4, 2, salt="adapter-a")
-    seq = FakeSeq([1, 2, 3, 4])
+    manager = BlockManager(4, 2)
+    seq = FakeSeq([1, 2, 3, 4], cache_salt="adapter-a")
     manager.allocate(seq)
     manager.mark_computed(seq, 4)
     assert seq.block_hashes == prefix_block_hashes([1, 2, 3, 4], 2, salt="adapter-a")
@@ -316,7 +317,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
     @initialize(num_blocks=st.integers(3, 16), block_size=st.integers(1, 3))
     def setup(self, num_blocks, block_size):
         self.block_size = block_size
-        self.manager = BlockManager(num_blocks, block_size, salt="s", on_event=self.on_event)
+        self.manager = BlockManager(num_blocks, block_size, on_event=self.on_event)
         self.seqs: list[FakeSeq] = []
         self.kv: dict[int, list[int | None]] = {}
         self.mirror: set[int] = set()
@@ -340,11 +341,11 @@ class BlockManagerMachine(RuleBasedStateMachine):
     def pending(self) -> list[FakeSeq]:
         return [s for s in self.seqs if s.computed < len(s.token_ids)]
 
-    def fits(self, prompt: list[int]) -> bool:
+    def fits(self, prompt: list[int], salt: str) -> bool:
         """Whether a prompt fits the pool, worked out from the events and the live tables."""
         live_blocks = {block_id for seq in self.seqs for block_id in seq.block_table}
         before_last_token = (len(prompt) - 1) // self.block_size
-        hits = prefix_block_hashes(prompt, self.block_size, "s")[:before_last_token]
+        hits = prefix_block_hashes(prompt, self.block_size, salt)[:before_last_token]
         in_use = 0
         for block_hash in itertools.takewhile(self.mirror.__contains__, hits):
             in_use += self.manager.hash_to_block[block_hash] in live_blocks
@@ -361,8 +362,10 @@ class BlockManagerMachine(RuleBasedStateMachine):
             earlier = data.draw(st.sampled_from(self.prompts))
             prompt = earlier[: data.draw(st.integers(0, len(earlier)))] + prompt
         self.prompts.append(prompt)
-        seq = FakeSeq(list(prompt))
-        assert self.manager.can_allocate(seq) == self.fits(prompt)
+        # Two tenants' salts in one pool: a hit never crosses from one to the other.
+        salt = data.draw(st.sampled_from(["s\x00a", "s\x00b"]))
+        seq = FakeSeq(list(prompt), cache_salt=salt)
+        assert self.manager.can_allocate(seq) == self.fits(prompt, salt)
         if not self.manager.can_allocate(seq):
             with pytest.raises(NoFreeBlocksError):
                 self.manager.allocate(seq)
@@ -371,7 +374,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         cached = self.manager.allocate(seq)
         assert cached % self.block_size == 0 and 0 <= cached < len(prompt)
         # The hit stops only at a miss or at the block holding the last token.
-        hashes = prefix_block_hashes(prompt, self.block_size, salt="s")
+        hashes = prefix_block_hashes(prompt, self.block_size, salt=salt)
         next_block = cached // self.block_size
         if next_block < (len(prompt) - 1) // self.block_size:
             assert hashes[next_block] not in self.mirror
@@ -415,7 +418,9 @@ class BlockManagerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def fork(self, data):
         parent = data.draw(st.sampled_from(self.ready()))
-        child = FakeSeq(list(parent.token_ids), computed=parent.computed)
+        child = FakeSeq(
+            list(parent.token_ids), cache_salt=parent.cache_salt, computed=parent.computed
+        )
         self.manager.fork(parent, child)
         self.seqs.append(child)
 
@@ -437,7 +442,9 @@ class BlockManagerMachine(RuleBasedStateMachine):
         assert self.mirror == set(self.manager.hash_to_block)
         for seq in self.seqs:
             assert len(seq.block_table) * self.block_size >= len(seq.token_ids)
-            expected = prefix_block_hashes(seq.token_ids[: seq.computed], self.block_size, "s")
+            expected = prefix_block_hashes(
+                seq.token_ids[: seq.computed], self.block_size, seq.cache_salt
+            )
             assert seq.block_hashes == expected
             for position in range(seq.computed):
                 block_id = seq.block_table[position // self.block_size]

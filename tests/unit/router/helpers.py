@@ -1,5 +1,6 @@
 """Endpoints and pick contexts for plugin tests, without engines."""
 
+from services.common.block_hash import prefix_block_hashes, request_salt
 from services.router.endpoints import Endpoint
 from services.router.pick_history import PickHistory
 from services.router.plugin import PickContext, PluginDeps
@@ -7,6 +8,7 @@ from services.router.prefix_index import PrefixIndex
 from services.router.settings import RouterSettings
 
 MODEL = "m"
+TENANT = "t"
 
 
 def endpoint(endpoint_id: str, **fields) -> Endpoint:
@@ -15,7 +17,15 @@ def endpoint(endpoint_id: str, **fields) -> Endpoint:
 
 
 def context(tokens: list[int] | None = None, **fields) -> PickContext:
+    fields.setdefault("tenant", TENANT)
     return PickContext(request_id="r", model=MODEL, token_ids=tokens or [], now=100.0, **fields)
+
+
+def blocks(tokens: list[int], block_size: int = 16, engine_salt: str = MODEL) -> list[int]:
+    """The block hashes an engine caches for TENANT's request of `tokens`."""
+    return prefix_block_hashes(
+        tokens, block_size, request_salt(engine_salt, "tenant", TENANT, False)
+    )
 
 
 def deps(**settings) -> PluginDeps:

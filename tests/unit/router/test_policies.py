@@ -1,11 +1,10 @@
 import pytest
 
-from services.common.block_hash import prefix_block_hashes
 from services.router.discovery import Routing
 from services.router.policies import POLICIES, resolve
 from services.router.registry import FILTERS, PICKERS, SCORERS
 from services.router.scheduler import Profile, Scheduler
-from tests.unit.router.helpers import context, deps, endpoint
+from tests.unit.router.helpers import blocks, context, deps, endpoint
 
 PROMPT = list(range(1000, 1200))
 
@@ -34,7 +33,7 @@ def test_resolve_rejects_what_it_does_not_know(name, weights):
 
 def prefix_setup(**settings):
     d = deps(**settings)
-    d.index.stored("affine", prefix_block_hashes(PROMPT, 16, "m"))
+    d.index.stored("affine", blocks(PROMPT))
     return d
 
 

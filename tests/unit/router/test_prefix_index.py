@@ -4,13 +4,12 @@ import random
 from dataclasses import dataclass, field
 
 from maas.v1 import engine_pb2
-from services.common.block_hash import prefix_block_hashes
 from services.engine.block_manager import BlockManager
 from services.router.kv_events import apply_batch
 from services.router.pick_history import PickHistory
 from services.router.prefix_index import PrefixIndex
 from services.router.scorers.prefix import PrefixScorer
-from tests.unit.router.helpers import context, endpoint
+from tests.unit.router.helpers import blocks, context, endpoint
 
 KIND = engine_pb2.KvEvent.Kind
 KINDS = {"stored": KIND.KIND_STORED, "evicted": KIND.KIND_EVICTED, "cleared": KIND.KIND_CLEARED}
@@ -22,6 +21,7 @@ class Seq:
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)
     num_cached_tokens: int = 0
+    cache_salt: str = "m"
 
 
 def batch(*events: tuple[str, list[int]]) -> engine_pb2.KvEventBatch:
@@ -34,7 +34,7 @@ def batch(*events: tuple[str, list[int]]) -> engine_pb2.KvEventBatch:
 
 def test_index_mirrors_the_engine_cache_through_evictions():
     emitted: list[tuple[str, list[int]]] = []
-    engine = BlockManager(12, 4, salt="m", on_event=lambda k, h: emitted.append((k, list(h))))
+    engine = BlockManager(12, 4, on_event=lambda k, h: emitted.append((k, list(h))))
     index, history = PrefixIndex(), PickHistory(60, 1000)
     rng = random.Random(7)
     prefixes = [[rng.randrange(1000) for _ in range(16)] for _ in range(5)]
@@ -55,7 +55,7 @@ def test_index_mirrors_the_engine_cache_through_evictions():
 
 def test_an_evicted_block_stops_counting_and_ends_the_run():
     tokens = list(range(64))
-    hashes = prefix_block_hashes(tokens, 16, "m")
+    hashes = blocks(tokens)
     index = PrefixIndex()
     history = PickHistory(60, 1000)
     scorer = PrefixScorer(index, history)
@@ -69,7 +69,7 @@ def test_an_evicted_block_stops_counting_and_ends_the_run():
 
 def test_an_eviction_also_overrides_the_routing_history_guess():
     tokens = list(range(32))
-    hashes = prefix_block_hashes(tokens, 16, "m")
+    hashes = blocks(tokens)
     index, history = PrefixIndex(), PickHistory(60, 1000)
     history.record("e", hashes, now=100.0)
     apply_batch(index, history, "e", batch(("evicted", hashes[:1])))

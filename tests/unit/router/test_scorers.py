@@ -1,20 +1,19 @@
 import pytest
 
-from services.common.block_hash import prefix_block_hashes
 from services.router.scorers import lower_is_better
 from services.router.scorers.kv_cache import KvCacheScorer
 from services.router.scorers.least_requests import LeastRequestsScorer
 from services.router.scorers.prefix import PrefixScorer
 from services.router.scorers.queue import QueueScorer
 from services.router.scorers.session import SessionScorer
-from tests.unit.router.helpers import context, deps, endpoint
+from tests.unit.router.helpers import blocks, context, deps, endpoint
 
 PROMPT = list(range(100))  # 6 full blocks of 16 and a partial one
 
 
 def test_prefix_scores_the_share_of_leading_blocks_held():
     d = deps()
-    hashes = prefix_block_hashes(PROMPT, 16, "m")
+    hashes = blocks(PROMPT)
     d.index.stored("a", hashes)
     d.index.stored("b", hashes[:3])
     d.index.stored("c", hashes[3:])  # no first block: nothing of it is a prefix
@@ -26,8 +25,8 @@ def test_prefix_scores_the_share_of_leading_blocks_held():
 
 def test_prefix_hashes_with_each_engines_block_size_and_salt():
     d = deps()
-    d.index.stored("a", prefix_block_hashes(PROMPT, 32, "m"))
-    d.index.stored("b", prefix_block_hashes(PROMPT, 16, "other-salt"))
+    d.index.stored("a", blocks(PROMPT, 32))
+    d.index.stored("b", blocks(PROMPT, engine_salt="other-salt"))
     scorer = PrefixScorer(d.index, d.history)
     a, b = endpoint("a", block_size=32), endpoint("b")
     assert scorer.score(context(PROMPT), [a, b]) == [1.0, 0.0]
@@ -36,7 +35,7 @@ def test_prefix_hashes_with_each_engines_block_size_and_salt():
 
 def test_prefix_falls_back_to_routing_history_beyond_what_events_cover():
     d = deps()
-    hashes = prefix_block_hashes(PROMPT, 16, "m")
+    hashes = blocks(PROMPT)
     d.index.stored("a", hashes[:2])
     d.history.record("a", hashes, now=100.0)
     assert PrefixScorer(d.index, d.history).score(context(PROMPT), [endpoint("a")]) == [1.0]
