@@ -110,6 +110,13 @@ ENGINE = _obj(
         "maxNumBatchedTokens": _int(2048, 16, description="tokens computed per step"),
         "blockSize": _int(16, 1, 256, description="tokens per KV-cache block"),
         "quantization": _str("weight quantization", enum=["none", "int8", "fp8"], default="none"),
+        "prefixCacheSharing": _str(
+            "tenant = a request hits only its own tenant's cached prefixes; global = "
+            "requests the gateway's routing table marks share_prefix_cache share theirs "
+            "across tenants, for public system prompts (a hit shows in cached_tokens)",
+            enum=["tenant", "global"],
+            default="tenant",
+        ),
         "speculative": _obj(
             {
                 "method": _str(

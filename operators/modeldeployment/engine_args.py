@@ -1,8 +1,8 @@
 """`maas serve engine` arguments from spec.engine.
 
-Flags for optional features (quantization, speculative decoding) are only
-passed when the spec turns them on, so the default spec runs on any engine
-build, including one from before those features.
+Flags for optional features (quantization, speculative decoding, prefix-cache
+sharing across tenants) are only passed when the spec turns them on, so the
+default spec runs on any engine build, including one from before those features.
 """
 
 import re
@@ -47,6 +47,8 @@ def engine_args(
         args.append(f"--kv-cache-memory={kv_bytes}")
     if engine["quantization"] != "none":
         args.append(f"--quantization={engine['quantization']}")
+    if engine["prefixCacheSharing"] != "tenant":
+        args.append(f"--prefix-cache-sharing={engine['prefixCacheSharing']}")
     speculative = engine["speculative"]
     if speculative["method"] != "none":
         args.append(f"--speculative-method={speculative['method']}")
