@@ -5,12 +5,16 @@ there is work; the event loop never touches engine state. Callers hand it
 commands through a thread-safe queue and read outputs from a per-request
 asyncio queue, fed with call_soon_threadsafe. A caller that stops reading
 (client gone) turns into an abort, so blocks are freed at once.
+
+A request that made a step raise fails alone with RequestFailed (the engine
+isolates it, llm_engine.py); EngineFailed is left for a step failure that
+could not be pinned on one request, and fails every request in flight.
 """
 
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from services.common.logging import get_logger
@@ -24,6 +28,14 @@ log = get_logger(__name__)
 
 class EngineFailed(RuntimeError):
     """The model step raised; every request in flight at that moment fails."""
+
+
+class RequestFailed(RuntimeError):
+    """This request made the step raise (or could not be added); it alone failed."""
+
+
+# Queued to a request's stream when it first enters a step.
+_SCHEDULED = object()
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,7 @@ class AsyncEngine:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         engine.blocks.on_event = self._on_kv_event
+        engine.on_scheduled = self._on_scheduled
 
     # ---- event-loop side -------------------------------------------------
 
@@ -74,8 +87,13 @@ class AsyncEngine:
         priority: int = 0,
         tenant: str = "",
         share_prefix_cache: bool = False,
+        on_scheduled: Callable[[], Awaitable[None]] | None = None,
     ) -> AsyncIterator[SeqOutput]:
-        """Outputs of every sample, step by step, until all n samples finish."""
+        """Outputs of every sample, step by step, until all n samples finish.
+
+        on_scheduled is awaited once, when the request first enters a step,
+        before any of its outputs or its failure.
+        """
         if request_id in self._streams:
             raise RequestRejected(f"request {request_id!r} is already running")
         self.validate(prompt_ids, params)
@@ -88,8 +106,14 @@ class AsyncEngine:
         try:
             while finished < params.n:
                 item = await outputs.get()
+                if item is _SCHEDULED:
+                    if on_scheduled is not None:
+                        await on_scheduled()
+                    continue
                 if isinstance(item, BaseException):
                     raise item
+                if item.error is not None:
+                    raise RequestFailed(item.error)
                 finished += item.finish_reason is not None
                 last = item
                 yield item
@@ -135,6 +159,14 @@ class AsyncEngine:
 
     # ---- engine-thread side ----------------------------------------------
 
+    def _on_scheduled(self, request_id: str) -> None:
+        self._to_loop(self._deliver_scheduled, request_id)
+
+    def _deliver_scheduled(self, request_id: str) -> None:
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            stream.put_nowait(_SCHEDULED)
+
     def _on_kv_event(self, kind: str, hashes: list[int]) -> None:
         self._kv_pending.append((kind, hashes))
 
@@ -169,6 +201,10 @@ class AsyncEngine:
                 self.engine.add_request(request_id, prompt_ids, params, priority, tenant, share)
             except RequestRejected as exc:
                 self._to_loop(self._fail, [request_id], exc)
+            except Exception as exc:  # what validation missed must not end this thread
+                log.exception("engine_add_failed", request_id=request_id)
+                self.engine.abort(request_id)
+                self._to_loop(self._fail, [request_id], RequestFailed(f"request not added: {exc}"))
         elif kind == "abort":
             self._to_loop(self._deliver, self.engine.abort(command[1]))
         elif kind == "snapshot":

@@ -2,6 +2,26 @@
 
 Single-threaded by design: one thread owns this object and calls step(); the
 asyncio side (async_engine.py) only talks to it through that thread.
+
+One request can harm only itself. validate() refuses at admission whatever
+could never run; if a step still raises, the request that caused it fails
+alone (one output with finish_reason "error") and the rest of the batch goes
+on. The batched parts of a step, the proposer's drafts and the forward pass,
+are bisected (isolation.py) until every request either ran in a part that
+succeeded or failed on its own; the rest of a step is done request by
+request, and a request that raises there fails without touching the others.
+Retrying the forward on a subset is safe because a forward only writes the
+KV of the positions it computes, at or past each sequence's
+num_computed_tokens: those slots are in blocks the sequence owns alone (cache
+hits and forks share only computed blocks, and a write to a shared block is
+copied first), no one reads them before they are computed, and the attempt
+that succeeds rewrites every one of them in every layer. So an attempt that
+raised halfway leaves nothing another sequence can see, and only the block
+copies of a part's own sequences are replayed with it. Nothing is hashed
+into the prefix cache before a part's forward succeeded. What bisection
+cannot pin on a request (the scheduler raising, or every request of a batch
+failing alone, which is a broken engine or device, not a bad request)
+propagates, and the caller fails every request as before.
 """
 
 import time
@@ -12,21 +32,25 @@ import torch
 
 from services.common.block_hash import request_salt
 from services.common.detokenizer import IncrementalDetokenizer
+from services.common.logging import get_logger
 from services.common.text_tokenizer import TextTokenizer
 from services.engine import metrics
 from services.engine.block_manager import BlockManager
+from services.engine.isolation import bisect_failures
 from services.engine.logprobs import token_logprob
 from services.engine.model_config import ModelConfig
 from services.engine.request import Request, SampleText, SeqOutput
 from services.engine.sampler import Sampler, make_generator
 from services.engine.sampling_params import SamplingParams
-from services.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from services.engine.scheduler import ScheduledSeq, Scheduler, SchedulerConfig, SchedulerOutput
 from services.engine.sequence import Sequence
 from services.engine.spec.config import SpecConfig
 from services.engine.spec.decoder import SpeculativeDecoder
 from services.engine.spec.proposer import TargetInfo
 from services.engine.stop_strings import StopStringMatcher
 from services.tokenizer.length_check import ContextLengthError, check_length
+
+log = get_logger(__name__)
 
 
 @dataclass
@@ -79,6 +103,8 @@ class LLMEngine:
         )
         self.spec = SpeculativeDecoder(config.speculative, self.sampler, target)
         self.requests: dict[str, Request] = {}
+        # Called with a request's id when it first enters a step.
+        self.on_scheduled: Callable[[str], None] | None = None
 
     @property
     def has_work(self) -> bool:
@@ -96,7 +122,7 @@ class LLMEngine:
         if any(not 0 <= t < vocab for t in prompt_ids):
             raise RequestRejected(f"prompt token ids must be in [0, {vocab})")
         try:
-            params.validate()
+            params.validate(vocab)
             check_length(len(prompt_ids), params.max_tokens, self.config.max_model_len)
         except (ValueError, ContextLengthError) as exc:
             raise RequestRejected(str(exc)) from exc
@@ -129,23 +155,25 @@ class LLMEngine:
         metrics.REQUESTS_WAITING.set(len(self.scheduler.waiting))
 
     def _add_sample(self, request: Request, index: int, parent: Sequence | None) -> Sequence:
-        seed = request.params.seed
         seq = Sequence(
             request_id=request.request_id,
             index=index,
             token_ids=list(parent.token_ids if parent else request.prompt_ids),
             num_prompt_tokens=len(request.prompt_ids),
             params=request.params,
-            generator=make_generator(None if seed is None else seed + index),
+            generator=make_generator(request.params.sample_seed(index)),
             priority=request.priority,
             arrival_time=request.arrival_time,
             cache_salt=request.cache_salt,
         )
-        request.seqs.append(seq)
-        request.texts[index] = SampleText(
+        text = SampleText(
             IncrementalDetokenizer(self.tokenizer, request.prompt_ids),
             StopStringMatcher(list(request.params.stop)),
         )
+        # Nothing below raises: abort() and _fail() only ever see samples the
+        # scheduler holds.
+        request.seqs.append(seq)
+        request.texts[index] = text
         if parent is None:
             self.scheduler.add(seq)
         else:
@@ -157,56 +185,110 @@ class LLMEngine:
         return seq
 
     def abort(self, request_id: str) -> list[SeqOutput]:
-        request = self.requests.pop(request_id, None)
+        request = self.requests.get(request_id)
         if request is None:
             return []
-        outputs = []
-        for seq in request.seqs:
-            if seq.finish_reason is None:
-                self.scheduler.finish(seq, "abort")
-                outputs.append(self._output(request, seq, [], "", "abort"))
-        metrics.REQUESTS_FINISHED.labels("abort").inc()
-        return outputs
+        return [self._output(request, seq, [], "", "abort") for seq in self._end(request, "abort")]
+
+    def _fail(self, request: Request, exc: Exception) -> list[SeqOutput]:
+        """End a request that made the step raise; one output carries the error."""
+        log.warning(
+            "request_failed_step", request_id=request.request_id, error=repr(exc), exc_info=exc
+        )
+        self._end(request, "error")
+        error = (
+            f"the engine failed on this request ({type(exc).__name__}: {exc}); "
+            "it was removed, and the other requests in its batch went on"
+        )
+        return [self._output(request, request.seqs[0], [], "", "error", error=error)]
+
+    def _end(self, request: Request, reason: str) -> list[Sequence]:
+        """Forget the request, freeing its unfinished samples; return those samples."""
+        self.requests.pop(request.request_id, None)
+        metrics.REQUESTS_FINISHED.labels(reason).inc()
+        return self._stop(request, reason)
+
+    def _stop(self, request: Request, reason: str) -> list[Sequence]:
+        stopped = [seq for seq in request.seqs if seq.finish_reason is None]
+        for seq in stopped:
+            self.scheduler.finish(seq, reason)
+        return stopped
 
     def step(self) -> list[SeqOutput]:
-        self.spec.propose(self.scheduler.running)
+        """Run one step; a request that makes it raise fails alone (module docstring)."""
+        culprits = self._propose()
+        for request_id in culprits:
+            # Out of the schedule now, failed at the end: if the step raises
+            # before then, the caller's fail-all still finds the request.
+            self._stop(self.requests[request_id], "error")
         plan = self.scheduler.schedule()
         self._record_schedule(plan)
-        if not plan.scheduled:
-            return []
-        logits = self.runner.execute(plan.scheduled, plan.block_copies)
-        rows_of: list[tuple[Sequence, torch.Tensor]] = []
-        # Decided before any bookkeeping: verification changes what num_logits
-        # would say, and may finish (and free) the sequence.
-        chunks: list[Sequence] = []
-        offset = 0
-        for item in plan.scheduled:
-            if item.num_logits:
-                rows_of.append((item.seq, logits[offset : offset + item.num_logits]))
+        parts, failed = (
+            bisect_failures(plan.scheduled, lambda part: self._execute(part, plan))
+            if plan.scheduled
+            else ([], [])
+        )
+        if failed and not parts and len({item.seq.request_id for item, _ in failed}) > 1:
+            raise failed[0][1]
+        culprits.update((item.seq.request_id, exc) for item, exc in failed)
+        # Rows are cut before any bookkeeping: verification changes what
+        # num_logits would say, and may finish (and free) the sequence.
+        work: dict[str, list[tuple[ScheduledSeq, torch.Tensor]]] = {}
+        for part, logits in parts:
+            offset = 0
+            for item in part:
+                rows = logits[offset : offset + item.num_logits]
                 offset += item.num_logits
-            else:
-                chunks.append(item.seq)
+                work.setdefault(item.seq.request_id, []).append((item, rows))
+        outputs: list[SeqOutput] = []
+        for request_id, items in work.items():
+            if request_id in culprits:
+                continue
+            try:
+                outputs += self._advance(items)
+            except Exception as exc:
+                culprits[request_id] = exc
+        for request_id, exc in culprits.items():
+            if request_id in self.requests:
+                outputs += self._fail(self.requests[request_id], exc)
+        self._record_state()
+        return outputs
+
+    def _propose(self) -> dict[str, Exception]:
+        """Draft for the running sequences; the requests whose drafting raised."""
+        running = list(self.scheduler.running)
+        _, failed = bisect_failures(running, self.spec.propose) if running else ([], [])
+        return {seq.request_id: exc for seq, exc in failed}
+
+    def _execute(self, part: list[ScheduledSeq], plan: SchedulerOutput) -> torch.Tensor:
+        owned = {block for item in part for block in item.seq.block_table}
+        # Replaying another part's copies would overwrite KV that part already wrote.
+        copies = [(src, dst) for src, dst in plan.block_copies if dst in owned]
+        return self.runner.execute(part, copies)
+
+    def _advance(self, items: list[tuple[ScheduledSeq, torch.Tensor]]) -> list[SeqOutput]:
+        """One request's share of a step that ran: bookkeeping, sampling, outputs."""
+        for item, _ in items:
             # Drafted positions count as computed only once accepted (below).
             item.seq.num_computed_tokens += item.num_new_tokens - item.seq.num_draft_tokens
         outputs: list[SeqOutput] = []
         samplers: list[Sequence] = []
         rows: list[torch.Tensor] = []
-        for seq, seq_rows in rows_of:
-            if seq.num_draft_tokens:
+        for item, seq_rows in items:
+            seq = item.seq
+            if len(seq_rows) and seq.num_draft_tokens:
                 outputs += self._append_verified(seq, seq_rows)
                 continue
             self.blocks.mark_computed(seq, seq.num_computed_tokens)
-            group = [seq, *self._fork_samples(seq)]
-            samplers += group
-            rows += [seq_rows[-1]] * len(group)
-        for seq in chunks:
-            self.blocks.mark_computed(seq, seq.num_computed_tokens)
+            if len(seq_rows):
+                group = [seq, *self._fork_samples(seq)]
+                samplers += group
+                rows += [seq_rows[-1]] * len(group)
         tokens = self.sampler(torch.stack(rows), samplers) if rows else []
         outputs += [
             self._append_token(seq, token, row)
             for seq, token, row in zip(samplers, tokens, rows, strict=True)
         ]
-        self._record_state()
         return outputs
 
     def _append_verified(self, seq: Sequence, rows: torch.Tensor) -> list[SeqOutput]:
@@ -275,7 +357,7 @@ class LLMEngine:
         if generated > 1 and request.first_token_time is not None:
             metrics.TPOT_SECONDS.observe((now - request.first_token_time) / (generated - 1))
 
-    def _output(self, request, seq, tokens, text, reason, logprobs=()) -> SeqOutput:
+    def _output(self, request, seq, tokens, text, reason, logprobs=(), error=None) -> SeqOutput:
         return SeqOutput(
             request_id=request.request_id,
             index=seq.index,
@@ -289,6 +371,7 @@ class LLMEngine:
             arrival_time=request.arrival_time,
             scheduled_time=request.scheduled_time,
             first_token_time=request.first_token_time,
+            error=error,
         )
 
     def _record_schedule(self, plan: SchedulerOutput) -> None:
@@ -298,6 +381,8 @@ class LLMEngine:
             metrics.PREFIX_QUERIED.inc(seq.num_tokens)
             metrics.PREFIX_HITS.inc(seq.num_cached_tokens)
             if request.cached_prompt_tokens is None:
+                if self.on_scheduled is not None:
+                    self.on_scheduled(request.request_id)
                 request.cached_prompt_tokens = seq.num_cached_tokens
                 request.scheduled_time = now
                 metrics.PROMPT_TOKENS.inc(len(request.prompt_ids))

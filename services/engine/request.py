@@ -54,3 +54,5 @@ class SeqOutput:
     arrival_time: float = 0.0
     scheduled_time: float | None = None
     first_token_time: float | None = None
+    # Set, with finish_reason "error", when the request made a step raise.
+    error: str | None = None

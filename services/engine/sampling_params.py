@@ -1,12 +1,34 @@
-"""What a request asks of the sampler, with OpenAI-style defaults."""
+"""What a request asks of the sampler, with OpenAI-style defaults.
+
+validate() is the one place every field is checked against the model's
+vocabulary and the engine's limits: a value that passes it cannot make the
+sampler, the stop-string matcher or a sample's random stream raise inside a
+step, where a failure would cost the whole batch a retry (llm_engine.py).
+The bounds are those of the gateway's API where it has one, so anything the
+gateway accepts runs; the engine checks again because it has other callers.
+
+Seeds: OpenAI accepts any 64-bit seed, and sample i of a request with n > 1
+draws from seed + i. That sum wraps modulo 2**64 (sample_seed) rather than
+being refused: every seed the API accepts then works for every n, the
+samples' streams stay distinct (n is far below 2**64) and deterministic.
+"""
 
 import math
 from dataclasses import dataclass, field
 
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
-# torch.Generator.manual_seed accepts exactly this range.
-_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
+# OpenAI's and the gateway's bounds on stop strings; each is matched against
+# every token's text, so their total length bounds the per-token work.
+MAX_STOPS = 16
+MAX_STOP_CHARS = 256
+# No tokenizer needs more; banning (min_tokens) thousands of ids per step
+# would make one request's sampling as slow as a batch's.
+MAX_STOP_TOKEN_IDS = 256
+# Dividing a logit by a smaller penalty overflows float32 to inf, and an inf
+# logit turns the softmax into NaN; the gateway's bound above is 2.
+MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 2.0
+SEED_MODULUS = 2**64
 
 
 @dataclass
@@ -29,7 +51,11 @@ class SamplingParams:
     top_logprobs: int = 0
     speculative: bool = False  # opt in to speculative decoding, where the engine has it
 
-    def validate(self) -> None:
+    def sample_seed(self, index: int) -> int | None:
+        """The seed of sample `index`'s random stream (see the module docstring)."""
+        return None if self.seed is None else (self.seed + index) % SEED_MODULUS
+
+    def validate(self, vocab_size: int) -> None:
         """Raise ValueError naming the first field that holds an impossible value."""
         # Comparisons are written so that NaN fails them.
         checks = [
@@ -39,31 +65,51 @@ class SamplingParams:
                 "must be >= 0",
             ),
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
-            ("top_k", self.top_k >= 0, "must be >= 0 (0 disables it)"),
+            ("top_k", 0 <= self.top_k <= vocab_size, f"must be in [0, {vocab_size}] (0: off)"),
             ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
             (
                 "repetition_penalty",
-                self.repetition_penalty > 0 and math.isfinite(self.repetition_penalty),
-                "must be > 0",
+                MIN_REPETITION_PENALTY <= self.repetition_penalty <= MAX_REPETITION_PENALTY,
+                f"must be in [{MIN_REPETITION_PENALTY}, {MAX_REPETITION_PENALTY}]",
             ),
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
             (
                 "seed",
-                self.seed is None or _SEED_MIN <= self.seed <= _SEED_MAX,
-                "must fit in 64 bits",
+                self.seed is None or 0 <= self.seed < SEED_MODULUS,
+                "must be in [0, 2**64)",
             ),
             ("max_tokens", self.max_tokens > 0, "must be > 0"),
             ("min_tokens", 0 <= self.min_tokens <= self.max_tokens, "must be in [0, max_tokens]"),
-            ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
-            ("stop_token_ids", all(i >= 0 for i in self.stop_token_ids), "must be >= 0"),
+            ("stop", len(self.stop) <= MAX_STOPS, f"must hold at most {MAX_STOPS} strings"),
+            (
+                "stop",
+                all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in self.stop),
+                f"must be non-empty strings of at most {MAX_STOP_CHARS} characters",
+            ),
+            (
+                "stop_token_ids",
+                len(self.stop_token_ids) <= MAX_STOP_TOKEN_IDS,
+                f"must hold at most {MAX_STOP_TOKEN_IDS} ids",
+            ),
+            (
+                "stop_token_ids",
+                all(0 <= i < vocab_size for i in self.stop_token_ids),
+                f"must be token ids in [0, {vocab_size})",
+            ),
             ("n", 1 <= self.n <= MAX_N, f"must be in [1, {MAX_N}]"),
             (
                 "top_logprobs",
-                0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
-                f"must be in [0, {MAX_TOP_LOGPROBS}]",
+                0 <= self.top_logprobs <= min(MAX_TOP_LOGPROBS, vocab_size),
+                f"must be in [0, {min(MAX_TOP_LOGPROBS, vocab_size)}]",
             ),
         ]
         for name, ok, requirement in checks:
             if not ok:
-                raise ValueError(f"{name} {requirement}, got {getattr(self, name)!r}")
+                raise ValueError(f"{name} {requirement}, got {_shown(getattr(self, name))}")
+
+
+def _shown(value) -> str:
+    # The message goes back to the client: a list of 10,000 long strings must not.
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."

@@ -1,15 +1,20 @@
 """maas.v1.Engine over the continuously batched AsyncEngine.
 
 Validation failures are INVALID_ARGUMENT (the message names the field or the
-limit); a draining engine answers UNAVAILABLE so the gateway retries
-elsewhere; a failed model step is INTERNAL for the requests it carried.
+limit), and so is a request that made a model step raise: the engine isolated
+it, and another replica would fail it the same way. A draining engine answers
+UNAVAILABLE so the gateway retries elsewhere; a step failure the engine could
+not pin on one request is INTERNAL for every request it carried. A request
+that enters a step is told so in initial metadata (common/engine_metadata.py),
+which is how the gateway knows whether a failed attempt may be retried.
 """
 
 import grpc
 
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
+from services.common.engine_metadata import SCHEDULED
 from services.common.logging import get_logger
-from services.engine.async_engine import AsyncEngine, EngineFailed
+from services.engine.async_engine import AsyncEngine, EngineFailed, RequestFailed
 from services.engine.llm_engine import RequestRejected
 from services.engine.request import SeqOutput
 from services.engine.sampling_params import SamplingParams
@@ -117,9 +122,10 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
                 request.priority,
                 request.tenant,
                 request.share_prefix_cache,
+                on_scheduled=lambda: context.send_initial_metadata(SCHEDULED),
             ):
                 yield response_of(output, tokenizer)
-        except RequestRejected as exc:
+        except (RequestRejected, RequestFailed) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except EngineFailed as exc:
             await context.abort(grpc.StatusCode.INTERNAL, str(exc))

@@ -175,7 +175,7 @@ def test_temperature_flattens_and_sharpens():
 
 
 def test_default_params_are_valid():
-    SamplingParams().validate()
+    SamplingParams().validate(VOCAB)
 
 
 @pytest.mark.parametrize(
@@ -187,20 +187,51 @@ def test_default_params_are_valid():
         ("top_p", 0.0),
         ("top_p", 1.5),
         ("top_k", -1),
+        ("top_k", VOCAB + 1),
         ("min_p", -0.1),
         ("min_p", 1.1),
         ("repetition_penalty", 0.0),
         ("repetition_penalty", -1.0),
+        # A positive logit divided by it overflows to inf: NaN probabilities.
+        ("repetition_penalty", 1e-40),
         ("presence_penalty", 2.5),
         ("frequency_penalty", -3.0),
         ("seed", 2**64),
+        ("seed", -1),
         ("max_tokens", 0),
         ("min_tokens", -1),
         ("min_tokens", 17),  # above the default max_tokens of 16
         ("stop", [""]),
+        ("stop", ["x" * 257]),
+        ("stop", ["x"] * 17),
         ("stop_token_ids", [-1]),
+        # min_tokens bans stop ids by indexing the logits with them.
+        ("stop_token_ids", [VOCAB]),
+        ("stop_token_ids", list(range(257))),
+        ("top_logprobs", 21),
     ],
 )
 def test_validate_rejects_and_names_the_field(name, value):
     with pytest.raises(ValueError, match=name):
-        SamplingParams(**{name: value}).validate()
+        SamplingParams(**{name: value}).validate(VOCAB)
+
+
+def test_top_logprobs_cannot_exceed_the_vocabulary():
+    with pytest.raises(ValueError, match="top_logprobs must be in \\[0, 5\\]"):
+        SamplingParams(top_logprobs=6).validate(5)
+
+
+def test_a_long_rejected_value_is_not_echoed_whole():
+    with pytest.raises(ValueError) as caught:
+        SamplingParams(stop=["x" * 100_000]).validate(VOCAB)
+    assert len(str(caught.value)) < 400
+
+
+@pytest.mark.parametrize("seed", [0, 2**64 - 1])
+def test_every_sample_of_any_seed_gets_a_distinct_valid_stream(seed):
+    params = SamplingParams(seed=seed, n=16)
+    params.validate(VOCAB)
+    seeds = [params.sample_seed(i) for i in range(params.n)]
+    assert len(set(seeds)) == 16
+    for s in seeds:
+        make_generator(s)
