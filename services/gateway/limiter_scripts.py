@@ -9,6 +9,7 @@ Per tenant (the {tenant} hash tag keeps a tenant's keys on one cluster slot):
   KEYS[2] maas:rl:{t}:tokens    hash  request id -> tokens charged
   KEYS[3] maas:rl:{t}:sum       int   sum of the hash (tokens in the window)
   KEYS[4] maas:rl:{t}:inflight  zset  lease member -> lease expiry (ms)
+  KEYS[5] maas:rl:{t}:full      never written, see _REFUSE_WHEN_FULL
 
 The log is a sliding window: exactly the requests admitted in the last
 window_ms count, with no burst at a window boundary as fixed windows allow.
@@ -68,10 +69,20 @@ local function decision(reason, retry, rpm, tpm, window)
 end
 """
 
+# Redis checks maxmemory only before a script's first write command, and the
+# prelude's first write (ZREMRANGEBYSCORE) is not one it checks: a full Redis
+# would let every later write through. LPUSHX to a key that never exists
+# stores nothing but is checked, so a script that would grow the data refuses
+# (OOM) before it has changed anything. SETTLE only frees, and must run full.
+_REFUSE_WHEN_FULL = """
+redis.call('LPUSHX', KEYS[5], 0)
+"""
+
 # ARGV: request id, rpm, tpm, max concurrency, tokens needed at least, window
 # ms, lease ms, sequences. Counts the request and takes its lease, or refuses.
 ADMIT = (
-    _PRELUDE
+    _REFUSE_WHEN_FULL
+    + _PRELUDE
     + """
 local id = ARGV[1]
 local rpm, tpm, conc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -106,7 +117,7 @@ if reason == '' then
     redis.call('HSET', tokens, id, 0)
   end
   for k = 1, seqs do redis.call('ZADD', inflight, now + lease, lease_member(id, k)) end
-  for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, window + lease) end
+  for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], window + lease) end
 end
 return decision(reason, retry, rpm, tpm, window)
 """
@@ -116,7 +127,8 @@ return decision(reason, retry, rpm, tpm, window)
 # Charges an admitted request's tokens, or refuses them; either way the
 # request keeps its place in the request log (it was counted at ADMIT).
 RESERVE = (
-    _PRELUDE
+    _REFUSE_WHEN_FULL
+    + _PRELUDE
     + """
 local id = ARGV[1]
 local rpm, tpm, need, window = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),

@@ -3,16 +3,17 @@
 The quota state is billing's (services/billing/quota.py), moved in the same
 commit as the ledger; the gateway only reads it. Like rate limits, a Redis
 outage fails open by default: serving a few requests past a quota is cheaper
-than refusing every tenant, and the ledger still bills them.
+than refusing every tenant, and the ledger still bills them. Only an outage:
+a Redis that answers with an error refuses the request (see store_faults).
 """
 
 from prometheus_client import Counter
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from services.billing.quota import Quotas
 from services.common.logging import get_logger
 from services.gateway.errors import APIError, unavailable
+from services.gateway.store_faults import STORE_FAILURES, refused, unreachable
 
 log = get_logger(__name__)
 
@@ -36,8 +37,10 @@ class QuotaGate:
     async def check(self, tenant: str) -> None:
         try:
             state = await self._quotas.state(tenant)
-        except RedisError as exc:
+        except STORE_FAILURES as exc:
             QUOTA_CHECKS.labels("redis_error").inc()
+            if not unreachable(exc):
+                raise refused("quota store", exc) from exc
             log.warning("quota_unchecked", tenant=tenant, error=str(exc))
             if self._fail_open:
                 return

@@ -6,9 +6,12 @@ prompt + max_tokens (TPM), and it settles to what it really used when it
 ends, so the TPM window holds real usage, not guesses. A request with n
 sequences costs n of the tenant's concurrency.
 
-When Redis cannot be reached, `fail_open` serves the request without limits
-(logged and counted in maas_gateway_rate_limit_bypassed_total): an outage of
-the limiter should not become an outage of the API. `fail_closed` answers 503.
+When Redis cannot be reached (connection errors, timeouts), `fail_open`
+serves the request without limits (logged and counted in
+maas_gateway_rate_limit_bypassed_total): an outage of the limiter should not
+become an outage of the API. `fail_closed` answers 503. A Redis that answers
+with an error (out of memory, read-only) refuses the request under either
+policy: see store_faults.
 """
 
 import dataclasses
@@ -18,11 +21,11 @@ from typing import Literal
 
 from prometheus_client import Counter
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from services.common.logging import get_logger
 from services.gateway.errors import APIError, unavailable
 from services.gateway.limiter_scripts import ADMIT, RESERVE, SETTLE
+from services.gateway.store_faults import STORE_FAILURES, refused, unreachable
 from services.gateway.tenants import Tenant
 
 log = get_logger(__name__)
@@ -110,7 +113,8 @@ class RateLimiter:
 
     @staticmethod
     def _keys(tenant: str) -> list[str]:
-        return [f"maas:rl:{{{tenant}}}:{part}" for part in ("log", "tokens", "sum", "inflight")]
+        parts = ("log", "tokens", "sum", "inflight", "full")
+        return [f"maas:rl:{{{tenant}}}:{part}" for part in parts]
 
     async def admit(
         self, tenant: Tenant, request_id: str, floor: int, sequences: int = 1
@@ -152,7 +156,9 @@ class RateLimiter:
     async def _run(self, script, tenant: Tenant, args: list) -> LimitDecision:
         try:
             raw = await script(keys=self._keys(tenant.name), args=args)
-        except RedisError as exc:
+        except STORE_FAILURES as exc:
+            if not unreachable(exc):
+                raise refused("rate-limit store", exc) from exc
             return self._redis_down(tenant, exc)
         admitted, reason, retry, requests_left, tokens_left, reset = raw
         return LimitDecision(
@@ -184,7 +190,7 @@ class RateLimiter:
             reset_ms=max(decision.reset_ms - elapsed, 0),
         )
 
-    def _redis_down(self, tenant: Tenant, exc: RedisError) -> LimitDecision:
+    def _redis_down(self, tenant: Tenant, exc: BaseException) -> LimitDecision:
         if self._on_redis_error == "fail_closed":
             log.error("rate_limiter_unavailable", tenant=tenant.name, error=str(exc))
             raise unavailable("rate limiting is temporarily unavailable") from exc
@@ -201,6 +207,6 @@ class RateLimiter:
                 keys=self._keys(tenant.name),
                 args=[request_id, used, self._window_ms, sequences],
             )
-        except RedisError as exc:
+        except STORE_FAILURES as exc:
             # The lease expires on its own; the window charge stays at the reservation.
             log.warning("rate_limit_settle_failed", tenant=tenant.name, error=str(exc))
