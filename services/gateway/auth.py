@@ -7,17 +7,20 @@ Redis one lookup per replica per TTL instead of one per request.
 
 When Redis cannot be reached, `fail_closed` answers 503: a replica cannot
 tell a revoked key from a good one. `fail_open` serves keys this replica
-verified before, as they last were; keys it never saw still get 503.
+verified in the last `max_stale` seconds (5 minutes by default), as they last
+were: a key revoked during an outage works for at most that long. Older keys,
+and keys it never saw, still get 503. A Redis that answers with an error
+(not an outage) gets 503 under either policy, see store_faults.
 """
 
 import time
 from typing import Literal
 
 from prometheus_client import Counter
-from redis.exceptions import RedisError
 
 from services.common.logging import get_logger
 from services.gateway.errors import unauthorized, unavailable
+from services.gateway.store_faults import STORE_FAILURES, refused, unreachable
 from services.gateway.tenants import Principal, TenantStore, hash_key
 
 log = get_logger(__name__)
@@ -44,10 +47,12 @@ class Authenticator:
         store: TenantStore,
         ttl: float = 0.5,
         on_redis_error: Literal["fail_closed", "fail_open"] = "fail_closed",
+        max_stale: float = 300.0,
     ):
         self._store = store
         self._ttl = ttl
         self._on_redis_error = on_redis_error
+        self._max_stale = max_stale
         # sha256 of the key -> (checked at, principal or None for a refused key)
         self._cache: dict[str, tuple[float, Principal | None]] = {}
 
@@ -67,8 +72,11 @@ class Authenticator:
     async def _lookup(self, token: str, digest: str, cached) -> Principal | None:
         try:
             principal = await self._store.authenticate(token)
-        except RedisError as exc:
-            if self._on_redis_error == "fail_open" and cached is not None:
+        except STORE_FAILURES as exc:
+            if not unreachable(exc):
+                REDIS_DOWN.labels("refused").inc()
+                raise refused("key store", exc) from exc
+            if self._on_redis_error == "fail_open" and self._fresh_enough(cached):
                 REDIS_DOWN.labels("served_from_cache").inc()
                 log.warning("auth_served_from_cache", error=str(exc))
                 return cached[1]
@@ -79,11 +87,17 @@ class Authenticator:
         self._cache[digest] = (time.monotonic(), principal)
         return principal
 
+    def _fresh_enough(self, cached) -> bool:
+        return cached is not None and time.monotonic() - cached[0] < self._max_stale
+
     def _prune(self) -> None:
         # Bounded memory under a flood of random keys: refused keys go first;
-        # good keys are kept past their TTL because fail_open serves them.
+        # good keys are kept past their TTL, up to max_stale, because
+        # fail_open serves them.
         if len(self._cache) > 10_000:
-            self._cache = {k: v for k, v in self._cache.items() if v[1] is not None}
+            self._cache = {
+                k: v for k, v in self._cache.items() if v[1] is not None and self._fresh_enough(v)
+            }
         if len(self._cache) > 10_000:
             now = time.monotonic()
             self._cache = {k: v for k, v in self._cache.items() if now - v[0] < self._ttl}
