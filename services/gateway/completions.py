@@ -1,10 +1,15 @@
 """The engine side of the request path, shared by the HTTP and gRPC fronts.
 
 encode_*: the tokenizer renders/encodes and checks the length.
-generate: the router picks an engine, the engine streams deltas. Until the
-first token reaches the caller a failed engine is left for another replica
-(at most max_attempts, never one whose circuit breaker is open); after that
-a broken stream ends with finish_reason "error". On the way out the pick is
+generate: the router picks an engine, the engine streams deltas. An attempt
+that failed before its first token is tried on another replica (at most
+max_attempts, never one whose circuit breaker is open) only when its code
+says the replica is at fault (RETRYABLE) and the request never reached an
+engine step: the engine says when it schedules a request, in initial
+metadata (common/engine_metadata.py). A request that reached a step may be
+what broke it, so it is not sent on to break another replica; one that was
+refused, queued, or never delivered cannot be. After the first token a
+broken stream ends with finish_reason "error". On the way out the pick is
 released and the usage event published in a task of their own, so a client
 disconnect (which cancels the stream) cannot cancel billing.
 """
@@ -18,6 +23,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from maas.v1 import common_pb2, engine_pb2, router_pb2, tokenizer_pb2
+from services.common.engine_metadata import was_scheduled
 from services.common.logging import get_logger
 from services.common.tracing import current_traceparent
 from services.common.usage_event import UsageEvent
@@ -36,7 +42,9 @@ FINISH_NAMES = {
     common_pb2.FINISH_REASON_ABORT: "abort",
     common_pb2.FINISH_REASON_CONTENT_FILTER: "content_filter",
 }
-# Worth another replica: the engine is down, overloaded, slow or broke.
+# Worth another replica, unless the request reached a step: the engine is
+# down, overloaded, slow or broke. A request the engine blames on itself
+# (INVALID_ARGUMENT, also for one that made a step raise) is never retried.
 RETRYABLE = {
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -89,11 +97,18 @@ class Timeouts:
 
 
 class EngineFailedError(Exception):
-    """An attempt failed before any token; `error` is what the client would see."""
+    """An attempt failed before any token; `error` is what the client would see.
 
-    def __init__(self, error: APIError, code: grpc.StatusCode):
+    `scheduled`: the engine had put the request into a model step.
+    """
+
+    def __init__(self, error: APIError, code: grpc.StatusCode, scheduled: bool = False):
         super().__init__(error.message)
-        self.error, self.code = error, code
+        self.error, self.code, self.scheduled = error, code, scheduled
+
+    @property
+    def retryable(self) -> bool:
+        return self.code in RETRYABLE and not self.scheduled
 
 
 def new_request_id(prefix: str) -> str:
@@ -176,7 +191,7 @@ class CompletionService:
             except EngineFailedError as exc:
                 tried.append(pick.endpoint_id)
                 failure = exc
-                if exc.code not in RETRYABLE:
+                if not exc.retryable:
                     break
                 continue
             async for delta in self._stream(job, pick, call, first, started):
@@ -208,17 +223,22 @@ class CompletionService:
                 raise EngineFailedError(
                     APIError(502, "the model ended without output", "api_error", "upstream_error"),
                     grpc.StatusCode.INTERNAL,
+                    was_scheduled(await call.initial_metadata()),
                 )
         except grpc.aio.AioRpcError as exc:
             self._failed(job, pick, call, exc.code())
-            raise EngineFailedError(from_upstream(exc, job.model), exc.code()) from exc
+            raise EngineFailedError(
+                from_upstream(exc, job.model), exc.code(), was_scheduled(exc.initial_metadata())
+            ) from exc
         except TimeoutError as exc:
             self._failed(job, pick, call, grpc.StatusCode.DEADLINE_EXCEEDED)
             stage = "connect" if call is None else "first token"
             error = APIError(
                 504, f"the model did not answer in time ({stage})", "timeout", "timeout"
             )
-            raise EngineFailedError(error, grpc.StatusCode.DEADLINE_EXCEEDED) from exc
+            # Cancelled by _failed, so this answers at once with what arrived.
+            scheduled = call is not None and was_scheduled(await call.initial_metadata())
+            raise EngineFailedError(error, grpc.StatusCode.DEADLINE_EXCEEDED, scheduled) from exc
         except EngineFailedError as exc:
             self._failed(job, pick, call, exc.code)
             raise

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc, router_pb2, router_pb2_grpc
+from services.common.engine_metadata import SCHEDULED
 
 
 class StubEngine(engine_pb2_grpc.EngineServicer):
@@ -24,17 +25,24 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
         self.chunks = chunks
         self.delay = delay
         self.fail: grpc.StatusCode | None = None
+        # Say the request entered a model step before failing or hanging.
+        self.scheduled = False
         self.hang = False
         self.served = 0
         self.active: set[str] = set()
         self.cancelled_at: dict[str, float] = {}
         self.priorities: list[int] = []
+        # (tenant, share_prefix_cache) of each request: whose cache it may hit.
+        self.cache_scopes: list[tuple[str, bool]] = []
 
     async def Generate(self, request, context):
+        if self.scheduled:
+            await context.send_initial_metadata(SCHEDULED)
         if self.fail is not None:
             await context.abort(self.fail, "stub engine told to fail")
         self.served += 1
         self.priorities.append(request.priority)
+        self.cache_scopes.append((request.tenant, request.share_prefix_cache))
         self.active.add(request.request_id)
         limit = request.sampling.max_tokens or len(self.chunks)
         try:
@@ -84,6 +92,7 @@ class StubRouter(router_pb2_grpc.RouterServicer):
 
     endpoints: list[tuple[str, str, str]]
     picks: list[str] = field(default_factory=list)
+    cache_scopes: list[tuple[str, bool]] = field(default_factory=list)
     _turn: itertools.count = field(default_factory=itertools.count)
 
     async def Pick(self, request, context):
@@ -96,6 +105,7 @@ class StubRouter(router_pb2_grpc.RouterServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "no endpoint left")
         endpoint_id, address, _ = candidates[next(self._turn) % len(candidates)]
         self.picks.append(endpoint_id)
+        self.cache_scopes.append((request.tenant, request.share_prefix_cache))
         return router_pb2.PickResponse(endpoint_id=endpoint_id, address=address)
 
     async def Release(self, request, context):
