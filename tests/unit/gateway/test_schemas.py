@@ -80,3 +80,41 @@ def test_completion_prompt_forms():
         CompletionRequest(model="m", prompt=["a", "b"])
     with pytest.raises(ValidationError):
         CompletionRequest(model="m", prompt=[])
+
+
+USER = {"role": "user", "content": "hi"}
+
+
+@pytest.mark.parametrize(
+    ("make", "param"),
+    [
+        (lambda: chat(stop=["s" * 257]), "stop"),
+        (lambda: chat(stop="s" * 257), "stop"),
+        (
+            lambda: ChatCompletionRequest(model="m", messages=[USER] * 2049),
+            "messages",
+        ),
+        (
+            lambda: ChatCompletionRequest(
+                model="m",
+                messages=[{"role": "user", "content": [{"type": "text", "text": "a"}] * 257}],
+            ),
+            "messages.0.content",
+        ),
+        (lambda: CompletionRequest(model="m", prompt=[1] * 131_073), "prompt"),
+        (lambda: CompletionRequest(model="m" * 257, prompt="hi"), "model"),
+    ],
+)
+def test_every_list_and_string_a_client_controls_is_bounded(make, param):
+    with pytest.raises(ValidationError) as caught:
+        make()
+    assert param_of(caught.value) == param
+
+
+def test_a_long_list_of_bad_items_costs_one_error_per_union_member():
+    with pytest.raises(ValidationError) as caught:
+        CompletionRequest(model="m", prompt=[[]] * 100_000)
+    assert caught.value.error_count() <= 3
+    with pytest.raises(ValidationError) as caught:
+        ChatCompletionRequest(model="m", messages=[{}] * 2000)
+    assert caught.value.error_count() == 1
