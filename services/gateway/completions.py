@@ -87,6 +87,7 @@ class Job:
     sampling: engine_pb2.SamplingParams
     priority: int = 0
     session_id: str = ""
+    share_prefix_cache: bool = False  # the routing table's, for this deployment
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,7 @@ class CompletionService:
                     sampling=job.sampling,
                     priority=job.priority,
                     tenant=job.principal.tenant.name,
+                    share_prefix_cache=job.share_prefix_cache,
                 ),
                 timeout=max(deadline - time.monotonic(), 0.001),
             )
@@ -327,6 +329,7 @@ class CompletionService:
             tenant=job.principal.tenant.name,
             session_id=job.session_id,
             exclude_endpoint_ids=sorted({*tried, *self._breakers.blocked()}),
+            share_prefix_cache=job.share_prefix_cache,
         )
         try:
             return await self._up.router.Pick(request, timeout=10)

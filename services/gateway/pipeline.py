@@ -148,6 +148,7 @@ class Pipeline:
             sampling=sampling,
             priority=ticket.route.tier.priority,
             session_id=ticket.spec.session_id,
+            share_prefix_cache=ticket.route.share_prefix_cache,
         )
         deltas = self.service.generate(job)
         screen = self._filter.stream() if self._filter.enabled else None

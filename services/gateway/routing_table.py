@@ -16,6 +16,7 @@ Loaded from a YAML file (a ConfigMap in Kubernetes):
       smollm2-135m-instruct-canary:
         tokenizer: smollm2-135m-instruct   # whose chat template / vocabulary to use
         max_in_flight: 32                  # this replica's slots (default: pool capacity)
+        share_prefix_cache: false          # true: tenants share cached prefixes (see below)
     expose_deployments: true    # also serve each deployment under its own name
 
 A deployment is a model id the router knows. Deployments that are not up
@@ -26,6 +27,12 @@ serves only tier pools (it is in no alias's routes) cannot be named directly
 by a tenant of another tier, nor is it listed for one. Such a request is
 answered as for an unknown model (404 model_not_found), OpenAI's answer for a
 model the key may not use.
+
+Each tenant's cached prefixes are its own: a hit would tell a tenant what
+another sent (services/common/block_hash.py). `share_prefix_cache: true` asks a
+deployment's engines to pool them across tenants (public system prompts); only
+engines started with --prefix-cache-sharing=global (the ModelDeployment's
+spec.engine.prefixCacheSharing) do.
 """
 
 import hashlib
@@ -59,6 +66,7 @@ class Alias(_Strict):
 class DeploymentOptions(_Strict):
     tokenizer: str | None = None
     max_in_flight: int | None = Field(None, gt=0)
+    share_prefix_cache: bool = False
 
 
 DEFAULT_TIERS = {
@@ -75,6 +83,7 @@ class Route:
     tokenizer: str
     max_in_flight: int | None
     tier: Tier
+    share_prefix_cache: bool = False
 
 
 class NoDeploymentUpError(LookupError):
@@ -145,6 +154,7 @@ class RoutingTable(_Strict):
             tokenizer=options.tokenizer or deployment,
             max_in_flight=options.max_in_flight,
             tier=self.tier(tier),
+            share_prefix_cache=options.share_prefix_cache,
         )
 
 
