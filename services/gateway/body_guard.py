@@ -1,16 +1,21 @@
 """ASGI middleware: refuse bodies the API should never parse.
 
-POST bodies are read here, before any route: over `max_bytes` -> 413 (checked
-against Content-Length first, then while reading, so a chunked upload is cut
-off too), not JSON -> 415, not UTF-8 -> 400. The body is then replayed to the
-app; later receive() calls go to the server, so disconnects still arrive.
+POST bodies are read here, after AuthGate and before any route: over
+`max_bytes` -> 413 (checked against Content-Length first, then while reading,
+so a chunked upload is cut off too), not JSON -> 415, not sent within
+`read_timeout` seconds -> 408 (a slow body must not hold a connection and
+its buffer forever), not UTF-8 -> 400, too many JSON items -> 400
+(body_shape.py). The body is then replayed to the app; later receive() calls
+go to the server, so disconnects still arrive.
 """
 
-import json
+import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.gateway.body_shape import check_shape
 from services.gateway.errors import APIError
+from services.gateway.refusal import refuse
 
 
 def _error(status: int, message: str, code: str) -> APIError:
@@ -18,9 +23,10 @@ def _error(status: int, message: str, code: str) -> APIError:
 
 
 class BodyGuard:
-    def __init__(self, app: ASGIApp, max_bytes: int):
+    def __init__(self, app: ASGIApp, max_bytes: int, read_timeout: float):
         self._app = app
         self._max = max_bytes
+        self._read_timeout = read_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -28,8 +34,9 @@ class BodyGuard:
             return
         try:
             body = await self._read(scope, receive)
+            check_shape(body)
         except APIError as error:
-            await self._refuse(send, error)
+            await refuse(send, error)
             return
         replayed = False
 
@@ -54,19 +61,15 @@ class BodyGuard:
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self._max:
             raise self._too_large()
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _error(400, "The client went away before sending the body.", "disconnected")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self._max:
-                raise self._too_large()
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        try:
+            async with asyncio.timeout(self._read_timeout):
+                body = await self._receive_all(receive)
+        except TimeoutError:
+            raise _error(
+                408,
+                f"The request body was not sent within {self._read_timeout:g} seconds.",
+                "request_timeout",
+            ) from None
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -75,21 +78,19 @@ class BodyGuard:
             ) from None
         return body
 
+    async def _receive_all(self, receive: Receive) -> bytes:
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _error(400, "The client went away before sending the body.", "disconnected")
+            body += message.get("body", b"")
+            if len(body) > self._max:
+                raise self._too_large()
+            if not message.get("more_body", False):
+                return bytes(body)
+
     def _too_large(self) -> APIError:
         return _error(
             413, f"The request body is larger than {self._max} bytes.", "request_too_large"
         )
-
-    async def _refuse(self, send: Send, error: APIError) -> None:
-        payload = json.dumps(error.body()).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": error.status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(payload)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})

@@ -1,7 +1,12 @@
 """The OpenAI-compatible HTTP API (FastAPI).
 
 POST /v1/chat/completions, POST /v1/completions (streamed as SSE or not),
-GET /v1/models, /healthz and /health (liveness), /readyz, /metrics.
+GET /v1/models, /v1/usage, /healthz and /health (liveness), /readyz.
+
+Nothing here tells an unauthenticated caller more than it must: POST keys are
+checked before the body is read (auth_gate.py), /readyz says ready or not
+(the reason goes to the log), and /metrics is served on the metrics port
+only, which the chart keeps off the public Service.
 """
 
 import json
@@ -12,7 +17,7 @@ import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from prometheus_client import Counter
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException
@@ -20,6 +25,7 @@ from starlette.exceptions import HTTPException
 from maas.v1 import billing_pb2_grpc, tokenizer_pb2
 from services.common.logging import get_logger
 from services.gateway.auth import Authenticator
+from services.gateway.auth_gate import AuthGate
 from services.gateway.body_guard import BodyGuard
 from services.gateway.completions import Delta, new_request_id
 from services.gateway.disconnect import ClientGoneError, unless_disconnected
@@ -61,6 +67,12 @@ def validation_error(exc: RequestValidationError) -> APIError:
     return APIError(400, f"Invalid value for '{param}': {message}", param=param or None)
 
 
+def not_ready(reason: str) -> JSONResponse:
+    # Anyone can call the probe: the reason (Redis or gRPC errors, hosts) is for the log.
+    log.warning("not_ready", reason=reason)
+    return JSONResponse({"status": "not ready"}, status_code=503)
+
+
 def sse(body: dict | str) -> str:
     return f"data: {body if isinstance(body, str) else json.dumps(body)}\n\n"
 
@@ -74,11 +86,14 @@ class Gateway:
     redis: Redis
     max_body_bytes: int
     billing: billing_pb2_grpc.BillingStub | None = None
+    body_timeout_seconds: float = 30.0
 
 
 def create_app(gw: Gateway) -> FastAPI:
     app = FastAPI(title="maas gateway", docs_url=None, redoc_url=None)
-    app.add_middleware(BodyGuard, max_bytes=gw.max_body_bytes)
+    app.add_middleware(BodyGuard, max_bytes=gw.max_body_bytes, read_timeout=gw.body_timeout_seconds)
+    # Outside BodyGuard: the key is checked before the body is read.
+    app.add_middleware(AuthGate, auth=gw.auth)
     # Added last, so outermost: the span and the timings cover every byte.
     app.add_middleware(TracingMiddleware)
 
@@ -118,14 +133,10 @@ def create_app(gw: Gateway) -> FastAPI:
             await gw.redis.ping()
             models = await gw.pipeline.models()
         except (RedisError, APIError, grpc.aio.AioRpcError) as exc:
-            return JSONResponse({"status": "not ready", "reason": str(exc)}, status_code=503)
+            return not_ready(str(exc))
         if not models:
-            return JSONResponse({"status": "not ready", "reason": "no models"}, status_code=503)
-        return {"status": "ready", "models": models}
-
-    @app.get("/metrics")
-    async def metrics():
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+            return not_ready("no models")
+        return {"status": "ready"}
 
     @app.get("/v1/models")
     async def list_models(request: Request):
@@ -179,7 +190,7 @@ def create_app(gw: Gateway) -> FastAPI:
 async def serve(
     gw: Gateway, request: Request, body: SamplingFields, encode: Encoder, chat: bool
 ) -> Response:
-    principal = await gw.auth.authenticate(request.headers.get("authorization"))
+    principal = request.state.principal
     spec = RequestSpec(
         request_id=new_request_id("chatcmpl" if chat else "cmpl"),
         model=body.model,

@@ -1,13 +1,18 @@
-"""`maas serve gateway`: the HTTP API (uvicorn) and the tenant gRPC API in one loop."""
+"""`maas serve gateway`: the HTTP API (uvicorn) and the tenant gRPC API in one loop.
+
+Prometheus /metrics is served on `metrics_port` (by start_server), never on
+the public HTTP port.
+"""
 
 import asyncio
+from functools import partial
 from pathlib import Path
 
 import uvicorn
 
-from maas.v1 import billing_pb2_grpc, gateway_pb2, gateway_pb2_grpc
+from maas.v1 import billing_pb2_grpc
 from services.common.grpc_client import open_channel
-from services.common.grpc_server import GrpcService, install_stop_signals, start_server
+from services.common.grpc_server import install_stop_signals
 from services.common.logging import get_logger
 from services.common.redis_client import open_redis
 from services.common.tenant_labels import TenantLabels
@@ -15,8 +20,9 @@ from services.gateway.admission import Admission
 from services.gateway.auth import Authenticator
 from services.gateway.circuit_breaker import Breakers
 from services.gateway.completions import CompletionService, Timeouts
-from services.gateway.grpc_front import GatewayServicer
+from services.gateway.grpc_front import start_grpc_front
 from services.gateway.http_app import Gateway, create_app
+from services.gateway.http_protocol import ConnectionLimits, GuardedHttpProtocol
 from services.gateway.model_catalog import ModelCatalog
 from services.gateway.output_filter import OutputFilter
 from services.gateway.pipeline import Pipeline
@@ -30,7 +36,6 @@ from services.gateway.usage_emitter import UsageEmitter
 from services.gateway.usage_spool import UsageSpool
 
 log = get_logger(__name__)
-SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
 
 
 def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, routes) -> Pipeline:
@@ -80,24 +85,21 @@ async def serve(settings: GatewaySettings) -> None:
     auth = Authenticator(
         TenantStore(redis), settings.auth_cache_seconds, settings.auth_on_redis_error
     )
-    grpc_settings = settings.model_copy(update={"port": settings.grpc_port})
-    handle = await start_server(
-        "gateway",
-        grpc_settings,
-        [
-            GrpcService(
-                SERVICE_NAME,
-                GatewayServicer(pipeline, auth),
-                gateway_pb2_grpc.add_GatewayServicer_to_server,
-            )
-        ],
+    handle = await start_grpc_front(settings, pipeline, auth)
+    gateway = Gateway(
+        pipeline, auth, redis, settings.max_body_bytes, billing, settings.body_timeout_seconds
+    )
+    limits = ConnectionLimits(
+        settings.max_connections, settings.max_header_bytes, settings.header_timeout_seconds
     )
     config = uvicorn.Config(
-        create_app(Gateway(pipeline, auth, redis, settings.max_body_bytes, billing)),
+        create_app(gateway),
         host=settings.host,
         port=settings.port,
         log_config=None,
-        http="httptools",
+        http=partial(GuardedHttpProtocol, limits=limits),
+        # No route speaks WebSocket: an Upgrade header must not switch protocols.
+        ws="none",
         # One log line per request would cost more than shedding a 429;
         # maas_gateway_http_responses_total counts them instead.
         access_log=False,

@@ -7,8 +7,11 @@ from services.common.settings import ServiceSettings
 
 
 class GatewaySettings(ServiceSettings):
-    port: int = Field(8080, ge=0, le=65535, description="HTTP port (OpenAI API, /metrics)")
+    port: int = Field(8080, ge=0, le=65535, description="HTTP port (OpenAI API)")
     grpc_port: int = Field(0, ge=0, le=65535, description="tenant gRPC port (0 picks one)")
+    grpc_max_concurrent_rpcs: int = Field(
+        1024, ge=1, description="open calls on the tenant gRPC port; more get RESOURCE_EXHAUSTED"
+    )
     redis_url: str = Field(DEFAULT_REDIS_URL, description="Redis with tenants, keys and usage")
     tokenizer_address: str = Field("127.0.0.1:50051", description="tokenizer service HOST:PORT")
     router_address: str = Field("127.0.0.1:50052", description="router service HOST:PORT")
@@ -50,6 +53,20 @@ class GatewaySettings(ServiceSettings):
     )
     rate_limit_on_redis_error: Literal["fail_open", "fail_closed"] = Field(
         "fail_open", description="Redis down: serve without limits (logged, counted), or 503"
+    )
+
+    # The public HTTP front: what a client can hold before it is authenticated.
+    max_connections: int = Field(
+        1024, ge=1, description="open HTTP connections; one more is answered 503 and closed"
+    )
+    max_header_bytes: int = Field(
+        32 * 1024, gt=0, description="request line and headers; larger get 431"
+    )
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="to send a request's headers; slower get 408"
+    )
+    body_timeout_seconds: float = Field(
+        30.0, gt=0, description="to send a request's body once its headers are in; slower get 408"
     )
 
     # Input and output.

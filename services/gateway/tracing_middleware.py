@@ -6,8 +6,8 @@ what only the gateway knows: the request id and the moment the first body
 chunk of a stream leaves, the client's first token. With an older FastAPI or
 its tracing off, it opens the span itself. Either way the span stays current
 while the response streams, so the tokenizer, router and engine calls and the
-usage event all join it. Probes and /metrics are not timed here: they would
-drown the requests.
+usage event all join it. Probes are not timed here: they would drown the
+requests.
 """
 
 import time
@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common.metrics import LATENCY_BUCKETS
 
-UNOBSERVED = frozenset({"/metrics", "/healthz", "/health", "/readyz"})
+UNOBSERVED = frozenset({"/healthz", "/health", "/readyz"})
 
 E2E_SECONDS = Histogram(
     "maas_gateway_e2e_request_latency_seconds",

@@ -110,7 +110,7 @@ class Stack:
         )
         await self._ready(router, router_addr)
 
-        grpc_port = free_port(cfg.host)
+        grpc_port, metrics_port = free_port(cfg.host), free_port(cfg.host)
         gateway = self._spawn(
             "gateway",
             serve_argv(
@@ -119,6 +119,7 @@ class Stack:
                     "host": cfg.host,
                     "port": cfg.gateway_port,
                     "grpc-port": grpc_port,
+                    "metrics-port": metrics_port,
                     "redis-url": self.redis_url,
                     "tokenizer-address": self.addresses["tokenizer"],
                     "router-address": router_addr,
@@ -130,7 +131,7 @@ class Stack:
         )
         self.gateway_url = f"http://{cfg.host}:{cfg.gateway_port}"
         self.gateway_grpc = f"{cfg.host}:{grpc_port}"
-        self.metrics_urls["gateway"] = f"{self.gateway_url}/metrics"
+        self.metrics_urls["gateway"] = f"http://{cfg.host}:{metrics_port}/metrics"
         await self._ready(gateway, f"{self.gateway_url}/readyz")
 
         redis = open_redis(self.redis_url)

@@ -1,7 +1,8 @@
 """Upstream errors per endpoint, breaker state and per-tenant tokens, as /metrics shows them.
 
-The gateway's HTTP app is served in-process (ASGI) over the stub cluster's
-pipeline, so each assertion reads the same text Prometheus would scrape.
+The gateway's metrics port serves prometheus_client's registry as text;
+reading that registry in-process gives each assertion the same text
+Prometheus would scrape.
 Metrics are process-wide: assertions use endpoint ids and tenants unique to
 the test, or compare before and after.
 """
@@ -11,17 +12,14 @@ import time
 import uuid
 
 import grpc
-import httpx
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from maas.v1 import tokenizer_pb2
-from services.common.redis_client import open_redis
 from services.common.tenant_labels import OTHER
-from services.gateway.auth import Authenticator
 from services.gateway.errors import APIError
-from services.gateway.http_app import Gateway, create_app
-from services.gateway.tenants import Tenant, TenantStore
+from services.gateway.tenants import Tenant
 from services.local.ports import free_port
 from tests.integration.gateway.conftest import CHUNKS, MODEL
 
@@ -29,26 +27,19 @@ Samples = dict[tuple[str, frozenset], float]
 
 
 @pytest.fixture
-async def scrape(redis_url):
-    """scrape(cluster) -> {(series name, labels): value} from the gateway's GET /metrics."""
-    redis = open_redis(redis_url)
+def scrape():
+    """scrape(cluster) -> {(series name, labels): value}, as the metrics port serves them."""
 
     async def get(cluster) -> Samples:
         await cluster.pipeline.service.wait_background()
         await asyncio.sleep(0.05)  # a finished call's status is counted in a task of its own
-        app = create_app(Gateway(cluster.pipeline, Authenticator(TenantStore(redis)), redis, 1024))
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
-            response = await client.get("/metrics")
-        assert response.status_code == 200
         return {
             (sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(response.text)
+            for family in text_string_to_metric_families(generate_latest().decode())
             for sample in family.samples
         }
 
-    yield get
-    await redis.aclose()
+    return get
 
 
 def errors(samples: Samples, upstream: str, endpoint: str, kind: str) -> float:
