@@ -145,3 +145,41 @@ def test_gpu_values_give_the_example_a_gpu_and_a_service_monitor(helm):
     (example,) = [d for d in docs if d["kind"] == "ModelDeployment"]
     assert example["spec"]["resources"]["gpus"] == 1
     assert any(d["kind"] == "ServiceMonitor" for d in docs)
+
+
+def test_gateway_metrics_stay_off_the_public_service(helm):
+    docs = render(helm, "default")
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    public = {p["name"] for p in services["maas-gateway"]["spec"]["ports"]}
+    assert public == {"http", "grpc"}
+    metrics = services["maas-gateway-metrics"]["spec"]
+    assert metrics["type"] == "ClusterIP"
+    assert [p["name"] for p in metrics["ports"]] == ["metrics"]
+    assert metrics["selector"] == services["maas-gateway"]["spec"]["selector"]
+    # The ServiceMonitor finds Services by this label and scrapes their port "metrics".
+    labels = services["maas-gateway-metrics"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "maas"
+
+
+def test_gateway_front_limits_come_from_values(helm):
+    out = run(
+        helm,
+        "template",
+        "maas",
+        str(CHART),
+        "--set",
+        "gateway.maxConnections=7",
+        "--set",
+        "gateway.headerTimeoutSeconds=3",
+    )
+    (gateway,) = [
+        d
+        for d in yaml.safe_load_all(out)
+        if d and d["metadata"]["name"] == "maas-gateway" and d["kind"] == "Deployment"
+    ]
+    env = {
+        e["name"]: e["value"] for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["MAAS_MAX_CONNECTIONS"] == "7"
+    assert env["MAAS_HEADER_TIMEOUT_SECONDS"] == "3"
+    assert {"MAAS_MAX_HEADER_BYTES", "MAAS_BODY_TIMEOUT_SECONDS", "MAAS_MAX_BODY_BYTES"} <= set(env)
