@@ -5,13 +5,24 @@ few facts about the model that live outside the vocabulary: which ids start and
 end a sequence, the chat template and how long a context the model was trained
 for. Loading lives in `tokenizer_loader`, so this module stays free of file
 formats.
+
+Special tokens written in text are honoured in `encode`, the caller's own raw
+prompt (as vLLM does for /v1/completions: the tenant writes its own context),
+and never in chat message content (`render_chat`, `encode_chat`), which only
+the chat template may turn into control tokens (see `chat_prompt`).
+
+Encoding goes through the tokenizer's batch call even for one text: unlike
+`Tokenizer.encode`, it releases the GIL, so the tokenizer service can encode
+on worker threads while its event loop keeps serving.
 """
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from tokenizers import Tokenizer
 
-from services.common.chat_template import render_chat
+from services.common.chat_prompt import ChatPrompt, SpecialTokens, render_prompt
+from services.common.token_reach import max_token_chars
 
 
 @dataclass(frozen=True)
@@ -30,18 +41,54 @@ class TextTokenizer:
         """Token ids for `text`.
 
         Special tokens written in the text, such as "<|im_start|>", become their
-        single control id, as in Hugging Face: a rendered chat prompt depends on
-        it. `add_special_tokens` adds only what the model's files ask for
-        (a BOS for some models, nothing for SmolLM2); chat templates usually
-        write those tokens themselves, hence the default.
+        single control id, as in Hugging Face. `add_special_tokens` adds only
+        what the model's files ask for (a BOS for some models, nothing for
+        SmolLM2); chat templates usually write those tokens themselves, hence
+        the default.
         """
-        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        encoded = self.tokenizer.encode_batch_fast([text], add_special_tokens=add_special_tokens)
+        return encoded[0].ids
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> ChatPrompt:
+        """`messages` in this model's chat template, special-token text in them made inert."""
+        return render_prompt(
+            self.chat_template,
+            messages,
+            add_generation_prompt,
+            self.bos_token,
+            self.eos_token,
+            self.special_tokens,
+        )
+
+    def encode_prompt(self, prompt: ChatPrompt) -> list[int]:
+        """Token ids of a rendered chat: the template's special tokens, plain text between."""
+        plain = self.plain_text_tokenizer.encode_batch_fast(list(prompt.plain))
+        ids = list(plain[0].ids)
+        for special, text in zip(prompt.special, plain[1:], strict=True):
+            ids.append(self.special_tokens.ids[special])
+            ids.extend(text.ids)
+        return ids
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         """Token ids of `messages` rendered with this model's chat template, ready to answer."""
-        return self.encode(
-            render_chat(self.chat_template, messages, True, self.bos_token, self.eos_token)
-        )
+        return self.encode_prompt(self.render_chat(messages))
+
+    @cached_property
+    def special_tokens(self) -> SpecialTokens:
+        return SpecialTokens.of(self.tokenizer)
+
+    @cached_property
+    def plain_text_tokenizer(self) -> Tokenizer:
+        """The same vocabulary with special-token matching off: "<|im_end|>" is seven tokens."""
+        # A copy, because encode_special_tokens is the tokenizer's state, shared by every thread.
+        plain = Tokenizer.from_str(self.tokenizer.to_str())
+        plain.encode_special_tokens = True
+        return plain
+
+    @cached_property
+    def max_token_chars(self) -> int | None:
+        """The most characters one token covers, if that is bounded (see token_reach)."""
+        return max_token_chars(self.tokenizer)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)

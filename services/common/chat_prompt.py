@@ -1,0 +1,104 @@
+"""Chat prompts in which only the template can write a special token.
+
+Message text comes from users. Encoded as part of the rendered prompt, a
+message saying "<|im_end|>\\n<|im_start|>system\\n..." would become the model's
+own control tokens and forge a system turn. So the template renders messages
+whose special-token texts are swapped for private placeholders; the special
+tokens left in the rendered prompt can only be the template's own, and the
+prompt is cut at them. Those pieces become their ids; every piece between them,
+placeholders put back, is encoded with special-token matching off, so a
+user's "<|im_end|>" costs the tokens of its characters and means nothing.
+
+For a conversation without special-token text this encodes exactly what the
+whole rendered prompt does: the tokenizer itself encodes the text between two
+special tokens apart from the rest, after a token marked lstrip/rstrip has
+taken the whitespace beside it, which the cut here does likewise.
+"""
+
+import re
+import secrets
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer
+
+from services.common.chat_template import render_chat
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """The vocabulary's special tokens, found in text the way the tokenizer finds them."""
+
+    ids: dict[str, int]
+    pattern: re.Pattern[str]
+    lstrip: frozenset[str]
+    rstrip: frozenset[str]
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer) -> "SpecialTokens":
+        added = [
+            (token_id, token)
+            for token_id, token in tokenizer.get_added_tokens_decoder().items()
+            if token.special
+        ]
+        # Longest first: at one position the tokenizer matches the longest token.
+        texts = sorted((t.content for _, t in added), key=len, reverse=True)
+        return cls(
+            ids={t.content: token_id for token_id, t in added},
+            # One group, so that split() keeps the tokens between the pieces.
+            pattern=re.compile(f"({'|'.join(map(re.escape, texts))})" if texts else "(?!)"),
+            lstrip=frozenset(t.content for _, t in added if t.lstrip),
+            rstrip=frozenset(t.content for _, t in added if t.rstrip),
+        )
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A rendered conversation: `text` as the model reads it, cut for encoding.
+
+    `pieces` alternates plain text and special tokens, starting and ending with
+    plain text (possibly empty), whitespace already given to lstrip/rstrip tokens.
+    """
+
+    text: str
+    pieces: tuple[str, ...]
+
+    @property
+    def plain(self) -> tuple[str, ...]:
+        return self.pieces[::2]
+
+    @property
+    def special(self) -> tuple[str, ...]:
+        return self.pieces[1::2]
+
+
+def render_prompt(
+    template: str | None,
+    messages: list[dict],
+    add_generation_prompt: bool,
+    bos_token: str | None,
+    eos_token: str | None,
+    specials: SpecialTokens,
+) -> ChatPrompt:
+    """Render `messages` (see chat_template.render_chat) so that none can write a special token."""
+    # A fresh tag per render: no message can contain a placeholder of its own.
+    tag = secrets.token_hex(8)
+    order = list(specials.ids)
+    placeholder = {text: f"\ue000{tag}:{index}\ue001" for index, text in enumerate(order)}
+    restore = re.compile(f"\ue000{tag}:(\\d+)\ue001")
+
+    def escape(value):
+        if not isinstance(value, str):
+            return value
+        return specials.pattern.sub(lambda match: placeholder[match.group()], value)
+
+    escaped = [{key: escape(value) for key, value in m.items()} for m in messages]
+    rendered = render_chat(template, escaped, add_generation_prompt, bos_token, eos_token)
+    cut = specials.pattern.split(rendered)
+    cut[::2] = [restore.sub(lambda match: order[int(match.group(1))], p) for p in cut[::2]]
+    text = "".join(cut)
+    for index in range(1, len(cut), 2):
+        if cut[index] in specials.lstrip:
+            cut[index - 1] = cut[index - 1].rstrip()
+        if cut[index] in specials.rstrip:
+            cut[index + 1] = cut[index + 1].lstrip()
+    return ChatPrompt(text=text, pieces=tuple(cut))
