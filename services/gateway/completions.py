@@ -155,19 +155,16 @@ class CompletionService:
     async def encode_text(
         self, model: str, prompt: str | list[int], max_tokens: int | None
     ) -> Prompt:
+        # Token ids are checked (count, then range) by the tokenizer too: the
+        # router would hash every id before the engine refused them.
         request = tokenizer_pb2.EncodeRequest(
             model=model,
             text=prompt if isinstance(prompt, str) else "",
+            token_ids=prompt if isinstance(prompt, list) else (),
             add_special_tokens=True,
             max_tokens=max_tokens or 0,
         )
         try:
-            if isinstance(prompt, list):
-                # Token ids go straight to the engine, which checks their range
-                # and the context length with the tokenizer's rule; counting
-                # nothing still tells the model's context length.
-                counted = await self._up.tokenizer.Count(request, timeout=30)
-                return Prompt(list(prompt), counted.max_model_len)
             encoded = await self._up.tokenizer.Encode(request, timeout=30)
         except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, model, param="prompt") from exc

@@ -3,10 +3,17 @@
 import asyncio
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
-from services.common.grpc_server import GrpcService, run_until_signalled, start_server
+from services.common.grpc_server import (
+    GrpcService,
+    ServerHandle,
+    run_until_signalled,
+    start_server,
+)
 from services.common.logging import get_logger
 from services.common.model_files import resolve_model_path
+from services.common.text_tokenizer import TextTokenizer
 from services.common.tokenizer_loader import load_tokenizer
+from services.tokenizer.encode_pool import EncodePool
 from services.tokenizer.servicer import TokenizerServicer
 from services.tokenizer.settings import TokenizerSettings
 
@@ -14,20 +21,34 @@ log = get_logger(__name__)
 SERVICE_NAME = tokenizer_pb2.DESCRIPTOR.services_by_name["Tokenizer"].full_name
 
 
-async def serve(settings: TokenizerSettings) -> None:
-    path = resolve_model_path(settings.model_path)
-    tokenizer = load_tokenizer(path)
+async def start_tokenizer(
+    settings: TokenizerSettings, tokenizer: TextTokenizer
+) -> tuple[ServerHandle, EncodePool]:
+    """Serve `tokenizer`; the caller stops the server, then shuts the pool down."""
     max_model_len = settings.max_model_len or tokenizer.max_model_len
+    pool = EncodePool(settings.encode_threads, settings.encode_queue)
+    servicer = TokenizerServicer(settings.model_id, tokenizer, max_model_len, pool)
     log.info(
-        "tokenizer_loaded", path=str(path), vocab=tokenizer.vocab_size, max_model_len=max_model_len
+        "tokenizer_loaded",
+        vocab=tokenizer.vocab_size,
+        max_model_len=max_model_len,
+        max_token_chars=tokenizer.max_token_chars,
+        encode_threads=settings.encode_threads,
     )
-    servicer = TokenizerServicer(settings.model_id, tokenizer, max_model_len)
     handle = await start_server(
         "tokenizer",
         settings,
         [GrpcService(SERVICE_NAME, servicer, tokenizer_pb2_grpc.add_TokenizerServicer_to_server)],
     )
+    return handle, pool
+
+
+async def serve(settings: TokenizerSettings) -> None:
+    path = resolve_model_path(settings.model_path)
+    log.info("tokenizer_loading", path=str(path))
+    handle, pool = await start_tokenizer(settings, load_tokenizer(path))
     await run_until_signalled(handle, settings.shutdown_grace_seconds)
+    pool.shutdown()
 
 
 def main(settings: TokenizerSettings) -> None:

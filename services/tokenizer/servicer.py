@@ -1,7 +1,13 @@
 """maas.v1.Tokenizer: chat templates, encode, decode and length checks.
 
 Errors map to gRPC codes the gateway turns into OpenAI errors: an unknown
-model is NOT_FOUND, a bad conversation or an over-long prompt INVALID_ARGUMENT.
+model is NOT_FOUND, a bad conversation, an over-long prompt or a token id
+outside the vocabulary INVALID_ARGUMENT, a full encode pool RESOURCE_EXHAUSTED.
+
+Work is bounded before it starts: a text too long for any encoding is refused
+on its character count (length_check.check_chars), token-id prompts on their
+count and then their range, and rendering and encoding run on the bounded
+EncodePool, never on the event loop.
 """
 
 import time
@@ -10,24 +16,40 @@ import grpc
 from prometheus_client import Histogram
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
-from services.common.chat_template import ChatTemplateError, render_chat
+from services.common.chat_template import ChatTemplateError
 from services.common.metrics import LATENCY_BUCKETS
 from services.common.text_tokenizer import TextTokenizer
-from services.tokenizer.length_check import ContextLengthError, check_length
+from services.tokenizer.encode_pool import EncodePool, PoolFullError
+from services.tokenizer.length_check import ContextLengthError, check_chars, check_length
 
 TOKENIZE_SECONDS = Histogram(
     "maas_tokenizer_tokenize_seconds",
-    "Time to render and encode one request",
+    "Time to render and encode one request, the wait for a thread included",
     ["operation"],
     buckets=LATENCY_BUCKETS,
 )
 
 
+class TokenIdError(ValueError):
+    pass
+
+
+def check_token_ids(ids, vocab_size: int) -> None:
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if bad:
+        raise TokenIdError(f"token ids out of range [0, {vocab_size}): {bad[:5]}")
+
+
 class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
-    def __init__(self, model_id: str, tokenizer: TextTokenizer, max_model_len: int):
+    def __init__(
+        self, model_id: str, tokenizer: TextTokenizer, max_model_len: int, pool: EncodePool
+    ):
         self._model_id = model_id
         self._tok = tokenizer
         self._max_model_len = max_model_len
+        self._pool = pool
+        # Derived from the vocabulary once, at startup, not on the first request's time.
+        self._max_token_chars = tokenizer.max_token_chars
 
     async def _check_model(self, model: str, context: grpc.aio.ServicerContext) -> None:
         if model and model != self._model_id:
@@ -36,60 +58,92 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
                 f"model {model!r} is not served here (this tokenizer serves {self._model_id!r})",
             )
 
-    async def _encoded(
-        self, prompt: str, ids: list[int], max_tokens: int, context
-    ) -> tokenizer_pb2.EncodeResponse:
+    async def _run(self, operation: str, context, fn, *args):
+        """fn(*args) on the pool; the client's errors become INVALID_ARGUMENT."""
+        started = time.perf_counter()
         try:
-            check_length(len(ids), max_tokens, self._max_model_len)
-        except ContextLengthError as exc:
+            result = await self._pool.run(fn, *args)
+        except (ChatTemplateError, ContextLengthError, TokenIdError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except PoolFullError as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        TOKENIZE_SECONDS.labels(operation).observe(time.perf_counter() - started)
+        return result
+
+    def _encoded(self, prompt: str, ids: list[int], max_tokens: int):
+        check_length(len(ids), max_tokens, self._max_model_len)
         return tokenizer_pb2.EncodeResponse(
             token_ids=ids, prompt=prompt, max_model_len=self._max_model_len
         )
 
+    def _check_chars(self, text: str, max_tokens: int) -> None:
+        check_chars(len(text), max_tokens, self._max_model_len, self._max_token_chars)
+
+    def _render_and_encode(self, messages, add_generation_prompt: bool, max_tokens: int):
+        prompt = self._tok.render_chat(messages, add_generation_prompt)
+        # The template may add or drop text: only the rendered prompt's length counts.
+        self._check_chars(prompt.text, max_tokens)
+        return self._encoded(prompt.text, self._tok.encode_prompt(prompt), max_tokens)
+
+    def _encode(self, text: str, add_special_tokens: bool, max_tokens: int):
+        return self._encoded(text, self._tok.encode(text, add_special_tokens), max_tokens)
+
     async def RenderChat(self, request, context):
         await self._check_model(request.model, context)
-        started = time.perf_counter()
         messages = [
             {"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})}
             for m in request.messages
         ]
         if not messages:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "messages must not be empty")
-        try:
-            prompt = render_chat(
-                self._tok.chat_template,
-                messages,
-                add_generation_prompt=request.add_generation_prompt,
-                bos_token=self._tok.bos_token,
-                eos_token=self._tok.eos_token,
-            )
-        except ChatTemplateError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        ids = self._tok.encode(prompt)
-        TOKENIZE_SECONDS.labels("render_chat").observe(time.perf_counter() - started)
-        return await self._encoded(prompt, ids, request.max_tokens, context)
+        return await self._run(
+            "render_chat",
+            context,
+            self._render_and_encode,
+            messages,
+            request.add_generation_prompt,
+            request.max_tokens,
+        )
 
     async def Encode(self, request, context):
         await self._check_model(request.model, context)
-        started = time.perf_counter()
-        ids = self._tok.encode(request.text, add_special_tokens=request.add_special_tokens)
-        TOKENIZE_SECONDS.labels("encode").observe(time.perf_counter() - started)
-        return await self._encoded(request.text, ids, request.max_tokens, context)
+        try:
+            if request.token_ids:
+                return self._token_id_prompt(request)
+            self._check_chars(request.text, request.max_tokens)
+        except (ContextLengthError, TokenIdError) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return await self._run(
+            "encode",
+            context,
+            self._encode,
+            request.text,
+            request.add_special_tokens,
+            request.max_tokens,
+        )
+
+    def _token_id_prompt(self, request) -> tokenizer_pb2.EncodeResponse:
+        if request.text:
+            raise TokenIdError("send the prompt as text or as token ids, not both")
+        ids = request.token_ids
+        # The count first: a refused prompt of a million ids costs no pass over them.
+        check_length(len(ids), request.max_tokens, self._max_model_len)
+        check_token_ids(ids, self._tok.vocab_size)
+        return tokenizer_pb2.EncodeResponse(token_ids=ids, max_model_len=self._max_model_len)
 
     async def Decode(self, request, context):
         await self._check_model(request.model, context)
-        vocab = self._tok.vocab_size
-        bad = [i for i in request.token_ids if not 0 <= i < vocab]
-        if bad:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"token ids out of range [0, {vocab}): {bad[:5]}",
-            )
-        text = self._tok.decode(list(request.token_ids), request.skip_special_tokens)
+        try:
+            check_token_ids(request.token_ids, self._tok.vocab_size)
+        except TokenIdError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        ids, skip = list(request.token_ids), request.skip_special_tokens
+        text = await self._run("decode", context, self._tok.decode, ids, skip)
         return tokenizer_pb2.DecodeResponse(text=text)
 
     async def Count(self, request, context):
         await self._check_model(request.model, context)
-        ids = self._tok.encode(request.text, add_special_tokens=request.add_special_tokens)
+        ids = await self._run(
+            "count", context, self._tok.encode, request.text, request.add_special_tokens
+        )
         return tokenizer_pb2.CountResponse(count=len(ids), max_model_len=self._max_model_len)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17maas/v1/tokenizer.proto\x12\x07maas.v1\":\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"}\n\x11RenderChatRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.maas.v1.ChatMessage\x12\x1d\n\x15\x61\x64\x64_generation_prompt\x18\x03 \x01(\x08\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\"\\\n\rEncodeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x1a\n\x12\x61\x64\x64_special_tokens\x18\x03 \x01(\x08\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\"J\n\x0e\x45ncodeResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x15\n\rmax_model_len\x18\x03 \x01(\x05\"N\n\rDecodeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x1b\n\x13skip_special_tokens\x18\x03 \x01(\x08\"\x1e\n\x0e\x44\x65\x63odeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\"5\n\rCountResponse\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\x12\x15\n\rmax_model_len\x18\x02 \x01(\x05\x32\xfd\x01\n\tTokenizer\x12\x41\n\nRenderChat\x12\x1a.maas.v1.RenderChatRequest\x1a\x17.maas.v1.EncodeResponse\x12\x39\n\x06\x45ncode\x12\x16.maas.v1.EncodeRequest\x1a\x17.maas.v1.EncodeResponse\x12\x39\n\x06\x44\x65\x63ode\x12\x16.maas.v1.DecodeRequest\x1a\x17.maas.v1.DecodeResponse\x12\x37\n\x05\x43ount\x12\x16.maas.v1.EncodeRequest\x1a\x16.maas.v1.CountResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17maas/v1/tokenizer.proto\x12\x07maas.v1\":\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"}\n\x11RenderChatRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.maas.v1.ChatMessage\x12\x1d\n\x15\x61\x64\x64_generation_prompt\x18\x03 \x01(\x08\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\"o\n\rEncodeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x1a\n\x12\x61\x64\x64_special_tokens\x18\x03 \x01(\x08\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x11\n\ttoken_ids\x18\x05 \x03(\x05\"J\n\x0e\x45ncodeResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x15\n\rmax_model_len\x18\x03 \x01(\x05\"N\n\rDecodeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x1b\n\x13skip_special_tokens\x18\x03 \x01(\x08\"\x1e\n\x0e\x44\x65\x63odeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\"5\n\rCountResponse\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\x12\x15\n\rmax_model_len\x18\x02 \x01(\x05\x32\xfd\x01\n\tTokenizer\x12\x41\n\nRenderChat\x12\x1a.maas.v1.RenderChatRequest\x1a\x17.maas.v1.EncodeResponse\x12\x39\n\x06\x45ncode\x12\x16.maas.v1.EncodeRequest\x1a\x17.maas.v1.EncodeResponse\x12\x39\n\x06\x44\x65\x63ode\x12\x16.maas.v1.DecodeRequest\x1a\x17.maas.v1.DecodeResponse\x12\x37\n\x05\x43ount\x12\x16.maas.v1.EncodeRequest\x1a\x16.maas.v1.CountResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,15 +36,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RENDERCHATREQUEST']._serialized_start=96
   _globals['_RENDERCHATREQUEST']._serialized_end=221
   _globals['_ENCODEREQUEST']._serialized_start=223
-  _globals['_ENCODEREQUEST']._serialized_end=315
-  _globals['_ENCODERESPONSE']._serialized_start=317
-  _globals['_ENCODERESPONSE']._serialized_end=391
-  _globals['_DECODEREQUEST']._serialized_start=393
-  _globals['_DECODEREQUEST']._serialized_end=471
-  _globals['_DECODERESPONSE']._serialized_start=473
-  _globals['_DECODERESPONSE']._serialized_end=503
-  _globals['_COUNTRESPONSE']._serialized_start=505
-  _globals['_COUNTRESPONSE']._serialized_end=558
-  _globals['_TOKENIZER']._serialized_start=561
-  _globals['_TOKENIZER']._serialized_end=814
+  _globals['_ENCODEREQUEST']._serialized_end=334
+  _globals['_ENCODERESPONSE']._serialized_start=336
+  _globals['_ENCODERESPONSE']._serialized_end=410
+  _globals['_DECODEREQUEST']._serialized_start=412
+  _globals['_DECODEREQUEST']._serialized_end=490
+  _globals['_DECODERESPONSE']._serialized_start=492
+  _globals['_DECODERESPONSE']._serialized_end=522
+  _globals['_COUNTRESPONSE']._serialized_start=524
+  _globals['_COUNTRESPONSE']._serialized_end=577
+  _globals['_TOKENIZER']._serialized_start=580
+  _globals['_TOKENIZER']._serialized_end=833
 # @@protoc_insertion_point(module_scope)

@@ -29,16 +29,18 @@ class RenderChatRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., add_generation_prompt: _Optional[bool] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class EncodeRequest(_message.Message):
-    __slots__ = ("model", "text", "add_special_tokens", "max_tokens")
+    __slots__ = ("model", "text", "add_special_tokens", "max_tokens", "token_ids")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     ADD_SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     model: str
     text: str
     add_special_tokens: bool
     max_tokens: int
-    def __init__(self, model: _Optional[str] = ..., text: _Optional[str] = ..., add_special_tokens: _Optional[bool] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, model: _Optional[str] = ..., text: _Optional[str] = ..., add_special_tokens: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EncodeResponse(_message.Message):
     __slots__ = ("token_ids", "prompt", "max_model_len")

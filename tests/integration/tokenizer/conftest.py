@@ -1,0 +1,1 @@
+from tests.unit.common.conftest import model_path, tokenizer  # noqa: F401  (shared fixtures)
