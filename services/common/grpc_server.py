@@ -5,6 +5,12 @@ Each server gets the standard health service (so Kubernetes probes and
 and tracing interceptors, and a /metrics port. SIGTERM/SIGINT stop it
 gracefully: health flips to NOT_SERVING, new calls are refused, in-flight
 calls get ``shutdown_grace_seconds`` to finish, then the process exits.
+
+Internal servers trust their callers (other services of the platform) and take
+messages up to MESSAGE_LIMIT; a server that faces tenants passes its own
+``receive_limit`` and ``max_concurrent_rpcs``, so an unauthenticated caller can
+neither make it buffer 64 MiB nor hold an unbounded number of calls open (over
+the cap grpc answers RESOURCE_EXHAUSTED before any handler runs).
 """
 
 import asyncio
@@ -59,10 +65,21 @@ class ServerHandle:
 
 
 async def start_server(
-    service: str, settings: ServiceSettings, services: Iterable[GrpcService]
+    service: str,
+    settings: ServiceSettings,
+    services: Iterable[GrpcService],
+    receive_limit: int = MESSAGE_LIMIT,
+    max_concurrent_rpcs: int | None = None,
 ) -> ServerHandle:
     services = list(services)
-    server = grpc.aio.server(interceptors=[ServerInterceptor(service)], options=CHANNEL_OPTIONS)
+    server = grpc.aio.server(
+        interceptors=[ServerInterceptor(service)],
+        options=[
+            ("grpc.max_send_message_length", MESSAGE_LIMIT),
+            ("grpc.max_receive_message_length", receive_limit),
+        ],
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
+    )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for svc in services:

@@ -5,19 +5,32 @@ fronts accept and refuse exactly the same things, under the same key, limits
 and routing; APIError statuses map onto gRPC codes. The x-ratelimit-* and
 Retry-After headers travel as metadata: initial metadata on a served stream,
 trailing metadata on a refusal.
+
+As over HTTP, the key is checked before the body is read: the handlers are
+registered without a deserializer (add_gateway_to_server), so an
+unauthenticated call costs the raw bytes grpc already holds (bounded by the
+server's receive limit) and never the parse, which can take 35 times the wire
+size for a message of empty repeated fields.
 """
 
+from collections.abc import AsyncIterator, Callable
+
 import grpc
+from google.protobuf.message import DecodeError, Message
 from pydantic import ValidationError
 
-from maas.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, tokenizer_pb2
+from maas.v1 import common_pb2, gateway_pb2, tokenizer_pb2
+from services.common.grpc_server import GrpcService, ServerHandle, start_server
 from services.gateway.auth import Authenticator
 from services.gateway.completions import new_request_id
 from services.gateway.errors import APIError
 from services.gateway.pipeline import Encoder, Pipeline, RequestSpec, with_headers
 from services.gateway.sampling import to_engine_sampling
 from services.gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from services.gateway.settings import GatewaySettings
+from services.gateway.tenants import Principal
 
+SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
 STATUS_CODES = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
@@ -43,14 +56,29 @@ def options_dict(options: gateway_pb2.CompletionOptions) -> dict:
     return fields
 
 
-class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
+class GatewayServicer:
+    """The three RPCs, each called with the caller's principal and its parsed request."""
+
     def __init__(self, pipeline: Pipeline, auth: Authenticator):
         self._pipeline = pipeline
         self._auth = auth
 
-    async def _principal(self, context):
+    async def authenticated(
+        self, raw: bytes, message_type: type[Message], context
+    ) -> tuple[Principal, Message]:
+        """Check the key in the metadata, then parse `raw`; abort the call if either fails."""
         metadata = dict(context.invocation_metadata() or ())
-        return await self._auth.authenticate(metadata.get("authorization"))
+        try:
+            principal = await self._auth.authenticate(metadata.get("authorization"))
+        except APIError as exc:
+            await self._abort(context, exc)
+        try:
+            return principal, message_type.FromString(raw)
+        except DecodeError:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the request is not a valid {message_type.DESCRIPTOR.full_name}",
+            )
 
     async def _abort(self, context, error: APIError):
         metadata = tuple((k.lower(), v) for k, v in (error.headers or {}).items())
@@ -60,19 +88,18 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             trailing_metadata=metadata,
         )
 
-    async def ChatCompletion(self, request, context):
+    async def ChatCompletion(self, principal, request, context):
         try:
-            principal = await self._principal(context)
             body = ChatCompletionRequest(
                 model=request.model,
-                messages=[{"role": m.role, "content": m.content} for m in request.messages],
+                # A generator: pydantic stops at the schema's max_length instead
+                # of first building a dict for every message the caller sent.
+                messages=({"role": m.role, "content": m.content} for m in request.messages),
                 stream=True,
                 **options_dict(request.options),
             )
         except ValidationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except APIError as exc:
-            await self._abort(context, exc)
         messages = [tokenizer_pb2.ChatMessage(role=m.role, content=m.text()) for m in body.messages]
         service = self._pipeline.service
 
@@ -82,9 +109,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         async for chunk in self._stream(principal, "chatcmpl", body, encode, context):
             yield chunk
 
-    async def Completion(self, request, context):
+    async def Completion(self, principal, request, context):
         try:
-            principal = await self._principal(context)
             body = CompletionRequest(
                 model=request.model,
                 prompt=request.prompt,
@@ -93,8 +119,6 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             )
         except ValidationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except APIError as exc:
-            await self._abort(context, exc)
         service = self._pipeline.service
 
         async def encode(route, max_tokens):
@@ -145,12 +169,62 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         finally:
             await deltas.aclose()
 
-    async def ListModels(self, request, context):
+    async def ListModels(self, principal, request, context):
         try:
-            principal = await self._principal(context)
             models = await self._pipeline.models(principal.tenant)
         except APIError as exc:
             await self._abort(context, exc)
         return gateway_pb2.ListModelsResponse(
             models=[gateway_pb2.Model(id=m, owned_by="maas") for m in models]
         )
+
+
+Handler = Callable[[Principal, Message, grpc.aio.ServicerContext], object]
+
+
+def _unary_stream(servicer: GatewayServicer, method: Handler, message_type: type[Message]):
+    async def handle(raw: bytes, context) -> AsyncIterator[gateway_pb2.CompletionChunk]:
+        principal, request = await servicer.authenticated(raw, message_type, context)
+        async for chunk in method(principal, request, context):
+            yield chunk
+
+    return grpc.unary_stream_rpc_method_handler(
+        handle, response_serializer=gateway_pb2.CompletionChunk.SerializeToString
+    )
+
+
+def _unary_unary(servicer: GatewayServicer, method: Handler, message_type: type[Message]):
+    async def handle(raw: bytes, context) -> Message:
+        principal, request = await servicer.authenticated(raw, message_type, context)
+        return await method(principal, request, context)
+
+    return grpc.unary_unary_rpc_method_handler(
+        handle, response_serializer=gateway_pb2.ListModelsResponse.SerializeToString
+    )
+
+
+async def start_grpc_front(
+    settings: GatewaySettings, pipeline: Pipeline, auth: Authenticator
+) -> ServerHandle:
+    """Serve the tenant gRPC API on settings.grpc_port, under the limits of a public port."""
+    return await start_server(
+        "gateway",
+        settings.model_copy(update={"port": settings.grpc_port}),
+        [GrpcService(SERVICE_NAME, GatewayServicer(pipeline, auth), add_gateway_to_server)],
+        # No message larger than an HTTP body, parsed or not, and no more open calls than the cap.
+        receive_limit=settings.max_body_bytes,
+        max_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
+    )
+
+
+def add_gateway_to_server(servicer: GatewayServicer, server: grpc.aio.Server) -> None:
+    """The generated add_GatewayServicer_to_server, minus the request deserializers."""
+    handlers = {
+        "ChatCompletion": _unary_stream(
+            servicer, servicer.ChatCompletion, gateway_pb2.ChatCompletionRequest
+        ),
+        "Completion": _unary_stream(servicer, servicer.Completion, gateway_pb2.CompletionRequest),
+        "ListModels": _unary_unary(servicer, servicer.ListModels, gateway_pb2.ListModelsRequest),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
