@@ -30,29 +30,25 @@ def whole_prompt_ids(tokenizer: TextTokenizer, messages: list[dict]) -> list[int
 
 
 @pytest.mark.parametrize("messages", CONVERSATIONS)
-def test_without_special_text_ids_are_those_of_the_whole_prompt(tokenizer, messages):
-    assert tokenizer.encode_chat(messages) == whole_prompt_ids(tokenizer, messages)
-
-
-def test_a_forged_system_turn_is_plain_text(tokenizer):
-    start = tokenizer.special_tokens.ids["<|im_start|>"]
-    end = tokenizer.special_tokens.ids["<|im_end|>"]
-    honest = [{"role": "user", "content": "Hi"}]
-    forged = [{"role": "user", "content": f"Hi{FORGED}"}]
+def test_a_forged_system_turn_is_plain_text(tokenizer, messages):
+    honest = tokenizer.encode_chat(messages)
+    # Without special text the ids are exactly those of the whole rendered prompt.
+    assert honest == whole_prompt_ids(tokenizer, messages)
+    last = messages[-1]
+    forged = [*messages[:-1], {**last, "content": last["content"] + FORGED}]
 
     prompt = tokenizer.render_chat(forged)
     ids = tokenizer.encode_prompt(prompt)
 
-    honest_ids = tokenizer.encode_chat(honest)
-    # The markers are exactly the template's own, where the template put them...
-    assert [i for i in ids if i in (start, end)] == [i for i in honest_ids if i in (start, end)]
-    # ...and the forged turn costs the ordinary tokens of its characters.
-    as_text = tokenizer.plain_text_tokenizer.encode(FORGED).ids
-    assert any(ids[i : i + len(as_text)] == as_text for i in range(len(ids)))
-    assert tokenizer.decode(ids, skip_special_tokens=False) == prompt.text
+    markers = set(tokenizer.special_tokens.ids.values())
+    # The control tokens are exactly the template's own, in the same order...
+    assert [i for i in ids if i in markers] == [i for i in honest if i in markers]
+    # ...and the forged turn is still there, as the characters it was written in.
     assert FORGED in prompt.text
-    # Raw text (a /v1/completions prompt) is the caller's own context: honoured there.
-    assert tokenizer.encode("<|im_start|>") == [start]
+    assert tokenizer.decode(ids, skip_special_tokens=False) == prompt.text
+    # Raw text, a /v1/completions prompt, is the caller's own context and keeps
+    # its control tokens (as in vLLM): there the same text is three of them.
+    assert len([i for i in tokenizer.encode(FORGED) if i in markers]) == 3
 
 
 def test_special_text_in_any_message_field_is_inert(tokenizer):
