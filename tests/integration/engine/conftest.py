@@ -1,9 +1,14 @@
-"""Session-wide references for engine tests: the real model and transformers' greedy outputs."""
+"""Shared engine-test fixtures: the real model, transformers' greedy outputs, a served engine."""
+
+import asyncio
 
 import pytest
 import torch
 
 from services.common.model_files import ModelNotFoundError, default_model_path
+from services.local.ports import free_port
+from services.local.processes import ManagedProcess, serve_argv
+from services.local.readiness import wait_ready
 
 transformers = pytest.importorskip("transformers")
 
@@ -50,3 +55,22 @@ def hf_greedy(hf_model):
         return memo[key]
 
     return greedy
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    """`maas serve engine` as a process, one per test module: (process, address)."""
+    port = free_port()
+    process = ManagedProcess(
+        "engine",
+        serve_argv(
+            "engine",
+            {"port": port, "metrics-port": free_port(), "dtype": "float32", "max-num-seqs": 2},
+        ),
+        tmp_path_factory.mktemp("engine") / "engine.log",
+    )
+    process.start()
+    address = f"127.0.0.1:{port}"
+    asyncio.run(wait_ready(process, address, timeout=300))
+    yield process, address
+    process.stop(timeout=30)

@@ -9,29 +9,8 @@ import pytest
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
 from services.common.block_hash import prefix_block_hashes, request_salt
 from services.common.model_files import DEFAULT_MODEL_ID
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    port = free_port()
-    process = ManagedProcess(
-        "engine",
-        serve_argv(
-            "engine",
-            {"port": port, "metrics-port": free_port(), "dtype": "float32", "max-num-seqs": 2},
-        ),
-        tmp_path_factory.mktemp("engine") / "engine.log",
-    )
-    process.start()
-    address = f"127.0.0.1:{port}"
-    asyncio.run(wait_ready(process, address, timeout=300))
-    yield process, address
-    process.stop(timeout=30)
 
 
 def request(request_id: str, max_tokens: int, **sampling) -> engine_pb2.GenerateRequest:
