@@ -83,7 +83,10 @@ async def serve(settings: GatewaySettings) -> None:
         else None
     )
     auth = Authenticator(
-        TenantStore(redis), settings.auth_cache_seconds, settings.auth_on_redis_error
+        TenantStore(redis),
+        settings.auth_cache_seconds,
+        settings.auth_on_redis_error,
+        max_stale=settings.auth_max_stale_seconds,
     )
     handle = await start_grpc_front(settings, pipeline, auth)
     gateway = Gateway(

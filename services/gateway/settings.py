@@ -51,6 +51,11 @@ class GatewaySettings(ServiceSettings):
         "fail_closed",
         description="Redis down: refuse (503), or serve keys this replica already checked",
     )
+    auth_max_stale_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="fail_open: the oldest check of a key still served while Redis is down",
+    )
     rate_limit_on_redis_error: Literal["fail_open", "fail_closed"] = Field(
         "fail_open", description="Redis down: serve without limits (logged, counted), or 503"
     )
