@@ -2,6 +2,11 @@
 
 A fresh registry per operator (not kopf's global one) lets the tests run the
 real handlers against an emulated API server with their own login.
+
+The spec handler owns the Ready condition: False with the reason when the
+admission policy refuses the spec (an Event says so too, and nothing is
+created or changed), True once the owned objects match the spec. Replica
+health is the autoscaler's Available condition.
 """
 
 import logging
@@ -13,11 +18,13 @@ import kopf
 
 from operators.modeldeployment import crd_schema as s
 from operators.modeldeployment import metrics
+from operators.modeldeployment.admission import AdmissionPolicy
 from operators.modeldeployment.autoscale import Dependencies, tick
 from operators.modeldeployment.defaults import defaulted_spec
 from operators.modeldeployment.kube import Credentials
 from operators.modeldeployment.reconcile import delete_owned, reconcile
 from operators.modeldeployment.resources import selector_string
+from operators.modeldeployment.status import Condition, merge_conditions
 
 FINALIZER = "maas.io/cleanup"
 
@@ -27,6 +34,7 @@ class OperatorContext:
     deps: Dependencies
     engine_image: str
     interval_seconds: float
+    admission: AdmissionPolicy
     login: Callable[..., kopf.ConnectionInfo | None] = kopf.login_via_client
     clock: Callable[[], float] = field(default=time.time)
 
@@ -62,6 +70,22 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     @kopf.on.resume(**resource)
     async def apply_spec(body, spec, status, patch, logger, **_):
         spec = defaulted_spec(dict(spec))
+
+        def set_ready(ready: bool, reason: str, message: str) -> None:
+            patch.status["conditions"] = merge_conditions(
+                status.get("conditions") or [],
+                [Condition("Ready", ready, reason, message)],
+                body["metadata"].get("generation", 0),
+                ctx.clock(),
+            )
+
+        refusal = ctx.admission.refusal(spec)
+        if refusal is not None:
+            set_ready(False, refusal.reason, refusal.message)
+            kopf.event(body, type="Warning", reason=refusal.reason, message=refusal.message)
+            # Below kopf's posting level: the Event above is the one the user sees.
+            logger.info("refused: %s", refusal.message)
+            return
         image = spec.get("image") or ctx.engine_image
         outcomes = await reconcile(
             ctx.deps.api, dict(body), spec, image, _initial_replicas(spec, dict(status))
@@ -72,6 +96,7 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
             kopf.event(body, type="Normal", reason="Reconciled", message=message)
             logger.info("reconciled %s", message)
         patch.status["selector"] = selector_string(body["metadata"]["name"])
+        set_ready(True, "Reconciled", "the engine Deployment, Service and PDB match the spec")
 
     @kopf.on.delete(**resource)
     async def cleanup(body, logger, **_):

@@ -4,6 +4,7 @@ import asyncio
 
 import kopf
 
+from operators.modeldeployment.admission import AdmissionPolicy
 from operators.modeldeployment.autoscale import Dependencies
 from operators.modeldeployment.grpc_clients import RouterClient, drain_engine
 from operators.modeldeployment.handlers import OperatorContext, build_registry
@@ -20,6 +21,11 @@ async def serve(settings: OperatorSettings) -> None:
         deps=Dependencies(api=api, pool_stats=router.pool_stats, drain_engine=drain_engine),
         engine_image=settings.engine_image,
         interval_seconds=settings.interval_seconds,
+        admission=AdmissionPolicy(
+            # A spec may name the default image outright.
+            allowed_images=(*settings.allowed_images, settings.engine_image),
+            credentials_secret_pattern=settings.credentials_secret_pattern,
+        ),
     )
     start_metrics_server(settings.host, settings.metrics_port)
     try:

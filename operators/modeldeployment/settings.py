@@ -1,4 +1,6 @@
-from pydantic import Field
+import re
+
+from pydantic import Field, field_validator
 
 from services.common.settings import ServiceSettings
 
@@ -13,4 +15,21 @@ class OperatorSettings(ServiceSettings):
     engine_image: str = Field(
         "ghcr.io/maas-dev/maas:0.1.0", description="engine image when a spec names none"
     )
+    allowed_images: list[str] = Field(
+        default_factory=list,
+        description="image patterns (fnmatch) a spec may name, besides --engine-image",
+    )
+    credentials_secret_pattern: str = Field(
+        "model-credentials-[a-z0-9][a-z0-9.-]*",
+        description="regular expression a spec's credentialsSecret must match in full",
+    )
     interval_seconds: float = Field(5.0, gt=0, description="autoscaler tick per ModelDeployment")
+
+    @field_validator("credentials_secret_pattern")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from exc
+        return pattern

@@ -1,4 +1,4 @@
-"""Status conditions of a ModelDeployment, computed from one autoscale tick."""
+"""Status conditions of a ModelDeployment: the autoscaler's, from one tick, and Ready."""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,9 +59,14 @@ def conditions(
 def merge_conditions(
     previous: list[dict], current: list[Condition], generation: int, now: float
 ) -> list[dict]:
-    """Conditions as status dicts; lastTransitionTime moves only when status flips."""
+    """Conditions as status dicts; lastTransitionTime moves only when status flips.
+
+    Conditions of other types are kept as they were: the autoscaler and the
+    spec handler (Ready) each own some of them.
+    """
     before = {c.get("type"): c for c in previous or []}
-    merged = []
+    updated = {cond.type for cond in current}
+    merged = [c for c in previous or [] if c.get("type") not in updated]
     for cond in current:
         status = "True" if cond.status else "False"
         old = before.get(cond.type)

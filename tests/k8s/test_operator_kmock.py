@@ -14,6 +14,7 @@ import kmock
 import kopf
 import pytest
 
+from operators.modeldeployment.admission import AdmissionPolicy
 from operators.modeldeployment.autoscale import Dependencies
 from operators.modeldeployment.grpc_clients import RouterClient, drain_engine
 from operators.modeldeployment.handlers import FINALIZER, OperatorContext, build_registry
@@ -30,6 +31,10 @@ OWNED = [
     ("policy/v1/poddisruptionbudgets", "demo-engine"),
 ]
 TICK = 0.2
+ADMISSION = AdmissionPolicy(
+    allowed_images=("maas:*", "registry.example.com/fetch/*"),
+    credentials_secret_pattern="model-credentials-[a-z0-9-]+",
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -91,6 +96,7 @@ async def _operator(url: str, router_address: str, stop: threading.Event, ready:
         deps=Dependencies(api=api, pool_stats=router.pool_stats, drain_engine=drain_engine),
         engine_image="maas:test",
         interval_seconds=TICK,
+        admission=ADMISSION,
         login=lambda **_: kopf.ConnectionInfo(server=url),
     )
     try:
@@ -274,3 +280,61 @@ async def _scale_out_and_in(emulator, client, pool):
     busy.running = 0
     await eventually(lambda: pool.removed[-1:] == [busy.pod], what="the second drained pod removed")
     assert replicas_asked(emulator) == 2
+
+
+def condition(emulator, kind: str) -> dict | None:
+    found = [
+        c for c in (md(emulator).get("status") or {}).get("conditions", []) if c["type"] == kind
+    ]
+    return found[0] if found else None
+
+
+async def test_disallowed_images_and_secrets_are_refused_and_create_nothing():
+    async with running_cluster() as (emulator, client, pool):
+        await _refused_then_admitted(emulator, client)
+
+
+async def _refused_then_admitted(emulator, client):
+    await create(client, model_deployment(image="attacker.example/miner:latest"))
+    ready = await eventually(
+        lambda: (c := condition(emulator, "Ready")) and c["status"] == "False" and c,
+        what="Ready=False",
+    )
+    assert ready["reason"] == "ImageNotAllowed" and "spec.image" in ready["message"]
+    assert ready["observedGeneration"] == md(emulator)["metadata"]["generation"]
+    (event,) = [e for e in events(emulator) if e.get("reason") == "ImageNotAllowed"]
+    assert event["type"] == "Warning" and "attacker.example/miner:latest" in event["message"]
+    # The handler returned before creating anything: no owned object exists, ever.
+    assert not any(live(emulator, r, n) for r, n in OWNED)
+
+    source = {
+        "uri": "s3://bucket/models/demo/",
+        "fetchImage": "registry.example.com/fetch/aws:2",
+        "credentialsSecret": "maas-redis-password",
+    }
+    await patch(client, {"spec": {"image": None, "model": {"source": source}}})
+    await eventually(
+        lambda: condition(emulator, "Ready")["reason"] == "SecretNotAllowed",
+        what="SecretNotAllowed",
+    )
+    assert "maas-redis-password" in condition(emulator, "Ready")["message"]
+    assert "SecretNotAllowed" in reasons(emulator)
+    assert not any(live(emulator, r, n) for r, n in OWNED)
+
+    await patch(
+        client,
+        {
+            "spec": {
+                "model": {"source": {"credentialsSecret": "model-credentials-demo"}},
+                "canary": {"version": "v2", "weight": 10, "image": "maas:v2"},
+            }
+        },
+    )
+    await eventually(lambda: condition(emulator, "Ready")["status"] == "True", what="Ready=True")
+    assert condition(emulator, "Ready")["reason"] == "Reconciled"
+    deployment = live(emulator, "apps/v1/deployments", "demo-engine")
+    (fetch,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert fetch["image"] == "registry.example.com/fetch/aws:2"
+    assert fetch["envFrom"] == [{"secretRef": {"name": "model-credentials-demo"}}]
+    canary = live(emulator, "apps/v1/deployments", "demo-engine-canary")
+    assert canary["spec"]["template"]["spec"]["containers"][0]["image"] == "maas:v2"
