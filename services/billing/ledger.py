@@ -1,38 +1,57 @@
 """The per-tenant ledger in Redis, written exactly once per request.
 
-One Lua script applies an event: the dedup mark (SET NX on the request id),
-running totals, the hour and day buckets, the line item, the monthly token
-counter and the prepaid balance, then XACKs the stream entry. A crash at any
-point either applied all of it or nothing, and a redelivered or duplicated
-event is acked without counting twice.
+One Lua script applies an event: the dedup mark, running totals, the hour and
+day buckets, the line item, the monthly token counter and the prepaid balance,
+then XACKs the stream entry. A crash at any point either applied all of it or
+nothing, and a redelivered or duplicated event is acked without counting twice.
 
 Keys (all under maas:billing:):
-  seen:<request id>               dedup mark, expires after SEEN_TTL_SECONDS
+  seen:<hour start>               request ids that started in that hour (dedup)
   tenant:<t>                      running totals, also per model
   tenant:<t>:hour:<unix start>    hourly bucket
   tenant:<t>:day:<unix start>     daily bucket
   tenant:<t>:items                line items, a sorted set scored by time
   tenant:<t>:month:<YYYYMM>       tokens used this month (quotas)
   balance:<t>                     prepaid balance in nano-USD, if the tenant has one
+
+Retention. Everything but the running totals and balances expires with the
+age of the data, reckoned from the request's start (see Retention): buckets by
+EXPIREAT, line items by pruning the sorted set on every write and by a TTL on
+the whole set (a tenant that stops sending lets it expire). The dedup marks
+are one set per hour of start time rather than a key per request (about half
+the bytes, docs/billing.md), kept dedup_window past their hour. An event that
+started longer ago than the window is acked and not billed: its mark may be
+gone, and billing it could bill it twice, which a ledger must never do. The
+window therefore has to outlast the oldest event that can still arrive (the
+stream's backlog and the gateway's spool), which the trimmer keeps short.
 """
 
 import json
 import time
 from dataclasses import dataclass
 
+from prometheus_client import Counter
 from redis.asyncio import Redis
 
 from services.billing.prices import PriceTable
+from services.common.logging import get_logger
 from services.common.usage_event import UsageEvent
 
+log = get_logger(__name__)
+
+PAST_WINDOW = Counter(
+    "maas_billing_events_past_dedup_window",
+    "Usage events acked unbilled because they started before the dedup window",
+)
+
 PREFIX = "maas:billing:"
-SEEN_TTL_SECONDS = 30 * 24 * 3600
 HOUR, DAY = 3600, 86400
 FIELDS = ("requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nano_usd")
 
 _APPLY = """
-local fresh = redis.call('SET', KEYS[1], ARGV[3], 'NX', 'EX', ARGV[1])
+local fresh = ARGV[16] == '1' and redis.call('SADD', KEYS[1], ARGV[15]) == 1
 if fresh then
+  redis.call('EXPIREAT', KEYS[1], ARGV[1])
   local model = ARGV[4]
   local values = {requests = 1, prompt_tokens = ARGV[5], cached_prompt_tokens = ARGV[6],
                   completion_tokens = ARGV[7], cost_nano_usd = ARGV[8]}
@@ -42,8 +61,13 @@ if fresh then
       redis.call('HINCRBY', KEYS[i], 'model:' .. model .. ':' .. field, value)
     end
   end
+  redis.call('EXPIREAT', KEYS[3], ARGV[11])
+  redis.call('EXPIREAT', KEYS[4], ARGV[12])
   redis.call('ZADD', KEYS[5], ARGV[9], ARGV[10])
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[13])
+  redis.call('EXPIRE', KEYS[5], ARGV[14])
   redis.call('HINCRBY', KEYS[7], 'tokens', ARGV[5] + ARGV[7])
+  redis.call('EXPIREAT', KEYS[7], ARGV[12])
   if redis.call('EXISTS', KEYS[8]) == 1 then
     redis.call('DECRBY', KEYS[8], ARGV[8])
   end
@@ -52,6 +76,16 @@ redis.call('XACK', KEYS[6], ARGV[2], ARGV[3])
 if fresh then return 1 end
 return 0
 """
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long the ledger keeps each kind of key, in seconds of data age."""
+
+    line_items: int = 90 * DAY
+    hourly: int = 30 * DAY
+    daily: int = 400 * DAY
+    dedup_window: int = 7 * DAY
 
 
 def tenant_key(tenant: str, suffix: str = "") -> str:
@@ -88,16 +122,30 @@ class Totals:
 
 
 class Ledger:
-    def __init__(self, redis: Redis, stream: str, group: str, prices: PriceTable):
+    def __init__(
+        self,
+        redis: Redis,
+        stream: str,
+        group: str,
+        prices: PriceTable,
+        retention: Retention | None = None,
+    ):
         self._redis = redis
         self._stream = stream
         self._group = group
         self._prices = prices
+        self._retention = retention or Retention()
         self._apply = redis.register_script(_APPLY)
 
     async def apply(self, entry_id: str, event: UsageEvent) -> bool:
-        """Commit the event and ack its entry; False when it was already counted."""
+        """Commit the event and ack its entry; False when it was already counted
+        or started before the dedup window."""
+        now = time.time()
+        keep = self._retention
+        in_window = event.started_at > now - keep.dedup_window
         finished = event.started_at + event.duration_seconds
+        hour, day = bucket_start(finished, HOUR), bucket_start(finished, DAY)
+        seen_hour = bucket_start(event.started_at, HOUR)
         cost = self._prices.for_model(event.model).cost_nano_usd(
             event.prompt_tokens, event.cached_prompt_tokens, event.completion_tokens
         )
@@ -114,17 +162,17 @@ class Ledger:
         t = event.tenant
         applied = await self._apply(
             keys=[
-                f"{PREFIX}seen:{event.request_id}",
+                f"{PREFIX}seen:{seen_hour}",
                 tenant_key(t),
-                tenant_key(t, f":hour:{bucket_start(finished, HOUR)}"),
-                tenant_key(t, f":day:{bucket_start(finished, DAY)}"),
+                tenant_key(t, f":hour:{hour}"),
+                tenant_key(t, f":day:{day}"),
                 tenant_key(t, ":items"),
                 self._stream,
                 month_key(t, finished),
                 balance_key(t),
             ],
             args=[
-                SEEN_TTL_SECONDS,
+                seen_hour + HOUR + keep.dedup_window,
                 self._group,
                 entry_id,
                 event.model,
@@ -134,8 +182,22 @@ class Ledger:
                 cost,
                 event.started_at,
                 json.dumps(item, sort_keys=True),
+                hour + HOUR + keep.hourly,
+                day + DAY + keep.daily,
+                now - keep.line_items,
+                keep.line_items,
+                event.request_id,
+                int(in_window),
             ],
         )
+        if not in_window:
+            PAST_WINDOW.inc()
+            log.error(
+                "usage_event_past_dedup_window",
+                entry_id=entry_id,
+                request_id=event.request_id,
+                started_at=event.started_at,
+            )
         return bool(applied)
 
     async def totals(self, tenant: str) -> tuple[Totals, dict[str, Totals]]:

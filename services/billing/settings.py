@@ -1,5 +1,6 @@
 from pydantic import Field
 
+from services.billing.ledger import DAY, Retention
 from services.common.redis_client import DEFAULT_REDIS_URL
 from services.common.settings import ServiceSettings
 
@@ -14,6 +15,43 @@ class BillingSettings(ServiceSettings):
     claim_idle_ms: int = Field(
         30_000, gt=0, description="claim entries another consumer left pending this long"
     )
+    unready_after_seconds: float = Field(
+        30.0, gt=0, description="not ready when no consumer pass has succeeded for this long"
+    )
+    max_lag_seconds: float = Field(
+        300.0, gt=0, description="not ready while the last committed event is older than this"
+    )
+    stuck_after_seconds: float = Field(
+        60.0,
+        gt=5,
+        description="not live when the consumer loop has not turned for this long "
+        "(above the 5 s longest retry backoff plus a Redis timeout)",
+    )
     metrics_tenants: int = Field(
         100, ge=0, description="tenants with a label of their own on per-tenant metrics"
     )
+    trim_interval_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=10,
+        description="how often acknowledged usage entries are trimmed from the stream",
+    )
+    line_item_retention_days: int = Field(90, gt=0, description="line items kept this long")
+    hourly_retention_days: int = Field(30, gt=0, description="hourly buckets kept this long")
+    daily_retention_days: int = Field(
+        400, gt=0, description="daily buckets and monthly token counters kept this long"
+    )
+    dedup_window_days: int = Field(
+        7,
+        gt=0,
+        description="events that started longer ago are never billed (their dedup mark "
+        "may be gone); about 100 bytes of Redis per request for this long",
+    )
+
+    def retention(self) -> Retention:
+        return Retention(
+            line_items=self.line_item_retention_days * DAY,
+            hourly=self.hourly_retention_days * DAY,
+            daily=self.daily_retention_days * DAY,
+            dedup_window=self.dedup_window_days * DAY,
+        )
