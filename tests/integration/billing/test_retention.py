@@ -1,0 +1,160 @@
+"""Redis stays bounded under months of traffic: the stream is trimmed, the ledger expires.
+
+Each test gets a redis-server of its own: the trimmer honours every consumer
+group of the stream, so groups other tests leave on the shared one would hold
+the trim back.
+"""
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from services.billing.consumer import UsageConsumer
+from services.billing.ledger import DAY, HOUR, PREFIX, Ledger, Retention, bucket_start
+from services.billing.prices import PriceTable
+from services.billing.retention import StreamTrimmer
+from services.common.redis_client import open_redis
+from services.common.usage_event import USAGE_STREAM, UsageEvent
+from services.local.ports import free_port
+from services.local.readiness import wait_ready
+from services.local.redis_server import redis_process
+
+
+@pytest.fixture
+async def redis(tmp_path):
+    port = free_port()
+    process = redis_process(tmp_path, port)
+    process.start()
+    url = f"redis://127.0.0.1:{port}/0"
+    await wait_ready(process, url, timeout=30)
+    client = open_redis(url)
+    yield client
+    await client.aclose()
+    process.stop(timeout=10)
+
+
+def event(tenant: str, started_at: float | None = None) -> UsageEvent:
+    return UsageEvent(
+        request_id=f"chatcmpl-{uuid.uuid4().hex}",
+        tenant=tenant,
+        model="smollm2-135m-instruct",
+        prompt_tokens=120,
+        completion_tokens=40,
+        started_at=time.time() if started_at is None else started_at,
+        duration_seconds=0.5,
+    )
+
+
+async def publish(redis, events: list[UsageEvent]) -> None:
+    async with redis.pipeline(transaction=False) as pipe:
+        for e in events:
+            pipe.xadd(USAGE_STREAM, e.to_fields())
+        await pipe.execute()
+
+
+async def caught_up(redis, group: str) -> bool:
+    info = {g["name"]: g for g in await redis.xinfo_groups(USAGE_STREAM)}[group]
+    last = (await redis.xinfo_stream(USAGE_STREAM))["last-generated-id"]
+    return info["pending"] == 0 and info["last-delivered-id"] == last
+
+
+async def test_soak_keeps_the_stream_flat_and_memory_as_retention_predicts(redis):
+    rounds, per_round, tenants = 8, 5_000, 20
+    consumer = UsageConsumer(redis, "billing", "soak", batch=500, block_ms=50)
+    trimmer = StreamTrimmer(redis, USAGE_STREAM, interval_seconds=5)
+    await consumer.ensure_group()
+    consuming = asyncio.create_task(consumer.run())
+    before = (await redis.info("memory"))["used_memory"]
+    stream_bytes = []
+    try:
+        for r in range(rounds):
+            await publish(redis, [event(f"t{i % tenants}") for i in range(per_round)])
+            assert await redis.xlen(USAGE_STREAM) >= per_round
+            while not await caught_up(redis, "billing"):
+                await asyncio.sleep(0.05)
+            await trimmer.trim_once()
+            assert await redis.xlen(USAGE_STREAM) == 0, f"round {r}"
+            stream_bytes.append(await redis.memory_usage(USAGE_STREAM))
+    finally:
+        consuming.cancel()
+    after = (await redis.info("memory"))["used_memory"]
+    # Flat: after billing catches up, the stream holds nothing and weighs the same.
+    assert len(set(stream_bytes)) == 1, stream_bytes
+    billed = 0
+    for i in range(tenants):
+        billed += (await consumer.ledger.totals(f"t{i}"))[0].requests
+    assert billed == rounds * per_round
+    # What stays is what retention keeps: a line item and a dedup mark per
+    # request (about 400 bytes with these events; docs/billing.md), not the stream.
+    per_request = (after - before) / billed
+    print(f"soak: {billed} events, stream {stream_bytes[-1]} B, {per_request:.0f} B/request kept")
+    assert per_request < 600
+
+
+async def test_pending_and_unread_entries_are_never_trimmed(redis):
+    await redis.xgroup_create(USAGE_STREAM, "billing", id="0", mkstream=True)
+    ids = [await redis.xadd(USAGE_STREAM, event("t").to_fields()) for _ in range(10)]
+    delivered = await redis.xreadgroup("billing", "c0", {USAGE_STREAM: ">"}, count=8)
+    assert [i for i, _ in delivered[0][1]] == ids[:8]
+    # Entries 4 and 5 stay pending (a consumer died mid-batch); 8 and 9 are unread.
+    await redis.xack(USAGE_STREAM, "billing", *ids[:4], *ids[6:8])
+    trimmer = StreamTrimmer(redis, USAGE_STREAM, interval_seconds=5)
+    assert await trimmer.trim_once() == 4
+    assert [i for i, _ in await redis.xrange(USAGE_STREAM)] == ids[4:]
+    claimed = await redis.xautoclaim(USAGE_STREAM, "billing", "c1", 0, "0-0")
+    assert [i for i, _ in claimed[1]] == ids[4:6]
+    # A second group that has read nothing holds the whole stream.
+    await redis.xgroup_create(USAGE_STREAM, "audit", id="0")
+    await redis.xack(USAGE_STREAM, "billing", *ids[4:6])
+    assert await trimmer.trim_once() == 0
+    assert await redis.xlen(USAGE_STREAM) == 6
+
+
+async def test_ledger_keys_expire_with_the_age_of_their_data(redis):
+    keep = Retention(line_items=2 * HOUR, hourly=3 * DAY, daily=40 * DAY, dedup_window=DAY)
+    ledger = Ledger(redis, USAGE_STREAM, "billing", PriceTable(), retention=keep)
+    await redis.xgroup_create(USAGE_STREAM, "billing", id="0", mkstream=True)
+    now = time.time()
+    old, fresh = event("t", started_at=now - 3 * HOUR), event("t", started_at=now)
+    assert await ledger.apply("1-0", old)
+    assert await ledger.apply("2-0", fresh)
+    finished = fresh.started_at + fresh.duration_seconds
+    hour, day = bucket_start(finished, HOUR), bucket_start(finished, DAY)
+    seen = f"{PREFIX}seen:{bucket_start(fresh.started_at, HOUR)}"
+    expected = {
+        f"{PREFIX}tenant:t:hour:{hour}": hour + HOUR + keep.hourly,
+        f"{PREFIX}tenant:t:day:{day}": day + DAY + keep.daily,
+        f"{PREFIX}tenant:t:month:{time.strftime('%Y%m', time.gmtime(finished))}": (
+            day + DAY + keep.daily
+        ),
+        seen: bucket_start(fresh.started_at, HOUR) + HOUR + keep.dedup_window,
+        f"{PREFIX}tenant:t:items": now + keep.line_items,
+    }
+    for key, expires_at in expected.items():
+        ttl = await redis.ttl(key)
+        # TTL counts from Redis's clock when read: a second or two of slack.
+        assert expires_at - time.time() - 2 <= ttl <= expires_at - now + 1, key
+    # The line item older than its retention went at the next write.
+    items = await ledger.line_items("t", 0, now + 1, offset=0, limit=10)
+    assert [i["request_id"] for i in items] == [fresh.request_id]
+    # The running totals are the bill itself and never expire.
+    assert await redis.ttl(f"{PREFIX}tenant:t") == -1
+
+
+async def test_an_event_older_than_the_dedup_window_is_acked_and_never_billed(redis):
+    keep = Retention(dedup_window=DAY)
+    ledger = Ledger(redis, USAGE_STREAM, "billing", PriceTable(), retention=keep)
+    await redis.xgroup_create(USAGE_STREAM, "billing", id="0", mkstream=True)
+    late = event("t", started_at=time.time() - DAY - HOUR)
+    entry = await redis.xadd(USAGE_STREAM, late.to_fields())
+    await redis.xreadgroup("billing", "c0", {USAGE_STREAM: ">"})
+    assert not await ledger.apply(entry, late)
+    assert (await redis.xpending(USAGE_STREAM, "billing"))["pending"] == 0
+    assert await redis.hgetall(f"{PREFIX}tenant:t") == {}
+    # Within the window the same request bills once, however often it is replayed.
+    recent = event("t", started_at=time.time() - DAY + HOUR)
+    assert await ledger.apply("1-0", recent)
+    assert not await ledger.apply("2-0", recent)
+    assert (await redis.hgetall(f"{PREFIX}tenant:t"))["requests"] == "1"
