@@ -5,6 +5,7 @@ ModelDeployments through the CRD's own schema. The helm binary comes from
 `make install-helm` (deploy/install-helm.sh), which `make test` runs first.
 """
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +14,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from operators.modeldeployment.admission import AdmissionPolicy
+from operators.modeldeployment.defaults import defaulted_spec
 from operators.modeldeployment.validation import validate as validate_model_deployment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,3 +186,106 @@ def test_gateway_front_limits_come_from_values(helm):
     assert env["MAAS_MAX_CONNECTIONS"] == "7"
     assert env["MAAS_HEADER_TIMEOUT_SECONDS"] == "3"
     assert {"MAAS_MAX_HEADER_BYTES", "MAAS_BODY_TIMEOUT_SECONDS", "MAAS_MAX_BODY_BYTES"} <= set(env)
+
+
+def render_set(helm: str, *settings: str) -> list[dict]:
+    args = [arg for setting in settings for arg in ("--set", setting)]
+    out = run(helm, "template", "maas", str(CHART), "-n", "maas", *args)
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def _operator_env(docs) -> dict[str, str]:
+    (operator,) = [d for d in _workloads(docs) if d["metadata"]["name"] == "maas-operator"]
+    return {
+        e["name"]: e["value"] for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+
+
+def _by_kind(docs, kind: str) -> dict[str, dict]:
+    return {d["metadata"].get("namespace", "maas"): d for d in docs if d["kind"] == kind}
+
+
+def test_operator_rights_are_namespaced_by_default(helm):
+    docs = render_set(helm, "operator.watchNamespaces={team-a,team-b}")
+    for doc in docs:
+        if doc["kind"] not in CUSTOM_KINDS:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    managed = {"maas", "team-a", "team-b"}
+    assert set(_by_kind(docs, "Role")) == set(_by_kind(docs, "RoleBinding")) == managed
+    for binding in _by_kind(docs, "RoleBinding").values():
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "maas-operator", "namespace": "maas"}
+        ]
+    # The one ClusterRole only reads CRDs and namespaces: it can change nothing.
+    (cluster,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert {v for rule in cluster["rules"] for v in rule["verbs"]} == {"get", "list", "watch"}
+    assert json.loads(_operator_env(docs)["MAAS_NAMESPACES"]) == ["maas", "team-a", "team-b"]
+
+    default = render_set(helm)
+    assert set(_by_kind(default, "Role")) == {"maas"}
+    assert json.loads(_operator_env(default)["MAAS_NAMESPACES"]) == ["maas"]
+
+
+def test_cluster_wide_rights_only_when_opted_in(helm):
+    docs = render_set(helm, "operator.clusterWide=true")
+    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    assert {"patch", "create"} <= {
+        v for rule in roles["maas-operator"]["rules"] for v in rule["verbs"]
+    }
+    binding = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRoleBinding"}
+    assert binding["maas-operator"]["roleRef"]["name"] == "maas-operator"
+    assert _operator_env(docs)["MAAS_NAMESPACES"] == "[]"
+
+
+def test_engines_accept_only_the_release_callers_in_every_managed_namespace(helm):
+    docs = render_set(helm, "operator.watchNamespaces={team-a}")
+    engines = {
+        d["metadata"]["namespace"]: d
+        for d in docs
+        if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "maas-engines"
+    }
+    assert set(engines) == {"maas", "team-a"}
+    for policy in engines.values():
+        kubernetes_validate.validate(policy, KUBERNETES_VERSION, strict=True)
+        grpc, metrics = policy["spec"]["ingress"]
+        callers = {
+            peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+            for peer in grpc["from"]
+        }
+        assert callers == {"gateway", "router", "operator"}
+        for peer in grpc["from"]:
+            # Without it the podSelector would match pods in the engine's namespace.
+            assert peer["namespaceSelector"]["matchLabels"] == {
+                "kubernetes.io/metadata.name": "maas"
+            }
+        assert metrics["from"] == [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        ]
+
+
+def test_operator_admits_the_release_images_and_what_the_values_add(helm):
+    def policy(docs) -> AdmissionPolicy:
+        env = _operator_env(docs)
+        return AdmissionPolicy(
+            tuple(json.loads(env["MAAS_ALLOWED_IMAGES"])), env["MAAS_CREDENTIALS_SECRET_PATTERN"]
+        )
+
+    default = policy(render_set(helm))
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert default.image_allowed(f"ghcr.io/maas-dev/maas:{version}")
+    assert default.image_allowed("ghcr.io/maas-dev/maas@sha256:" + "0" * 64)
+    assert not default.image_allowed("docker.io/library/vllm:latest")
+    assert default.refusal(
+        defaulted_spec({"model": {"source": {"credentialsSecret": "maas-redis"}}})
+    )
+
+    added = policy(
+        render_set(
+            helm,
+            "operator.engineImage=mirror.example.com/maas:1",
+            "operator.allowedImages={vllm/vllm-openai:*}",
+        )
+    )
+    assert added.image_allowed("mirror.example.com/maas:1")
+    assert added.image_allowed("vllm/vllm-openai:v0.9.0")
