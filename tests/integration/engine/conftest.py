@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from services.common.model_files import ModelNotFoundError, default_model_path
+from services.common.tokenizer_loader import load_tokenizer
+from services.engine.loader import load_model
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
@@ -19,6 +21,16 @@ def smollm_path():
         return default_model_path()
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def model(smollm_path):
+    return load_model(smollm_path, dtype=torch.float32, progress=False)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm_path):
+    return load_tokenizer(smollm_path)
 
 
 @pytest.fixture(scope="session")

@@ -6,12 +6,10 @@ import pytest
 import torch
 from prometheus_client import REGISTRY
 
-from services.common.tokenizer_loader import load_tokenizer
 from services.distill.prompts import EDIT_TASKS
 from services.engine.checkpoint import save_model
 from services.engine.kv_cache import PagedKVCache
 from services.engine.llm_engine import EngineConfig, LLMEngine, RequestRejected
-from services.engine.loader import load_model
 from services.engine.model import LlamaForCausalLM
 from services.engine.model_runner import ModelRunner
 from services.engine.sampling_params import SamplingParams
@@ -35,16 +33,6 @@ LONG_QUESTION = "Summarise this text in one sentence.\n\n" + " ".join(
     f"Sentence number {i} describes a small village by the river where people fish and sing."
     for i in range(20)
 )
-
-
-@pytest.fixture(scope="module")
-def model(smollm_path):
-    return load_model(smollm_path, dtype=torch.float32, progress=False)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm_path):
-    return load_tokenizer(smollm_path)
 
 
 @pytest.fixture(scope="module")

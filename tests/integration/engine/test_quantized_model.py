@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from services.common.chat_template import render_chat
-from services.common.tokenizer_loader import load_tokenizer
 from services.engine.kv_cache import PagedKVCache
 from services.engine.llm_engine import EngineConfig, LLMEngine
 from services.engine.loader import load_model
@@ -32,11 +31,6 @@ QUESTIONS = [
 @pytest.fixture(scope="module")
 def float_model(smollm_path):
     return load_model(smollm_path, torch.float32, progress=False)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm_path):
-    return load_tokenizer(smollm_path)
 
 
 def test_int8_perplexity_is_within_one_percent_of_float32(float_model, smollm_path, tokenizer):

@@ -7,10 +7,7 @@ step raises where it really would, in the sampler or in the model's forward.
 """
 
 import pytest
-import torch
 
-from services.common.tokenizer_loader import load_tokenizer
-from services.engine.loader import load_model
 from services.engine.sampling_params import SamplingParams
 from tests.integration.engine.test_llm_engine import greedy, make_engine, run, tokens
 
@@ -19,16 +16,6 @@ pytestmark = pytest.mark.slow
 VICTIM = [1, 9690, 198, 19556, 451, 253, 1345, 30, 2, 198, 520, 9531, 198]
 POISON = [1, 4093, 314, 253, 2365, 30]
 NEW_TOKENS = 16
-
-
-@pytest.fixture(scope="module")
-def model(smollm_path):
-    return load_model(smollm_path, dtype=torch.float32, progress=False)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm_path):
-    return load_tokenizer(smollm_path)
 
 
 @pytest.fixture(scope="module")
