@@ -43,6 +43,12 @@ PAST_WINDOW = Counter(
     "maas_billing_events_past_dedup_window",
     "Usage events acked unbilled because they started before the dedup window",
 )
+UNPRICED = Counter(
+    "maas_billing_unpriced_events",
+    "Usage events billed at the default price: the price table lists no price "
+    "for the deployment that served them",
+    ["deployment"],
+)
 
 PREFIX = "maas:billing:"
 HOUR, DAY = 3600, 86400
@@ -146,12 +152,14 @@ class Ledger:
         finished = event.started_at + event.duration_seconds
         hour, day = bucket_start(finished, HOUR), bucket_start(finished, DAY)
         seen_hour = bucket_start(event.started_at, HOUR)
-        cost = self._prices.for_model(event.model).cost_nano_usd(
+        deployment = event.served_by
+        cost = self._prices.for_deployment(deployment).cost_nano_usd(
             event.prompt_tokens, event.cached_prompt_tokens, event.completion_tokens
         )
         item = {
             "request_id": event.request_id,
             "model": event.model,
+            "deployment": deployment,
             "key_id": event.key_id,
             "time": event.started_at,
             "prompt_tokens": event.prompt_tokens,
@@ -198,6 +206,8 @@ class Ledger:
                 request_id=event.request_id,
                 started_at=event.started_at,
             )
+        if applied and not self._prices.lists(deployment):
+            UNPRICED.labels(deployment).inc()
         return bool(applied)
 
     async def totals(self, tenant: str) -> tuple[Totals, dict[str, Totals]]:

@@ -1,5 +1,13 @@
 """The price table: USD per million tokens for input, cached input and output.
 
+Prices are keyed by deployment, the ModelDeployment that served the request,
+not by the name the client sent: aliases and canary splits change which
+deployment serves a name, and it is the deployment that costs. A deployment the
+table does not list is billed at `default` and counted in
+maas_billing_unpriced_events_total (ledger.py): billing cannot know which
+deployments exist, so the alert on that counter is what catches a deployment
+rolled out without a price.
+
 Loaded from a YAML file (a ConfigMap in Kubernetes). Charges are computed in
 nano-USD as exact integers, so summing millions of line items never drifts:
 a price of p USD per million tokens is p * 1000 nano-USD per token.
@@ -36,8 +44,11 @@ class PriceTable(BaseModel):
     models: dict[str, ModelPrice] = Field(default_factory=dict)
     default: ModelPrice = Field(default_factory=ModelPrice)
 
-    def for_model(self, model: str) -> ModelPrice:
-        return self.models.get(model, self.default)
+    def for_deployment(self, deployment: str) -> ModelPrice:
+        return self.models.get(deployment, self.default)
+
+    def lists(self, deployment: str) -> bool:
+        return deployment in self.models
 
     @classmethod
     def load(cls, path: str) -> "PriceTable":

@@ -12,7 +12,9 @@ class UsageEvent(BaseModel):
     request_id: str = Field(min_length=1)
     tenant: str = Field(min_length=1)
     key_id: str = ""
+    # The name the client sent (an alias, or a deployment exposed by name).
     model: str
+    # The ModelDeployment that served it, which prices the request.
     deployment: str = ""
     endpoint: str = ""
     prompt_tokens: int = Field(ge=0)
@@ -24,6 +26,12 @@ class UsageEvent(BaseModel):
     duration_seconds: float = 0.0
     # W3C trace context of the request, so billing's span joins its trace.
     traceparent: str = ""
+
+    @property
+    def served_by(self) -> str:
+        """The deployment to price by; an event that names none (the field is
+        optional) is priced by the name the client sent."""
+        return self.deployment or self.model
 
     def to_fields(self) -> dict[str, str]:
         return {name: str(value) for name, value in self.model_dump().items()}

@@ -97,7 +97,7 @@ class ListLineItemsRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class LineItem(_message.Message):
-    __slots__ = ("request_id", "model", "key_id", "time", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nano_usd")
+    __slots__ = ("request_id", "model", "key_id", "time", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nano_usd", "deployment")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     KEY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +106,7 @@ class LineItem(_message.Message):
     CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COST_NANO_USD_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     key_id: str
@@ -114,7 +115,8 @@ class LineItem(_message.Message):
     cached_prompt_tokens: int
     completion_tokens: int
     cost_nano_usd: int
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., time: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cost_nano_usd: _Optional[int] = ...) -> None: ...
+    deployment: str
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., time: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cost_nano_usd: _Optional[int] = ..., deployment: _Optional[str] = ...) -> None: ...
 
 class ListLineItemsResponse(_message.Message):
     __slots__ = ("items", "next_page_token")

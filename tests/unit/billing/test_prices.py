@@ -19,11 +19,12 @@ def test_cost_is_exact_nano_usd_with_cached_tokens_at_their_own_price():
     )
 
 
-def test_unknown_models_use_the_default_price():
+def test_unlisted_deployments_use_the_default_price():
     table = PriceTable(
         models={"a": ModelPrice(output=Decimal(1))}, default=ModelPrice(output=Decimal(2))
     )
-    assert table.for_model("b").cost_nano_usd(0, 0, 1) == 2000
+    assert table.for_deployment("b").cost_nano_usd(0, 0, 1) == 2000
+    assert table.lists("a") and not table.lists("b")
 
 
 def test_negative_prices_are_refused():
