@@ -48,7 +48,12 @@ def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, route
         # A replica the router no longer lists takes its breaker (and metric) with it.
         ModelCatalog(upstreams.router, settings.models_cache_seconds, breakers.retain),
         UsageEmitter(
-            redis, UsageSpool(Path(settings.usage_spool_dir)), tenant_labels=tenant_labels
+            redis,
+            UsageSpool.open(Path(settings.usage_spool_dir)),
+            tenant_labels=tenant_labels,
+            claim_root=Path(settings.usage_spool_claim_dir)
+            if settings.usage_spool_claim_dir
+            else None,
         ),
         Timeouts(
             connect=settings.connect_timeout_seconds,

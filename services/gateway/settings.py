@@ -24,6 +24,11 @@ class GatewaySettings(ServiceSettings):
     usage_spool_dir: str = Field(
         ".maas/spool", description="durable folder for usage events while Redis is down"
     )
+    usage_spool_claim_dir: str = Field(
+        "",
+        description="folder holding every replica's spool folder; this replica replays"
+        " those whose owner is gone (empty: only its own)",
+    )
 
     # Engine calls.
     connect_timeout_seconds: float = Field(5.0, gt=0, description="to reach an engine")

@@ -3,7 +3,13 @@
 When Redis is unreachable the event goes to a durable local spool instead
 (usage_spool.py) and a replay task sends the spool, in order, once Redis is
 back. While the spool holds anything, new events queue behind it, so billing
-sees events in the order requests finished.
+sees events in the order requests finished. Replay reads the spool in a
+thread, never in the event loop, and at shutdown it runs until the spool is
+empty (or Redis fails), so what SIGTERM cut short is billed before the pod
+goes. Given `claim_root`, the directory every replica's spool lives in, the
+replay task also replays the spools of replicas that are gone
+(UsageSpool.claim), so a replica scaled away while Redis was down is still
+billed.
 
 Token counters are counted here, once per finished request: per model always,
 per tenant only when `tenant_labels` is given (--metrics-tenant-labels), with
@@ -11,6 +17,8 @@ the tenant label bounded as services/common/tenant_labels.py describes.
 """
 
 import asyncio
+import contextlib
+from pathlib import Path
 
 from prometheus_client import Counter, Gauge
 from redis.asyncio import Redis
@@ -19,7 +27,7 @@ from redis.exceptions import RedisError
 from services.common.logging import get_logger
 from services.common.tenant_labels import TenantLabels
 from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.usage_spool import UsageSpool
+from services.gateway.usage_spool import UsageSpool, orphans
 
 log = get_logger(__name__)
 
@@ -39,12 +47,15 @@ class UsageEmitter:
         spool: UsageSpool,
         replay_seconds: float = 1.0,
         tenant_labels: TenantLabels | None = None,
+        claim_root: Path | None = None,
     ):
         self._redis = redis
         self._spool = spool
+        self._claim_root = claim_root
         self._replay_seconds = replay_seconds
         self._tenants = tenant_labels
         self._task: asyncio.Task | None = None
+        self._stopping = asyncio.Event()
         SPOOLED.set(len(spool))
 
     async def emit(self, event: UsageEvent) -> None:
@@ -70,30 +81,71 @@ class UsageEmitter:
         self._task = asyncio.create_task(self._replay_forever())
 
     async def stop(self) -> None:
+        # Not cancelled: a batch cut between its XADDs and its offset commit,
+        # with the commit still running in its thread, would be read again.
+        self._stopping.set()
         if self._task is not None:
-            self._task.cancel()
-        await self.replay()  # a last try; what is left stays spooled for next start
+            await self._task
+        # What is left when Redis fails stays spooled for the next start or a claimer.
+        await self.drain(self._spool)
+        self._spool.close()
 
-    async def replay(self) -> int:
-        """Send spooled events in order; returns how many were sent."""
-        async with self._spool.lock:
-            events = self._spool.read()[:REPLAY_BATCH]
+    async def replay(self, spool: UsageSpool | None = None) -> int:
+        """Send one batch of spooled events in order; returns how many were sent."""
+        spool = spool or self._spool
+        async with spool.lock:
+            batch = await asyncio.to_thread(spool.next_batch, REPLAY_BATCH)
             sent = 0
             try:
-                for event in events:
-                    await self._redis.xadd(USAGE_STREAM, event.to_fields())
+                for entry in batch.entries:
+                    await self._redis.xadd(USAGE_STREAM, entry.event.to_fields())
                     sent += 1
             except RedisError:
                 pass
+            await asyncio.to_thread(spool.commit, batch, sent)
+            if spool is self._spool:
+                SPOOLED.set(len(spool))
             if sent:
-                self._spool.drop_first(sent)
                 EMITTED.labels("replayed").inc(sent)
-                SPOOLED.set(len(self._spool))
-                log.info("usage_spool_replayed", events=sent, left=len(self._spool))
+                log.info(
+                    "usage_spool_replayed", spool=str(spool.path), events=sent, left=len(spool)
+                )
             return sent
 
+    async def drain(self, spool: UsageSpool) -> None:
+        """Replay until `spool` is empty or a batch gets nothing through."""
+        while spool.has_events():
+            before = len(spool)
+            await self.replay(spool)
+            if len(spool) == before:
+                return
+
+    async def claim_orphans(self) -> None:
+        """Replay, then remove, the spools of replicas that are gone."""
+        if self._claim_root is None:
+            return
+        found = orphans(self._claim_root, self._spool.directory)
+        for directory in await asyncio.to_thread(list, found):
+            orphan = await asyncio.to_thread(UsageSpool.claim, directory)
+            if orphan is None:
+                continue
+            try:
+                log.info("usage_spool_claimed", spool=str(directory), events=len(orphan))
+                await self.drain(orphan)
+                if not orphan.has_events():
+                    await asyncio.to_thread(orphan.remove)
+            finally:
+                orphan.close()
+
     async def _replay_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._replay_seconds)
-            if self._spool.has_events():
-                await self.replay()
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._replay_seconds)
+                return
+            try:
+                if self._spool.has_events():
+                    await self.drain(self._spool)
+                await self.claim_orphans()
+            except OSError as exc:
+                # A full or failing disk must not end replay for good.
+                log.error("usage_spool_replay_failed", error=str(exc))
