@@ -114,7 +114,10 @@ class AsyncEngine:
                     raise item
                 if item.error is not None:
                     raise RequestFailed(item.error)
-                finished += item.finish_reason is not None
+                # An abort ends every sample, even those not yet forked from
+                # a prompt still in prefill: nothing more will come.
+                aborted = item.finish_reason == "abort"
+                finished = params.n if aborted else finished + (item.finish_reason is not None)
                 last = item
                 yield item
         finally:

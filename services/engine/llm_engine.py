@@ -367,6 +367,11 @@ class LLMEngine:
             prompt_tokens=len(request.prompt_ids),
             completion_tokens=len(seq.output_ids),
             cached_prompt_tokens=request.cached_prompt_tokens or 0,
+            computed_prompt_tokens=(
+                seq.num_prompt_tokens
+                if seq.output_ids
+                else min(seq.num_computed_tokens, seq.num_prompt_tokens)
+            ),
             logprobs=list(logprobs),
             arrival_time=request.arrival_time,
             scheduled_time=request.scheduled_time,

@@ -49,6 +49,9 @@ class SeqOutput:
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int
+    # Prompt tokens whose KV is computed (cache hits included): all of them
+    # once a token is sampled, fewer for a request aborted during prefill.
+    computed_prompt_tokens: int = 0
     logprobs: list[TokenLogprob] = field(default_factory=list)
     # The request's timeline (time.monotonic()), for the engine's trace span.
     arrival_time: float = 0.0

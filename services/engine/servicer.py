@@ -89,6 +89,7 @@ def response_of(output: SeqOutput, tokenizer) -> engine_pb2.GenerateResponse:
                 cached_prompt_tokens=output.cached_prompt_tokens,
             )
         )
+        response.computed_prompt_tokens = output.computed_prompt_tokens
     return response
 
 
