@@ -7,7 +7,7 @@ nothing, and a redelivered or duplicated event is acked without counting twice.
 
 Keys (all under maas:billing:):
   seen:<hour start>               request ids that started in that hour (dedup)
-  tenant:<t>                      running totals, also per model
+  tenant:<t>                      running totals, also per model (the name the client sent)
   tenant:<t>:hour:<unix start>    hourly bucket
   tenant:<t>:day:<unix start>     daily bucket
   tenant:<t>:items                line items, a sorted set scored by time
