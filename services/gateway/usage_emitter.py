@@ -92,7 +92,8 @@ class UsageEmitter:
 
     async def replay(self, spool: UsageSpool | None = None) -> int:
         """Send one batch of spooled events in order; returns how many were sent."""
-        spool = spool or self._spool
+        if spool is None:
+            spool = self._spool
         async with spool.lock:
             batch = await asyncio.to_thread(spool.next_batch, REPLAY_BATCH)
             sent = 0
@@ -137,6 +138,14 @@ class UsageEmitter:
             finally:
                 orphan.close()
 
+    async def _redis_up(self) -> bool:
+        """Whether to claim now: a claimed spool is read to count it, so claiming
+        while Redis is down would re-read every orphan on every tick."""
+        try:
+            return bool(await self._redis.ping())
+        except RedisError:
+            return False
+
     async def _replay_forever(self) -> None:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
@@ -145,7 +154,8 @@ class UsageEmitter:
             try:
                 if self._spool.has_events():
                     await self.drain(self._spool)
-                await self.claim_orphans()
+                if not self._spool.has_events() and await self._redis_up():
+                    await self.claim_orphans()
             except OSError as exc:
                 # A full or failing disk must not end replay for good.
                 log.error("usage_spool_replay_failed", error=str(exc))

@@ -91,9 +91,8 @@ class UsageSpool:
     @classmethod
     def open(cls, directory: Path) -> "UsageSpool":
         """This replica's own spool; waits for a claimer replaying it to finish."""
-        directory.mkdir(parents=True, exist_ok=True)
         fd = _lock(directory / "lock", blocking=True)
-        assert fd is not None
+        assert fd is not None  # a blocking lock waits; it never gives up
         return cls(directory, fd)
 
     @classmethod
@@ -233,9 +232,13 @@ def _lock(path: Path, blocking: bool) -> int | None:
     that was unlinked meanwhile guards nothing, so it is taken again.
     """
     while True:
+        if blocking:
+            path.parent.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except FileNotFoundError:
+            if blocking:
+                continue
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -250,4 +253,3 @@ def _lock(path: Path, blocking: bool) -> int | None:
         os.close(fd)
         if not blocking:
             return None
-        path.parent.mkdir(parents=True, exist_ok=True)
