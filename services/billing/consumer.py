@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from services.billing.ledger import Ledger
+from services.billing.ledger import Ledger, Retention
 from services.billing.prices import PriceTable
 from services.billing.tenant_metrics import TenantMetrics
 from services.common.logging import get_logger
@@ -47,6 +47,7 @@ class UsageConsumer:
         prices: PriceTable | None = None,
         claim_idle_ms: int = 30_000,
         tenant_labels: int = 100,
+        retention: Retention | None = None,
     ):
         self._redis = redis
         self._group = group
@@ -55,7 +56,7 @@ class UsageConsumer:
         self._block_ms = block_ms
         self._claim_idle_ms = claim_idle_ms
         self._last_claim = 0.0
-        self.ledger = Ledger(redis, USAGE_STREAM, group, prices or PriceTable())
+        self.ledger = Ledger(redis, USAGE_STREAM, group, prices or PriceTable(), retention)
         self._tenants = TenantMetrics(tenant_labels)
 
     async def ensure_group(self) -> None:
