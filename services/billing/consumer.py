@@ -6,9 +6,15 @@ over entries another consumer left pending that long (XAUTOCLAIM), so a
 billing replica that died mid-batch loses nothing. Entries commit one by one,
 atomically (ledger.py), so two replicas can share the group safely.
 A malformed entry is logged, counted and acked so it cannot wedge the group.
+
+`run` is supervised: any failure of a pass (Redis down, OOM, READONLY after a
+failover, a vanished group) is logged and retried with capped exponential
+backoff, forever, and the next pass starts again from ensure_group and this
+consumer's own pending entries, so an entry read but not committed before the
+failure is committed once Redis recovers. ConsumerHealth (health.py) turns the
+passes into readiness, liveness and metrics.
 """
 
-import asyncio
 import time
 
 from opentelemetry import trace
@@ -16,11 +22,11 @@ from opentelemetry.trace import SpanKind
 from prometheus_client import Counter, Gauge
 from pydantic import ValidationError
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError, ResponseError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from services.billing.ledger import Ledger, Retention
+from services.billing.health import ConsumerHealth
+from services.billing.ledger import PREFIX, Ledger, Retention
 from services.billing.prices import PriceTable
 from services.billing.tenant_metrics import TenantMetrics
 from services.common.logging import get_logger
@@ -30,8 +36,14 @@ from services.common.usage_event import USAGE_STREAM, UsageEvent
 log = get_logger(__name__)
 
 EVENTS = Counter("maas_billing_events", "Usage events processed", ["outcome"])
-LAG = Gauge("maas_billing_event_lag_seconds", "Age of the last event at commit")
 PENDING = Gauge("maas_billing_pending_entries", "Entries delivered to the group but not acked")
+FAILURES = Counter("maas_billing_consumer_failures", "Consumer passes that failed", ["error"])
+
+# Past a few seconds a longer wait only delays the recovery; it saves nothing.
+BACKOFF = wait_exponential_jitter(multiplier=0.1, max=5.0, jitter=0.5)
+# An idle pass writes this key (one per consumer, expiring) to prove Redis takes
+# writes: reads still succeed when Redis is out of memory, commits do not.
+PROBE_TTL_MS = 60_000
 
 tracer = trace.get_tracer("maas.billing")
 
@@ -48,6 +60,7 @@ class UsageConsumer:
         claim_idle_ms: int = 30_000,
         tenant_labels: int = 100,
         retention: Retention | None = None,
+        health: ConsumerHealth | None = None,
     ):
         self._redis = redis
         self._group = group
@@ -58,6 +71,9 @@ class UsageConsumer:
         self._last_claim = 0.0
         self.ledger = Ledger(redis, USAGE_STREAM, group, prices or PriceTable(), retention)
         self._tenants = TenantMetrics(tenant_labels)
+        self.health = health or ConsumerHealth()
+        self._synced = False
+        self._probe_key = f"{PREFIX}consumer:{group}:{consumer}"
 
     async def ensure_group(self) -> None:
         try:
@@ -67,20 +83,46 @@ class UsageConsumer:
                 raise
 
     async def run(self) -> None:
-        await self.ensure_group()
-        await self._drain_own_pending()
+        """Consume until cancelled; no Redis failure ends it."""
         while True:
-            try:
-                await self._claim_abandoned()
-                await self._read_once(">")
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                log.warning("redis_unavailable", error=str(exc))
-                await asyncio.sleep(1.0)
-            except ResponseError as exc:
-                # The stream or group vanished (FLUSHALL, a new Redis): recreate.
-                if "NOGROUP" not in str(exc):
-                    raise
-                await self.ensure_group()
+            # A fresh retrier per pass: backoff restarts from its minimum
+            # after every success.
+            async for attempt in AsyncRetrying(
+                wait=BACKOFF,
+                retry=retry_if_exception_type(Exception),
+                before_sleep=self._failed,
+                reraise=True,
+            ):
+                with attempt:
+                    await self._pass()
+
+    async def _pass(self) -> None:
+        self.health.beat()
+        if not self._synced:
+            await self.ensure_group()
+            await self._drain_own_pending()
+            self._synced = True
+        await self._claim_abandoned()
+        if not await self._read_once(">"):
+            await self._redis.set(self._probe_key, time.time(), px=PROBE_TTL_MS)
+            self.health.caught_up()
+
+    def _failed(self, state: RetryCallState) -> None:
+        error = state.outcome.exception()
+        # Entries this pass read but did not commit stay pending to this
+        # consumer; the next pass re-reads them first.
+        self._synced = False
+        self.health.failed()
+        FAILURES.labels(type(error).__name__).inc()
+        log.warning(
+            "billing_consumer_failed",
+            error=str(error),
+            error_type=type(error).__name__,
+            attempt=state.attempt_number,
+            retry_in_seconds=round(state.upcoming_sleep, 2),
+            # A Redis error explains itself; anything else is a bug to trace.
+            exc_info=None if isinstance(error, RedisError) else error,
+        )
 
     async def _drain_own_pending(self) -> None:
         while await self._read_once("0", block=False):
@@ -154,4 +196,4 @@ class UsageConsumer:
         EVENTS.labels(outcome).inc()
         if applied:
             self._tenants.record(event)
-        LAG.set(lag)
+        self.health.committed(lag)

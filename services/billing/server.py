@@ -6,6 +6,7 @@ import socket
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
 from services.billing.consumer import UsageConsumer
+from services.billing.health import ConsumerHealth, publish_health
 from services.billing.prices import PriceTable
 from services.billing.retention import StreamTrimmer
 from services.billing.servicer import BillingServicer
@@ -29,8 +30,12 @@ async def serve(settings: BillingSettings) -> None:
         claim_idle_ms=settings.claim_idle_ms,
         tenant_labels=settings.metrics_tenants,
         retention=settings.retention(),
+        health=ConsumerHealth(
+            settings.unready_after_seconds, settings.max_lag_seconds, settings.stuck_after_seconds
+        ),
     )
-    await consumer.ensure_group()
+    # No ensure_group here: run() does it under supervision, so billing starts
+    # (live, not ready) while Redis is down instead of crash-looping.
     consuming = asyncio.create_task(consumer.run())
     trimming = asyncio.create_task(
         StreamTrimmer(redis, USAGE_STREAM, settings.trim_interval_seconds).run()
@@ -46,11 +51,15 @@ async def serve(settings: BillingSettings) -> None:
             )
         ],
     )
+    publishing = asyncio.create_task(publish_health(handle, consumer.health, interval=1.0))
 
     async def stop_consuming() -> None:
         # Each entry commits atomically, so cancelling between entries is safe.
         consuming.cancel()
         trimming.cancel()
+        publishing.cancel()
+        # The publisher may have run since shutdown began; draining stays unready.
+        await handle.set_serving(False)
 
     await run_until_signalled(handle, settings.shutdown_grace_seconds, on_stop=stop_consuming)
     await redis.aclose()
