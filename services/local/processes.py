@@ -3,14 +3,23 @@
 Each child runs under services.local.guard, which asks the kernel for SIGTERM
 when its parent dies (PR_SET_PDEATHSIG), so even a `kill -9` of `maas up`
 leaves nothing running.
+
+A child can be started again (services.local.supervisor restarts one that
+died): the same command line, ports and log file, which it appends to.
 """
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# How often a supervised child is checked for exit: a restart waits on
+# backoff anyway, so a tenth of its shortest delay is plenty.
+EXIT_POLL_SECONDS = 0.1
 
 
 @dataclass
@@ -19,9 +28,15 @@ class ManagedProcess:
     argv: list[str]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    # What says the child is ready (see services.local.readiness.wait_ready);
+    # its supervisor probes it again after each restart.
+    probe: str = ""
     process: subprocess.Popen | None = None
+    started_at: float = 0.0  # time.monotonic() of the latest start
+    restarts: int = 0
 
     def start(self) -> None:
+        self.started_at = time.monotonic()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
@@ -41,6 +56,12 @@ class ManagedProcess:
 
     def exited(self) -> int | None:
         return None if self.process is None else self.process.poll()
+
+    async def wait_exit(self) -> int:
+        """The exit code, once the child has exited (without blocking the event loop)."""
+        while (code := self.exited()) is None:
+            await asyncio.sleep(EXIT_POLL_SECONDS)
+        return code
 
     def stop(self, timeout: float) -> None:
         if self.process is None or self.process.poll() is not None:

@@ -1,0 +1,75 @@
+"""The supervisor on small real processes: restart the one that died, spare the
+others, give up on one that dies at start every time."""
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.local.ports import free_port
+from services.local.processes import ManagedProcess
+from services.local.supervisor import Backoff, CrashLoop, RestartPolicy, supervise
+from tests.integration.router.conftest import eventually
+
+FAST = RestartPolicy(initial_backoff=0.05, max_backoff=0.2, max_start_failures=3)
+
+
+def web_server(name: str, logs: Path) -> ManagedProcess:
+    """A child with a readiness probe: Python's own HTTP server on a free port."""
+    port = free_port()
+    argv = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    return ManagedProcess(name, argv, logs / f"{name}.log", probe=f"http://127.0.0.1:{port}/")
+
+
+async def test_a_killed_child_is_restarted_and_its_sibling_keeps_running(tmp_path):
+    victim, sibling = web_server("victim", tmp_path), web_server("sibling", tmp_path)
+    for child in (victim, sibling):
+        child.start()
+    restarts = []
+    supervising = asyncio.create_task(
+        supervise([victim, sibling], FAST, 30, lambda: restarts.append(victim.restarts))
+    )
+    try:
+        first_pid, sibling_pid = victim.pid, sibling.pid
+        os.kill(first_pid, signal.SIGKILL)
+        await eventually(lambda: victim.restarts == 1, timeout=30, what="a restart")
+        await eventually(lambda: victim.pid != first_pid and victim.exited() is None, timeout=30)
+        assert (sibling.pid, sibling.exited(), sibling.restarts) == (sibling_pid, None, 0)
+        assert restarts == [1]
+        assert not supervising.done()
+    finally:
+        supervising.cancel()
+        for child in (victim, sibling):
+            child.stop(5)
+
+
+async def test_a_child_that_keeps_dying_at_start_ends_supervision_with_its_log(tmp_path):
+    sibling = web_server("sibling", tmp_path)
+    broken = ManagedProcess(
+        "broken",
+        [sys.executable, "-c", "import sys; sys.exit('cannot open model.gguf: corrupt header')"],
+        tmp_path / "broken.log",
+        probe=f"http://127.0.0.1:{free_port()}/",  # nobody listens there
+    )
+    for child in (sibling, broken):
+        child.start()
+    try:
+        with pytest.raises(CrashLoop) as error:
+            await supervise([sibling, broken], FAST, 30)
+        assert broken.restarts == FAST.max_start_failures
+        message = str(error.value)
+        assert message.startswith("broken keeps dying at start (3 restarts in a row failed)")
+        assert "cannot open model.gguf: corrupt header" in message
+        assert sibling.exited() is None and sibling.restarts == 0
+    finally:
+        sibling.stop(5)
+
+
+def test_backoff_doubles_up_to_its_cap_and_starts_over_after_a_stable_run():
+    backoff = Backoff(RestartPolicy(initial_backoff=1, max_backoff=5))
+    assert [backoff.next() for _ in range(5)] == [1, 2, 4, 5, 5]
+    backoff.reset()
+    assert backoff.next() == 1
