@@ -2,12 +2,13 @@
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import httpx
 
 from maas.v1 import router_pb2, router_pb2_grpc
+from services.common.grpc_client import open_channel
 from services.top.scrape import Metrics, scrape
 from services.top.targets import Targets
 
@@ -21,6 +22,8 @@ class Snapshot:
     # "gateway", "billing" and ENGINE + endpoint id -> the page (None: unreadable);
     # a source nobody gave a URL for is absent.
     pages: dict[str, Metrics | None]
+    # A local stack's child name -> restarts (empty on a cluster).
+    restarts: dict[str, int] = field(default_factory=dict)
 
     @property
     def engine_ids(self) -> list[str]:
@@ -31,7 +34,7 @@ class Collector:
     def __init__(self, targets: Targets, timeout: float = 5.0):
         self._targets = targets
         self._timeout = timeout
-        self._channel = grpc.aio.insecure_channel(targets.router_address)
+        self._channel = open_channel(targets.router_address, "top", targets.service_token)
         self._router = router_pb2_grpc.RouterStub(self._channel)
         self._http = httpx.AsyncClient(timeout=timeout)
 
@@ -53,7 +56,8 @@ class Collector:
         }
         sources = {name: url for name, url in sources.items() if url}
         pages = await asyncio.gather(*(scrape(self._http, url) for url in sources.values()))
-        return Snapshot(time.monotonic(), pool, dict(zip(sources, pages, strict=True)))
+        pages = dict(zip(sources, pages, strict=True))
+        return Snapshot(time.monotonic(), pool, pages, self._targets.restarts())
 
     async def close(self) -> None:
         await self._http.aclose()

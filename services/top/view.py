@@ -1,4 +1,5 @@
-"""What maas top draws: the pools, every engine replica, the gateway and the tenants.
+"""What maas top draws: the pools, every engine replica, the gateway, the tenants
+and, for a local stack, how often each process was restarted.
 
 Rates are over the time between two snapshots; latency quantiles over a
 window the frame names, because a percentile means nothing without one.
@@ -207,6 +208,15 @@ def tenants(frame: Frame) -> Table:
     return out
 
 
+def processes(frame: Frame) -> Table:
+    out = table("local processes (maas up)", "process", "restarts")
+    for name, count in frame.now.restarts.items():
+        out.add_row(name, str(count))
+    return out
+
+
 def render(frame: Frame) -> Group:
     tables = [pools(frame), engines(frame), gateway(frame), tenants(frame)]
+    if frame.now.restarts:
+        tables.append(processes(frame))
     return Group(header(frame), *(part for t in tables for part in (t, Text())))
