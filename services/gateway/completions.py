@@ -12,6 +12,13 @@ refused, queued, or never delivered cannot be. After the first token a
 broken stream ends with finish_reason "error". On the way out the pick is
 released and the usage event published in a task of their own, so a client
 disconnect (which cancels the stream) cannot cancel billing.
+
+A client that leaves before the first token is not free: its prompt may be
+most of the work. Its engine request is stopped with Abort rather than a
+cancel, so the stream stays open to bring the abort's report of the prompt
+tokens the engine computed (cache hits included, as on every request), which
+are billed with no completion tokens; Job.abandoned is that task, and its
+result the usage event, for the pipeline to settle the tenant's TPM to.
 """
 
 import asyncio
@@ -54,6 +61,9 @@ RETRYABLE = {
 }
 # Counted against the endpoint's breaker; an overloaded engine is healthy.
 BREAKING = RETRYABLE - {grpc.StatusCode.RESOURCE_EXHAUSTED}
+# For the Abort of a request whose client left, and the engine's report after
+# it: at most a model step away.
+ABORT_SECONDS = 10.0
 
 
 @dataclass
@@ -67,6 +77,28 @@ class Delta:
     completion_tokens: int = 0
     cached_prompt_tokens: int = 0
     logprobs: list[engine_pb2.TokenLogprob] = field(default_factory=list)
+
+
+@dataclass
+class Tally:
+    """What an engine stream delivered, counted as it is billed."""
+
+    prompt_tokens: int
+    completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    finish: str = ""
+    first_token_at: float = 0.0
+
+    def add(self, response: engine_pb2.GenerateResponse) -> None:
+        self.completion_tokens += len(response.token_ids)
+        if response.token_ids and not self.first_token_at:
+            self.first_token_at = time.time()
+        self.finish = FINISH_NAMES.get(response.finish_reason, "")
+        if response.HasField("usage"):
+            if self.finish == "abort" and not self.completion_tokens:
+                # Aborted in prefill: only what the engine computed.
+                self.prompt_tokens = response.computed_prompt_tokens
+            self.cached_prompt_tokens = min(response.usage.cached_prompt_tokens, self.prompt_tokens)
 
 
 @dataclass
@@ -88,6 +120,8 @@ class Job:
     priority: int = 0
     session_id: str = ""
     share_prefix_cache: bool = False  # the routing table's, for this deployment
+    # Set when the client left before the first token; yields the UsageEvent.
+    abandoned: asyncio.Task | None = None
 
 
 @dataclass(frozen=True)
@@ -185,7 +219,7 @@ class CompletionService:
         for _ in range(self._max_attempts):
             pick = await self._pick(job, tried, failure)
             try:
-                call, first = await self._start(job, pick, deadline)
+                call, first = await self._start(job, pick, deadline, started)
             except EngineFailedError as exc:
                 tried.append(pick.endpoint_id)
                 failure = exc
@@ -197,12 +231,14 @@ class CompletionService:
             return
         raise failure.error
 
-    async def _start(self, job: Job, pick: router_pb2.PickResponse, deadline: float):
+    async def _start(
+        self, job: Job, pick: router_pb2.PickResponse, deadline: float, started: float
+    ):
         """Open the engine stream and wait for its first message (connect and
         first-token timeouts); on failure the pick is released and charged to
         the endpoint's breaker."""
         self._breakers.begin(pick.endpoint_id)
-        call = None
+        call = reading = None
         try:
             await self._up.wait_connected(pick.address, pick.endpoint_id, self._timeouts.connect)
             call = self._up.engine(pick.address, pick.endpoint_id).Generate(
@@ -217,7 +253,10 @@ class CompletionService:
                 ),
                 timeout=max(deadline - time.monotonic(), 0.001),
             )
-            first = await self._up.first_message(call, pick.endpoint_id, self._timeouts.first_token)
+            reading = asyncio.ensure_future(call.read())
+            first = await self._up.first_message(
+                reading, pick.endpoint_id, self._timeouts.first_token
+            )
             if first is grpc.aio.EOF:
                 raise EngineFailedError(
                     APIError(502, "the model ended without output", "api_error", "upstream_error"),
@@ -243,16 +282,17 @@ class CompletionService:
             raise
         except BaseException:
             # The client went away while we waited: not the engine's fault.
-            if call is not None:
-                call.cancel()
-            self.in_background(self._release(job.request_id, pick.endpoint_id, success=False))
+            if reading is None:
+                self.in_background(self._release(job.request_id, pick.endpoint_id, success=False))
+            else:
+                job.abandoned = self.in_background(self._abandon(job, pick, call, reading, started))
             raise
         self._breakers.succeeded(pick.endpoint_id)
         return call, first
 
     def _failed(self, job: Job, pick, call, code: grpc.StatusCode) -> None:
         if call is not None:
-            call.cancel()
+            call.cancel()  # ends its pending read too
         if code in BREAKING:
             self._breakers.failed(pick.endpoint_id)
         log.warning(
@@ -264,57 +304,82 @@ class CompletionService:
         self.in_background(self._release(job.request_id, pick.endpoint_id, success=False))
 
     async def _stream(self, job: Job, pick, call, first, started: float):
-        completion_tokens, finish, first_token_at, cached = 0, "", 0.0, 0
+        tally = Tally(len(job.prompt_ids))
         response = first
         try:
             while response is not grpc.aio.EOF:
-                completion_tokens += len(response.token_ids)
-                if response.token_ids and not first_token_at:
-                    first_token_at = time.time()
-                finish = FINISH_NAMES.get(response.finish_reason, "")
-                if response.HasField("usage"):
-                    cached = response.usage.cached_prompt_tokens
+                tally.add(response)
                 yield Delta(
                     text=response.text,
                     index=response.index,
-                    finish_reason=finish or None,
-                    prompt_tokens=len(job.prompt_ids),
-                    completion_tokens=completion_tokens,
-                    cached_prompt_tokens=cached,
+                    finish_reason=tally.finish or None,
+                    prompt_tokens=tally.prompt_tokens,
+                    completion_tokens=tally.completion_tokens,
+                    cached_prompt_tokens=tally.cached_prompt_tokens,
                     logprobs=list(response.logprobs),
                 )
                 response = await call.read()
         except grpc.aio.AioRpcError as exc:
-            finish = "error"
+            tally.finish = "error"
             log.warning("engine_stream_broken", request_id=job.request_id, code=exc.code().name)
             yield Delta(
                 text="",
                 finish_reason="error",
-                prompt_tokens=len(job.prompt_ids),
-                completion_tokens=completion_tokens,
-                cached_prompt_tokens=cached,
+                prompt_tokens=tally.prompt_tokens,
+                completion_tokens=tally.completion_tokens,
+                cached_prompt_tokens=tally.cached_prompt_tokens,
             )
         finally:
             # First thing on a client disconnect: the engine frees the
             # request's KV blocks as soon as it sees the cancellation.
             call.cancel()
-            event = UsageEvent(
-                request_id=job.request_id,
-                tenant=job.principal.tenant.name,
-                key_id=job.principal.key_id,
-                model=job.model,
-                deployment=job.deployment,
-                endpoint=pick.endpoint_id,
-                prompt_tokens=len(job.prompt_ids),
-                cached_prompt_tokens=cached,
-                completion_tokens=completion_tokens,
-                finish_reason=finish or "client_disconnect",
-                started_at=started,
-                ttft_seconds=max(0.0, first_token_at - started) if first_token_at else 0.0,
-                duration_seconds=time.time() - started,
-                traceparent=current_traceparent(),
-            )
-            self.in_background(self._finish(job.request_id, pick.endpoint_id, event))
+            self._bill(job, pick, tally, started)
+
+    async def _abandon(
+        self, job: Job, pick, call, reading: asyncio.Future, started: float
+    ) -> UsageEvent:
+        """Abort a request whose client left before its first token, and bill
+        what the engine reports having computed (module docstring)."""
+        tally = Tally(0)  # no report, no bill: the engine may not have started it
+        try:
+            async with asyncio.timeout(ABORT_SECONDS):
+                await self._up.engine(pick.address, pick.endpoint_id).Abort(
+                    engine_pb2.AbortRequest(request_id=job.request_id)
+                )
+                response = await reading
+                if response is not grpc.aio.EOF:
+                    tally = Tally(len(job.prompt_ids))
+                while response is not grpc.aio.EOF:
+                    tally.add(response)
+                    response = await call.read()
+        except (grpc.aio.AioRpcError, TimeoutError) as exc:
+            log.warning("engine_abort_unreported", request_id=job.request_id, error=repr(exc))
+        finally:
+            call.cancel()
+        if tally.finish in ("", "abort"):
+            tally.finish = "client_disconnect"
+        return self._bill(job, pick, tally, started)
+
+    def _bill(self, job: Job, pick, tally: Tally, started: float) -> UsageEvent:
+        """The request's usage event, published (and its pick released) in a task."""
+        event = UsageEvent(
+            request_id=job.request_id,
+            tenant=job.principal.tenant.name,
+            key_id=job.principal.key_id,
+            model=job.model,
+            deployment=job.deployment,
+            endpoint=pick.endpoint_id,
+            prompt_tokens=tally.prompt_tokens,
+            cached_prompt_tokens=tally.cached_prompt_tokens,
+            completion_tokens=tally.completion_tokens,
+            finish_reason=tally.finish or "client_disconnect",
+            started_at=started,
+            ttft_seconds=max(0.0, tally.first_token_at - started) if tally.first_token_at else 0.0,
+            duration_seconds=time.time() - started,
+            traceparent=current_traceparent(),
+        )
+        self.in_background(self._finish(job.request_id, pick.endpoint_id, event))
+        return event
 
     async def _pick(
         self, job: Job, tried: list[str], failure: EngineFailedError | None
@@ -337,7 +402,7 @@ class CompletionService:
             raise from_upstream(exc, job.model) from exc
 
     async def _finish(self, request_id: str, endpoint_id: str, event: UsageEvent) -> None:
-        if event.completion_tokens > 0:
+        if event.prompt_tokens or event.completion_tokens:
             await self.usage.emit(event)
         await self._release(
             request_id, endpoint_id, success=event.finish_reason in ("stop", "length")
@@ -354,12 +419,14 @@ class CompletionService:
         except grpc.aio.AioRpcError as exc:
             log.warning("router_release_failed", request_id=request_id, code=exc.code().name)
 
-    def in_background(self, coro) -> None:
+    def in_background(self, coro) -> asyncio.Task:
         """Run `coro` to completion even if the request that started it is cancelled."""
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def wait_background(self) -> None:
-        if self._background:
+        # Until none is left: an abandoned request's task starts its billing's.
+        while self._background:
             await asyncio.gather(*self._background, return_exceptions=True)

@@ -6,7 +6,8 @@ tokenize -> reserve prompt + max_tokens against its TPM -> wait for a fair
 share of the deployment's slots.
 generate: stream from the engine at the tier's priority, through the output
 filter; at the end free the slots and settle the tenant's tokens to what was
-really used.
+really used (for a client that left before the first token: the prompt
+tokens the engine computed and billed, see completions.py).
 
 A request that passed the limiter counts toward the tenant's RPM even if it
 then fails (a prompt too long for the context, queue full, engine error); its
@@ -15,10 +16,12 @@ with n sequences costs n: of the tenant's concurrency, and of the
 deployment's slots in the fair queue.
 """
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from maas.v1 import engine_pb2
+from services.common.usage_event import UsageEvent
 from services.gateway.admission import Admission
 from services.gateway.completions import CompletionService, Delta, Job, Prompt
 from services.gateway.errors import APIError, bad_request, model_not_found, unavailable
@@ -173,11 +176,22 @@ class Pipeline:
         finally:
             await deltas.aclose()
             ticket.queue.release(ticket.spec.n)
-            used = last.prompt_tokens + last.completion_tokens if last else 0
-            self._settle(ticket.principal.tenant, ticket.spec, used)
+            if last is None and job.abandoned is not None:
+                self.service.in_background(self._settle_abandoned(ticket, job.abandoned))
+            else:
+                used = last.prompt_tokens + last.completion_tokens if last else 0
+                self._settle(ticket.principal.tenant, ticket.spec, used)
 
     def _settle(self, tenant: Tenant, spec: RequestSpec, used: int) -> None:
         self.service.in_background(self._limiter.settle(tenant, spec.request_id, used, spec.n))
+
+    async def _settle_abandoned(self, ticket: Ticket, abandoned: asyncio.Task) -> None:
+        """Settle to what the abandoned request was billed, once that is known."""
+        (event,) = await asyncio.gather(abandoned, return_exceptions=True)
+        used = event.prompt_tokens + event.completion_tokens if isinstance(event, UsageEvent) else 0
+        await self._limiter.settle(
+            ticket.principal.tenant, ticket.spec.request_id, used, ticket.spec.n
+        )
 
 
 def with_headers(error: APIError, headers: dict[str, str]) -> APIError:

@@ -105,10 +105,13 @@ class Upstreams:
                 raise
 
     @staticmethod
-    async def first_message(call, endpoint_id: str, timeout: float):
-        """An engine stream's first message (or EOF), waited for at most `timeout`."""
+    async def first_message(reading: asyncio.Future, endpoint_id: str, timeout: float):
+        """An engine stream's first message (or EOF), waited for at most `timeout`.
+
+        `reading` is the call's read() in a task, and shielded: a caller
+        cancelled while it waits leaves the read, and so the call, running."""
         try:
-            first = await asyncio.wait_for(call.read(), timeout)
+            first = await asyncio.wait_for(asyncio.shield(reading), timeout)
         except TimeoutError:
             count_error(ENGINE, endpoint_id, "first_token_timeout")
             raise
