@@ -46,7 +46,7 @@ spec:
           ports:
             - {name: grpc, containerPort: {{ .v.grpcPort }}}
             - {name: metrics, containerPort: {{ .v.metricsPort }}}
-          {{- include "maas.grpcProbes" .v.grpcPort | nindent 10 }}
+          {{- include "maas.grpcProbes" (dict "port" .v.grpcPort "liveness" .liveness) | nindent 10 }}
           resources:
             {{- toYaml .v.resources | nindent 12 }}
           securityContext:

@@ -63,16 +63,24 @@ imagePullSecrets:
   mountPath: /tmp
 {{- end -}}
 
+{{/*
+gRPC health probes: readiness asks the server's overall health; startup and
+liveness ask .liveness, a health name of its own, where a service's readiness
+depends on something outside it (billing on Redis) and an outage of that must
+not restart it. Takes (dict "port" P "liveness" NAME-or-empty).
+*/}}
 {{- define "maas.grpcProbes" -}}
+{{- $live := dict "port" .port }}
+{{- with .liveness }}{{ $_ := set $live "service" . }}{{ end }}
 startupProbe:
-  grpc: {port: {{ . }}}
+  grpc: {{ toJson $live }}
   periodSeconds: 5
   failureThreshold: 60
 readinessProbe:
-  grpc: {port: {{ . }}}
+  grpc: {port: {{ .port }}}
   periodSeconds: 5
 livenessProbe:
-  grpc: {port: {{ . }}}
+  grpc: {{ toJson $live }}
   periodSeconds: 10
   failureThreshold: 6
 {{- end -}}
