@@ -1,0 +1,61 @@
+"""The chart bounds Redis and alerts before it is full (issue 16, item 1)."""
+
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+from prometheus_client import REGISTRY
+
+import services.billing.retention  # noqa: F401  (registers the Redis memory gauges)
+from tests.integration.observability.promql import metric_names
+from tests.k8s import test_chart
+from tests.k8s.test_chart import CHART, KUBERNETES_VERSION, render_set
+
+helm = test_chart.helm  # the fixture
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+
+def redis_args(docs) -> list[str]:
+    (redis,) = [d for d in docs if d["kind"] == "StatefulSet"]
+    kubernetes_validate.validate(redis, KUBERNETES_VERSION, strict=True)
+    return redis["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_redis_maxmemory_is_60_percent_of_its_limit_and_never_evicts(helm):
+    args = redis_args(render_set(helm))
+    assert flag(args, "--maxmemory") == str(1024**3 * 60 // 100)
+    assert flag(args, "--maxmemory-policy") == "noeviction"
+    args = redis_args(render_set(helm, "redis.resources.limits.memory=4Gi"))
+    assert flag(args, "--maxmemory") == str(4 * 1024**3 * 60 // 100)
+    assert flag(redis_args(render_set(helm, "redis.maxmemory=3gb")), "--maxmemory") == "3gb"
+
+
+def test_a_limit_the_chart_cannot_size_is_refused(helm):
+    result = subprocess.run(
+        [helm, "template", "maas", str(CHART), "--set", "redis.resources.limits.memory=1.5G"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "redis.maxmemory" in result.stderr
+
+
+def test_prometheus_rule_alerts_on_redis_memory_against_its_maxmemory(helm):
+    assert not [d for d in render_set(helm) if d["kind"] == "PrometheusRule"]
+    docs = render_set(helm, "prometheusRule.enabled=true", "prometheusRule.labels.release=kps")
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    memory = alerts["MaasRedisMemoryHigh"]
+    assert memory["expr"].endswith("> 0.8") and memory["labels"]["severity"] == "warning"
+    # Billing samples Redis and exports what the rule reads; both are documented.
+    used = metric_names(memory["expr"])
+    assert used == {"maas_redis_memory_used_bytes", "maas_redis_memory_max_bytes"}
+    exported = {m.name for m in REGISTRY.collect()}
+    assert used <= exported
+    assert all(f"`{name}`" in DOCS.read_text() for name in used)
