@@ -3,6 +3,9 @@
 Order matters: Redis first (everyone's state), then the model-holding services
 in parallel, then the router and the gateway; shutdown is the reverse, so the
 gateway stops taking requests before anything behind it goes away.
+
+Once started, `supervise()` restarts any child that dies (services.local.supervisor);
+each child keeps its ports across restarts, so nobody needs new addresses.
 """
 
 import asyncio
@@ -20,6 +23,7 @@ from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
 from services.local.redis_server import redis_process
+from services.local.supervisor import RestartPolicy, supervise
 
 log = get_logger(__name__)
 
@@ -40,6 +44,7 @@ class StackConfig:
     routes_file: Path | None = None
     # The router's policy: prefix_affinity, least_load or round_robin.
     routing_policy: str = "prefix_affinity"
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
 
 
 @dataclass
@@ -61,12 +66,13 @@ class Stack:
         billing, router and gateway."""
         return (0 if self.config.redis_url else 1) + self.config.engine_replicas + 4
 
-    async def _ready(self, process: ManagedProcess, probe: str) -> None:
-        await wait_ready(process, probe, self.config.startup_timeout)
+    async def _ready(self, process: ManagedProcess) -> None:
+        await wait_ready(process, process.probe, self.config.startup_timeout)
         self.on_ready(process.name)
 
-    def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
-        process = ManagedProcess(name, argv, self.config.state_dir / "logs" / f"{name}.log")
+    def _spawn(self, name: str, argv: list[str], probe: str) -> ManagedProcess:
+        log_path = self.config.state_dir / "logs" / f"{name}.log"
+        process = ManagedProcess(name, argv, log_path, probe=probe)
         process.start()
         self.processes.append(process)
         return process
@@ -76,7 +82,8 @@ class Stack:
         self.addresses[name] = f"{self.config.host}:{port}"
         self.metrics_urls[name] = f"http://{self.config.host}:{metrics_port}/metrics"
         flags = {"host": self.config.host, "port": port, "metrics-port": metrics_port, **flags}
-        return self._spawn(name, serve_argv(service, flags, extra)), self.addresses[name]
+        address = self.addresses[name]
+        return self._spawn(name, serve_argv(service, flags, extra), address), address
 
     async def start(self) -> "Stack":
         cfg = self.config
@@ -84,11 +91,12 @@ class Stack:
         self.redis_url = cfg.redis_url
         if not self.redis_url:
             port = free_port(cfg.host)
+            self.redis_url = f"redis://{cfg.host}:{port}/0"
             redis = redis_process(cfg.state_dir, port)
+            redis.probe = self.redis_url
             redis.start()
             self.processes.append(redis)
-            self.redis_url = f"redis://{cfg.host}:{port}/0"
-            await self._ready(redis, self.redis_url)
+            await self._ready(redis)
 
         stage = [self._service("tokenizer", "tokenizer", {})]
         engines = []
@@ -103,14 +111,15 @@ class Stack:
                 {"redis-url": self.redis_url, "consumer-name": "billing-0"},
             )
         )
-        await asyncio.gather(*(self._ready(p, addr) for p, addr in stage))
+        await asyncio.gather(*(self._ready(p) for p, _ in stage))
 
         router, router_addr = self._service(
             "router", "router", {"engines": engines, "routing-policy": cfg.routing_policy}
         )
-        await self._ready(router, router_addr)
+        await self._ready(router)
 
         grpc_port, metrics_port = free_port(cfg.host), free_port(cfg.host)
+        self.gateway_url = f"http://{cfg.host}:{cfg.gateway_port}"
         gateway = self._spawn(
             "gateway",
             serve_argv(
@@ -128,11 +137,11 @@ class Stack:
                     "usage-spool-dir": cfg.state_dir / "spool",
                 },
             ),
+            f"{self.gateway_url}/readyz",
         )
-        self.gateway_url = f"http://{cfg.host}:{cfg.gateway_port}"
         self.gateway_grpc = f"{cfg.host}:{grpc_port}"
         self.metrics_urls["gateway"] = f"http://{cfg.host}:{metrics_port}/metrics"
-        await self._ready(gateway, f"{self.gateway_url}/readyz")
+        await self._ready(gateway)
 
         redis = open_redis(self.redis_url)
         try:
@@ -152,11 +161,20 @@ class Stack:
             "services": self.addresses,
             "metrics": self.metrics_urls,
             "pids": {p.name: p.pid for p in self.processes},
+            "restarts": {p.name: p.restarts for p in self.processes},
         }
         (self.config.state_dir / "stack.json").write_text(json.dumps(state, indent=2))
 
     def dead(self) -> list[ManagedProcess]:
         return [p for p in self.processes if p.exited() is not None]
+
+    async def supervise(self) -> None:
+        """Restart children that die, until one keeps dying at start (raises CrashLoop).
+
+        Cancel it before stop(), or it starts again what stop() ends.
+        """
+        cfg = self.config
+        await supervise(self.processes, cfg.restart, cfg.startup_timeout, self._write_state)
 
     def stop(self) -> None:
         for process in reversed(self.processes):

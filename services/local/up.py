@@ -1,8 +1,13 @@
-"""`maas up`: run the whole stack locally until Ctrl-C or SIGTERM."""
+"""`maas up`: run the whole stack locally until Ctrl-C or SIGTERM.
+
+A child that dies is restarted while the rest keep serving; only one that keeps
+dying at start stops the stack (services.local.supervisor).
+"""
 
 import asyncio
 import contextlib
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -11,6 +16,7 @@ from tqdm import tqdm
 from services.common.logging import get_logger
 from services.local.readiness import StartupError
 from services.local.stack import Stack, StackConfig
+from services.local.supervisor import CrashLoop
 
 log = get_logger(__name__)
 
@@ -73,17 +79,22 @@ async def run(config: StackConfig, model_id: str) -> int:
             ),
             flush=True,
         )
-        while not stop.is_set():
-            dead = stack.dead()
-            if dead:
-                names = ", ".join(f"{p.name} (exit {p.exited()})" for p in dead)
-                log.error("child_exited", children=names, hint=str(dead[0].log_path))
-                return 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=1.0)
+        stopping = asyncio.create_task(stop.wait())
+        supervising = asyncio.create_task(stack.supervise())
+        await asyncio.wait({supervising, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        # Ended before the children stop, or it would start them again; a
+        # CrashLoop it ended with is raised here.
+        supervising.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await supervising
         return 0
     except StartupError as exc:
         log.error("startup_failed", error=str(exc))
+        return 1
+    except CrashLoop as exc:
+        log.error("child_crash_looping", error=str(exc))
+        print(f"maas up: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
         print("stopping...", flush=True)
