@@ -4,7 +4,8 @@ The server side wraps each handler's behaviour so streaming methods are timed
 to their last message, not to the first yield. The client side opens a CLIENT
 span per call and sends its context in the metadata, so the callee's SERVER
 span is its child and a trace shows the time each hop spent on the wire apart
-from the time the callee spent working.
+from the time the callee spent working. The client side also sends the service
+token (services.common.service_token) with every call, when it has one.
 """
 
 import asyncio
@@ -16,6 +17,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from services.common.metrics import grpc_metrics
+from services.common.service_token import METADATA_KEY
 from services.common.tracing import extract_context, inject_metadata
 
 # Polled or process-long calls: a root trace for each poll would bury the
@@ -147,9 +149,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
 
 class _ClientBase:
-    def __init__(self, service: str):
+    def __init__(self, service: str, token: str = ""):
         self._metrics = grpc_metrics(service, "client")
         self._tracer = trace.get_tracer(f"maas.{service}")
+        self._credentials = [(METADATA_KEY, token)] if token else []
 
     def _begin(self, details) -> tuple[grpc.aio.ClientCallDetails, Span | None]:
         """The call's span (None for an untraced poll) and details carrying its context."""
@@ -163,7 +166,7 @@ class _ClientBase:
         details = grpc.aio.ClientCallDetails(
             details.method,
             details.timeout,
-            inject_metadata(list(details.metadata or ()), ctx),
+            inject_metadata([*(details.metadata or ()), *self._credentials], ctx),
             details.credentials,
             details.wait_for_ready,
         )
@@ -206,5 +209,8 @@ class UnaryStreamClientInterceptor(_ClientBase, grpc.aio.UnaryStreamClientInterc
         asyncio.ensure_future(record())
 
 
-def client_interceptors(service: str) -> list:
-    return [UnaryUnaryClientInterceptor(service), UnaryStreamClientInterceptor(service)]
+def client_interceptors(service: str, token: str = "") -> list:
+    return [
+        UnaryUnaryClientInterceptor(service, token),
+        UnaryStreamClientInterceptor(service, token),
+    ]

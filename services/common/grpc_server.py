@@ -6,11 +6,13 @@ and tracing interceptors, and a /metrics port. SIGTERM/SIGINT stop it
 gracefully: health flips to NOT_SERVING, new calls are refused, in-flight
 calls get ``shutdown_grace_seconds`` to finish, then the process exits.
 
-Internal servers trust their callers (other services of the platform) and take
-messages up to MESSAGE_LIMIT; a server that faces tenants passes its own
-``receive_limit`` and ``max_concurrent_rpcs``, so an unauthenticated caller can
-neither make it buffer 64 MiB nor hold an unbounded number of calls open (over
-the cap grpc answers RESOURCE_EXHAUSTED before any handler runs).
+Internal servers admit only callers with the release's service token
+(services.common.service_token; health and reflection stay open) and take
+messages up to MESSAGE_LIMIT; a server that faces tenants passes
+``internal=False`` (its servicer checks API keys) and its own ``receive_limit``
+and ``max_concurrent_rpcs``, so an unauthenticated caller can neither make it
+buffer 64 MiB nor hold an unbounded number of calls open (over the cap grpc
+answers RESOURCE_EXHAUSTED before any handler runs).
 """
 
 import asyncio
@@ -25,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 from services.common.grpc_interceptors import ServerInterceptor
 from services.common.logging import get_logger
 from services.common.metrics import start_metrics_server
+from services.common.service_token import server_interceptors
 from services.common.settings import ServiceSettings
 
 log = get_logger(__name__)
@@ -70,10 +73,13 @@ async def start_server(
     services: Iterable[GrpcService],
     receive_limit: int = MESSAGE_LIMIT,
     max_concurrent_rpcs: int | None = None,
+    internal: bool = True,
 ) -> ServerHandle:
     services = list(services)
+    # Metrics outermost, so refused calls are counted as UNAUTHENTICATED.
+    interceptors = [ServerInterceptor(service), *(server_interceptors() if internal else ())]
     server = grpc.aio.server(
-        interceptors=[ServerInterceptor(service)],
+        interceptors=interceptors,
         options=[
             ("grpc.max_send_message_length", MESSAGE_LIMIT),
             ("grpc.max_receive_message_length", receive_limit),

@@ -214,6 +214,8 @@ async def start_grpc_front(
         # No message larger than an HTTP body, parsed or not, and no more open calls than the cap.
         receive_limit=settings.max_body_bytes,
         max_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
+        # Tenants call here with API keys, never the service token.
+        internal=False,
     )
 
 
