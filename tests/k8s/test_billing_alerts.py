@@ -1,0 +1,15 @@
+"""The chart's alert on requests billed without a price watches the counter
+the ledger exports, per deployment."""
+
+from services.billing.ledger import UNPRICED
+from tests.k8s.test_chart import helm, render_set  # noqa: F401 (helm is a fixture)
+
+
+def test_unpriced_events_alert_watches_the_ledgers_counter(helm):  # noqa: F811
+    docs = render_set(helm, "prometheusRule.enabled=true")
+    (rules,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    alerts = {r["alert"]: r for group in rules["spec"]["groups"] for r in group["rules"]}
+    alert = alerts["MaasBillingUnpricedEvents"]
+    assert f"{UNPRICED.describe()[0].name}_total" in alert["expr"]
+    assert "by (deployment)" in alert["expr"]
+    assert "{{ $labels.deployment }}" in alert["annotations"]["summary"]
