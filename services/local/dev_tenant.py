@@ -1,13 +1,15 @@
 """The `dev` tenant and its key for local mode, kept in .maas/dev-api-key.
 
 A key from an earlier run is reused while it still authenticates (Redis keeps
-its data across runs); otherwise a fresh key is issued and written.
+its data across runs); otherwise a fresh key is issued and written, readable by
+its owner only from the moment the file exists (services.local.private_file).
 """
 
 import contextlib
 from pathlib import Path
 
 from services.gateway.tenants import TenantExistsError, TenantStore
+from services.local.private_file import write_private
 
 DEV_TENANT = "dev"
 KEY_FILE = "dev-api-key"
@@ -22,6 +24,5 @@ async def ensure_dev_key(store: TenantStore, state_dir: Path) -> str:
     with contextlib.suppress(TenantExistsError):
         await store.create_tenant(DEV_TENANT, tier="standard")
     _key_id, key = await store.create_key(DEV_TENANT)
-    key_path.write_text(key + "\n")
-    key_path.chmod(0o600)
+    write_private(key_path, key + "\n")
     return key
