@@ -3,10 +3,8 @@
 A fresh registry per operator (not kopf's global one) lets the tests run the
 real handlers against an emulated API server with their own login.
 
-The spec handler owns the Ready condition: False with the reason when the
-admission policy refuses the spec (an Event says so too, and nothing is
-created or changed), True once the owned objects match the spec. Replica
-health is the autoscaler's Available condition.
+A spec the admission policy refuses gets Ready=False with the reason and a
+Warning Event, and nothing is created or changed (see status.ready).
 """
 
 import logging
@@ -24,7 +22,7 @@ from operators.modeldeployment.defaults import defaulted_spec
 from operators.modeldeployment.kube import Credentials
 from operators.modeldeployment.reconcile import delete_owned, reconcile
 from operators.modeldeployment.resources import selector_string
-from operators.modeldeployment.status import Condition, merge_conditions
+from operators.modeldeployment.status import merge_conditions, ready
 
 FINALIZER = "maas.io/cleanup"
 
@@ -44,6 +42,12 @@ def _initial_replicas(spec: dict, status: dict) -> int:
     bounds = spec["replicas"]
     wanted = status.get("desiredReplicas", bounds["min"])
     return max(bounds["min"], min(bounds["max"], wanted))
+
+
+def _available(conditions: list[dict]) -> bool | None:
+    """The autoscaler's last Available verdict; None before its first."""
+    found = [c["status"] == "True" for c in conditions if c.get("type") == "Available"]
+    return found[0] if found else None
 
 
 def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
@@ -71,17 +75,15 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     async def apply_spec(body, spec, status, patch, logger, **_):
         spec = defaulted_spec(dict(spec))
 
-        def set_ready(ready: bool, reason: str, message: str) -> None:
-            patch.status["conditions"] = merge_conditions(
-                status.get("conditions") or [],
-                [Condition("Ready", ready, reason, message)],
-                body["metadata"].get("generation", 0),
-                ctx.clock(),
-            )
-
         refusal = ctx.admission.refusal(spec)
+        previous = status.get("conditions") or []
+        patch.status["conditions"] = merge_conditions(
+            previous,
+            [ready(refusal, _available(previous))],
+            body["metadata"].get("generation", 0),
+            ctx.clock(),
+        )
         if refusal is not None:
-            set_ready(False, refusal.reason, refusal.message)
             kopf.event(body, type="Warning", reason=refusal.reason, message=refusal.message)
             # Below kopf's posting level: the Event above is the one the user sees.
             logger.info("refused: %s", refusal.message)
@@ -96,7 +98,6 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
             kopf.event(body, type="Normal", reason="Reconciled", message=message)
             logger.info("reconciled %s", message)
         patch.status["selector"] = selector_string(body["metadata"]["name"])
-        set_ready(True, "Reconciled", "the engine Deployment, Service and PDB match the spec")
 
     @kopf.on.delete(**resource)
     async def cleanup(body, logger, **_):
@@ -106,9 +107,17 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
 
     @kopf.timer(**resource, interval=ctx.interval_seconds)
     async def autoscale(body, spec, patch, logger, **_):
-        result = await tick(ctx.deps, dict(body), defaulted_spec(dict(spec)), ctx.clock())
+        spec = defaulted_spec(dict(spec))
+        result = await tick(ctx.deps, dict(body), spec, ctx.clock())
         if result is None:
             return
+        conditions = result.status["conditions"]
+        result.status["conditions"] = merge_conditions(
+            conditions,
+            [ready(ctx.admission.refusal(spec), _available(conditions))],
+            body["metadata"].get("generation", 0),
+            ctx.clock(),
+        )
         patch.status.update(result.status)
         metrics.record(body["metadata"]["namespace"], body["metadata"]["name"], result.status)
         for kind, reason, message in result.events:

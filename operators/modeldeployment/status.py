@@ -1,7 +1,17 @@
-"""Status conditions of a ModelDeployment: the autoscaler's, from one tick, and Ready."""
+"""Status conditions of a ModelDeployment: the autoscaler's, from one tick, and Ready.
+
+Ready is the summary: False with the admission policy's reason when the spec
+is refused, else whether Available is. Both the spec handler and the
+autoscaler write it, each from the spec in the body it was given, because a
+status patch replaces the whole list: a writer that left Ready out would
+drop it, and one that kept an older body's Ready would bring it back. The
+autoscaler ticks on, so the latest spec's verdict is the one that stays.
+"""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from operators.modeldeployment.admission import Refusal
 
 
 def timestamp(epoch: float) -> str:
@@ -56,13 +66,24 @@ def conditions(
     ]
 
 
+def ready(refusal: Refusal | None, available: bool | None) -> Condition:
+    """available is None before the autoscaler has looked at the replicas."""
+    if refusal is not None:
+        return Condition("Ready", False, refusal.reason, refusal.message)
+    if available is None:
+        return Condition("Ready", False, "Reconciling", "the engine objects match the spec")
+    if available:
+        return Condition("Ready", True, "MinimumReplicasReady", "the spec is served")
+    return Condition("Ready", False, "MinimumReplicasUnavailable", "see the Available condition")
+
+
 def merge_conditions(
     previous: list[dict], current: list[Condition], generation: int, now: float
 ) -> list[dict]:
     """Conditions as status dicts; lastTransitionTime moves only when status flips.
 
-    Conditions of other types are kept as they were: the autoscaler and the
-    spec handler (Ready) each own some of them.
+    Conditions of other types are kept as they were: the spec handler writes
+    only Ready.
     """
     before = {c.get("type"): c for c in previous or []}
     updated = {cond.type for cond in current}

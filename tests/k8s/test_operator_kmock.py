@@ -330,11 +330,33 @@ async def _refused_then_admitted(emulator, client):
             }
         },
     )
+    # The Event comes once every object is applied; Ready only says the main replicas serve.
+    await eventually(
+        lambda: any(
+            "Deployment/demo-engine-canary created" in e.get("message", "")
+            for e in events(emulator)
+            if e.get("reason") == "Reconciled"
+        ),
+        what="the objects created",
+    )
     await eventually(lambda: condition(emulator, "Ready")["status"] == "True", what="Ready=True")
-    assert condition(emulator, "Ready")["reason"] == "Reconciled"
+    assert condition(emulator, "Ready")["reason"] == "MinimumReplicasReady"
     deployment = live(emulator, "apps/v1/deployments", "demo-engine")
     (fetch,) = deployment["spec"]["template"]["spec"]["initContainers"]
     assert fetch["image"] == "registry.example.com/fetch/aws:2"
     assert fetch["envFrom"] == [{"secretRef": {"name": "model-credentials-demo"}}]
+    canary = live(emulator, "apps/v1/deployments", "demo-engine-canary")
+    assert canary["spec"]["template"]["spec"]["containers"][0]["image"] == "maas:v2"
+
+    # A running deployment whose spec turns disallowed keeps what it runs, and
+    # the autoscaler, which rewrites the conditions every tick, keeps it not Ready.
+    await patch(client, {"spec": {"canary": {"image": "attacker.example/miner:1"}}})
+    generation = md(emulator)["metadata"]["generation"]
+    await eventually(
+        lambda: (c := condition(emulator, "Available")) and c["observedGeneration"] == generation,
+        what="an autoscaler tick on the new spec",
+    )
+    assert condition(emulator, "Ready")["reason"] == "ImageNotAllowed"
+    assert "spec.canary.image" in condition(emulator, "Ready")["message"]
     canary = live(emulator, "apps/v1/deployments", "demo-engine-canary")
     assert canary["spec"]["template"]["spec"]["containers"][0]["image"] == "maas:v2"
