@@ -33,6 +33,8 @@ class OperatorContext:
     engine_image: str
     interval_seconds: float
     admission: AdmissionPolicy
+    # The Secret whose service-token the engines demand (docs/security.md); empty: none.
+    service_token_secret: str = ""
     login: Callable[..., kopf.ConnectionInfo | None] = kopf.login_via_client
     clock: Callable[[], float] = field(default=time.time)
 
@@ -90,7 +92,12 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
             return
         image = spec.get("image") or ctx.engine_image
         outcomes = await reconcile(
-            ctx.deps.api, dict(body), spec, image, _initial_replicas(spec, dict(status))
+            ctx.deps.api,
+            dict(body),
+            spec,
+            image,
+            _initial_replicas(spec, dict(status)),
+            ctx.service_token_secret,
         )
         changed = {k: v for k, v in outcomes.items() if v != "unchanged"}
         if changed:

@@ -21,6 +21,7 @@ async def serve(settings: OperatorSettings) -> None:
         deps=Dependencies(api=api, pool_stats=router.pool_stats, drain_engine=drain_engine),
         engine_image=settings.engine_image,
         interval_seconds=settings.interval_seconds,
+        service_token_secret=settings.service_token_secret,
         admission=AdmissionPolicy(
             # A spec may name the default image outright.
             allowed_images=(*settings.allowed_images, settings.engine_image),

@@ -66,17 +66,22 @@ async def apply(api: KubeApi, obj: dict) -> str:
 
 
 async def reconcile(
-    api: KubeApi, owner: dict, spec: dict, image: str, initial_replicas: int
+    api: KubeApi,
+    owner: dict,
+    spec: dict,
+    image: str,
+    initial_replicas: int,
+    token_secret: str = "",
 ) -> dict[str, str]:
     """Bring every owned object to what spec asks; returns object name -> outcome."""
     name, namespace = owner["metadata"]["name"], owner["metadata"]["namespace"]
     objects = [
-        resources.deployment(owner, spec, image, initial_replicas),
+        resources.deployment(owner, spec, image, initial_replicas, token_secret=token_secret),
         resources.service(owner, spec),
         resources.pod_disruption_budget(owner, spec),
     ]
     if resources.canary_wanted(spec):
-        objects.append(resources.deployment(owner, spec, image, 1, track="canary"))
+        objects.append(resources.deployment(owner, spec, image, 1, "canary", token_secret))
     outcomes = {}
     for obj in objects:
         outcomes[f"{obj['kind']}/{obj['metadata']['name']}"] = await apply(api, obj)

@@ -92,7 +92,18 @@ def _grpc_probe(period: int, failures: int) -> dict:
     return {"grpc": {"port": GRPC_PORT}, "periodSeconds": period, "failureThreshold": failures}
 
 
-def pod_template(owner: dict, spec: dict, image: str, track: str, version: str) -> dict:
+def _service_token_env(token_secret: str) -> list[dict]:
+    """The token callers must show (services.common.service_token), from the Secret
+    of that name in the engine's own namespace (the chart puts one in each it manages)."""
+    if not token_secret:
+        return []
+    ref = {"secretKeyRef": {"name": token_secret, "key": "service-token"}}
+    return [{"name": "MAAS_SERVICE_TOKEN", "valueFrom": ref}]
+
+
+def pod_template(
+    owner: dict, spec: dict, image: str, track: str, version: str, token_secret: str = ""
+) -> dict:
     name = owner["metadata"]["name"]
     drain_timeout = spec["autoscaling"]["drainTimeoutSeconds"]
     mount = model_mount(spec["model"]["source"])
@@ -106,6 +117,7 @@ def pod_template(owner: dict, spec: dict, image: str, track: str, version: str) 
             {"name": "MAAS_LOG_FORMAT", "value": "json"},
             # Writable caches (torch, triton) under the one writable mount.
             {"name": "HOME", "value": "/tmp"},
+            *_service_token_env(token_secret),
         ],
         "ports": [
             {"name": "grpc", "containerPort": GRPC_PORT},
@@ -165,7 +177,9 @@ def pod_template(owner: dict, spec: dict, image: str, track: str, version: str) 
     }
 
 
-def deployment(owner: dict, spec: dict, image: str, replicas: int, track: str = "main") -> dict:
+def deployment(
+    owner: dict, spec: dict, image: str, replicas: int, track: str = "main", token_secret: str = ""
+) -> dict:
     name = owner["metadata"]["name"]
     version = spec["canary"]["version"] if track == "canary" else spec["version"]
     image = (spec["canary"].get("image") or image) if track == "canary" else image
@@ -185,7 +199,7 @@ def deployment(owner: dict, spec: dict, image: str, replicas: int, track: str = 
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
             },
-            "template": pod_template(owner, spec, image, track, version),
+            "template": pod_template(owner, spec, image, track, version, token_secret),
         },
     }
 

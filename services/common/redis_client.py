@@ -1,13 +1,25 @@
-"""One way to open Redis, so timeouts and decoding match everywhere."""
+"""One way to open Redis, so timeouts, decoding and credentials match everywhere.
+
+The password is the URL's (``redis://:PASSWORD@host:6379/0``, as `maas up` hands
+it to its children) or else MAAS_REDIS_PASSWORD (the chart's, from a Secret: any
+characters, no URL quoting), never a flag, which every user of the host can read.
+"""
+
+import os
 
 import redis.asyncio as aioredis
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+PASSWORD_ENV = "MAAS_REDIS_PASSWORD"
 
 
 def open_redis(url: str) -> aioredis.Redis:
     # Short socket timeouts: a dead Redis must surface as an error in a
-    # request's lifetime, not hang it.
+    # request's lifetime, not hang it. A password in the URL wins over this one.
     return aioredis.Redis.from_url(
-        url, decode_responses=True, socket_connect_timeout=2.0, socket_timeout=5.0
+        url,
+        password=os.environ.get(PASSWORD_ENV) or None,
+        decode_responses=True,
+        socket_connect_timeout=2.0,
+        socket_timeout=5.0,
     )

@@ -5,6 +5,7 @@ ModelDeployments through the CRD's own schema. The helm binary comes from
 `make install-helm` (deploy/install-helm.sh), which `make test` runs first.
 """
 
+import base64
 import json
 import shutil
 import subprocess
@@ -181,7 +182,8 @@ def test_gateway_front_limits_come_from_values(helm):
         if d and d["metadata"]["name"] == "maas-gateway" and d["kind"] == "Deployment"
     ]
     env = {
-        e["name"]: e["value"] for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]
+        e["name"]: e.get("value")
+        for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["MAAS_MAX_CONNECTIONS"] == "7"
     assert env["MAAS_HEADER_TIMEOUT_SECONDS"] == "3"
@@ -197,7 +199,8 @@ def render_set(helm: str, *settings: str) -> list[dict]:
 def _operator_env(docs) -> dict[str, str]:
     (operator,) = [d for d in _workloads(docs) if d["metadata"]["name"] == "maas-operator"]
     return {
-        e["name"]: e["value"] for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
+        e["name"]: e.get("value")
+        for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
     }
 
 
@@ -289,3 +292,59 @@ def test_operator_admits_the_release_images_and_what_the_values_add(helm):
     )
     assert added.image_allowed("mirror.example.com/maas:1")
     assert added.image_allowed("vllm/vllm-openai:v0.9.0")
+
+
+def _secret_ref(container: dict, name: str) -> dict | None:
+    env = {e["name"]: e for e in container.get("env", [])}
+    return env.get(name, {}).get("valueFrom", {}).get("secretKeyRef")
+
+
+def test_every_service_gets_the_token_and_only_redis_users_the_password(helm):
+    docs = render_set(helm)
+    secret = "maas-internal-auth"
+    for workload in _workloads(docs):
+        name = workload["metadata"]["name"].removeprefix("maas-")
+        (container,) = workload["spec"]["template"]["spec"]["containers"]
+        token = _secret_ref(container, "MAAS_SERVICE_TOKEN")
+        password = _secret_ref(container, "MAAS_REDIS_PASSWORD")
+        if name == "redis":
+            assert token is None
+            continue
+        assert token == {"name": secret, "key": "service-token"}, name
+        if name in ("gateway", "billing"):
+            assert password == {"name": secret, "key": "redis-password"}, name
+        else:
+            assert password is None, name
+
+
+def test_redis_requires_the_password_of_the_secret(helm):
+    docs = render_set(helm, "internalAuth.redisPassword=given-password")
+    (redis,) = [d for d in _workloads(docs) if d["metadata"]["name"] == "maas-redis"]
+    pod = redis["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # A config file first: the password is not on the command line.
+    assert container["args"][0] == "/etc/maas/redis-auth/redis.conf"
+    assert "given-password" not in json.dumps(container)
+    assert _secret_ref(container, "REDISCLI_AUTH") == {
+        "name": "maas-internal-auth",
+        "key": "redis-password",
+    }
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "auth"]
+    assert volume["secret"]["secretName"] == "maas-internal-auth"
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert data["redis-password"] == "given-password"
+    assert data["redis.conf"] == "requirepass given-password\n"
+    assert len(data["service-token"]) >= 32
+
+
+def test_engine_namespaces_get_a_copy_of_the_token_only(helm):
+    docs = render_set(helm, "operator.watchNamespaces={team-a}")
+    secrets = _by_kind(docs, "Secret")
+    assert set(secrets) == {"maas", "team-a"}
+    assert set(secrets["team-a"]["data"]) == {"service-token"}
+    assert secrets["team-a"]["data"]["service-token"] == secrets["maas"]["data"]["service-token"]
+
+
+def test_the_operator_names_the_token_secret_to_its_engines(helm):
+    assert _operator_env(render_set(helm))["MAAS_SERVICE_TOKEN_SECRET"] == "maas-internal-auth"

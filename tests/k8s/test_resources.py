@@ -151,3 +151,14 @@ def test_engine_accepts_the_operators_draft_model_flags():
     settings = parse_settings(EngineSettings, container(spec)["args"][1:], prog="maas serve engine")
     assert settings.speculative_method == "draft" and settings.num_speculative_tokens == 6
     assert settings.speculative_draft_model == "/models/draft"
+
+
+def test_engines_demand_the_service_token_of_their_namespace_secret():
+    spec = defaulted_spec({"canary": {"version": "v2", "weight": 10}})
+    for track in ("main", "canary"):
+        deployment = resources.deployment(OWNER, spec, "i", 1, track, token_secret="auth")
+        (engine,) = deployment["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e for e in engine["env"]}
+        ref = {"secretKeyRef": {"name": "auth", "key": "service-token"}}
+        assert env["MAAS_SERVICE_TOKEN"]["valueFrom"] == ref
+    assert "MAAS_SERVICE_TOKEN" not in {e["name"] for e in container(spec)["env"]}

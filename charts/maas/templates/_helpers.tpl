@@ -32,6 +32,18 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- printf "redis://%s:%d/0" (include "maas.name" (dict "root" . "component" "redis")) (int .Values.redis.port) -}}
 {{- end -}}
 
+{{/* The Secret with the service token and the Redis password (internal-auth.yaml). */}}
+{{- define "maas.internalAuthSecret" -}}
+{{- include "maas.name" (dict "root" . "component" "internal-auth") -}}
+{{- end -}}
+
+{{/* Redis's password, for the services that use Redis (gateway, billing) and no other. */}}
+{{- define "maas.redisPasswordEnv" -}}
+- name: MAAS_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ include "maas.internalAuthSecret" . }}, key: redis-password}
+{{- end -}}
+
 {{/* Pod-level settings every maas pod shares. */}}
 {{- define "maas.podSpecCommon" -}}
 securityContext:
@@ -50,6 +62,10 @@ imagePullSecrets:
   value: {{ .Values.logFormat | quote }}
 - name: HOME
   value: /tmp
+# Internal gRPC servers demand it and internal clients send it (docs/security.md).
+- name: MAAS_SERVICE_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ include "maas.internalAuthSecret" . }}, key: service-token}
 {{- end -}}
 
 {{/* A writable /tmp: the root filesystem is read-only. */}}
