@@ -24,12 +24,10 @@ class OperatorSettings(ServiceSettings):
         description="regular expression a spec's credentialsSecret must match in full",
     )
     interval_seconds: float = Field(5.0, gt=0, description="autoscaler tick per ModelDeployment")
-    service_token_secret: str = (
-        Field(
-            "",
-            description="Secret in each engine's namespace whose service-token engines demand "
-            "of callers; empty = engines accept any caller",
-        ),
+    service_token_secret: str = Field(
+        "",
+        description="Secret in each engine's namespace whose service-token engines demand "
+        "of callers; empty = engines accept any caller",
     )
 
     @field_validator("credentials_secret_pattern")

@@ -65,3 +65,14 @@ def test_a_secret_matching_the_pattern_runs():
 def test_settings_refuse_a_pattern_that_is_not_a_regular_expression():
     with pytest.raises(pydantic.ValidationError, match="not a regular expression"):
         OperatorSettings(credentials_secret_pattern="model-(")
+
+
+def test_settings_default_to_admitting_nothing_a_spec_names_but_the_engine_image():
+    settings = OperatorSettings()
+    assert settings.allowed_images == [] and settings.service_token_secret == ""
+    assert (
+        AdmissionPolicy(
+            (*settings.allowed_images, settings.engine_image), settings.credentials_secret_pattern
+        ).refusal(defaulted_spec({"image": settings.engine_image}))
+        is None
+    )
