@@ -282,6 +282,9 @@ def test_operator_admits_the_release_images_and_what_the_values_add(helm):
     assert default.refusal(
         defaulted_spec({"model": {"source": {"credentialsSecret": "maas-redis"}}})
     )
+    for example in sorted((ROOT / "deploy" / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(example.read_text()):
+            assert default.refusal(defaulted_spec(doc["spec"])) is None, example.name
 
     added = policy(
         render_set(
