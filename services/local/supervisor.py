@@ -67,9 +67,9 @@ async def _restart_until_ready(child: _Child, backoff: Backoff) -> None:
         process.start()
         process.restarts += 1
         child.on_restart()
-        log.warning("child_restarted", child=process.name, restarts=process.restarts)
         try:
             await wait_ready(process, process.probe, child.startup_timeout)
+            log.warning("child_restarted", child=process.name, restarts=process.restarts)
             return
         except StartupError as exc:
             # Not ready in time but still running: it must go before the next try.

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess
@@ -15,6 +16,10 @@ from services.local.supervisor import Backoff, CrashLoop, RestartPolicy, supervi
 from tests.integration.router.conftest import eventually
 
 FAST = RestartPolicy(initial_backoff=0.05, max_backoff=0.2, max_start_failures=3)
+
+
+def events(logs: list[dict], name: str) -> int:
+    return sum(entry["event"] == name for entry in logs)
 
 
 def web_server(name: str, logs: Path) -> ManagedProcess:
@@ -68,8 +73,31 @@ async def test_a_child_that_keeps_dying_at_start_ends_supervision_with_its_log(t
         sibling.stop(5)
 
 
-def test_backoff_doubles_up_to_its_cap_and_starts_over_after_a_stable_run():
+def test_backoff_doubles_up_to_its_cap_and_starts_over_on_reset():
     backoff = Backoff(RestartPolicy(initial_backoff=1, max_backoff=5))
     assert [backoff.next() for _ in range(5)] == [1, 2, 4, 5, 5]
     backoff.reset()
     assert backoff.next() == 1
+
+
+@pytest.mark.parametrize(("stable_after", "delays"), [(3600, [0.05, 0.1, 0.2]), (0, [0.05] * 3)])
+async def test_the_delay_doubles_per_death_unless_the_child_ran_stably(
+    tmp_path, stable_after, delays
+):
+    victim = web_server("victim", tmp_path)
+    victim.start()
+    policy = RestartPolicy(initial_backoff=0.05, max_backoff=1, stable_after=stable_after)
+    supervising = asyncio.create_task(supervise([victim], policy, 30))
+    try:
+        with capture_logs() as logs:
+            for restarts in range(1, 4):
+                os.kill(victim.pid, signal.SIGKILL)
+                # Ready again before the next kill, so each death is an exit, not a failed start.
+                await eventually(
+                    lambda n=restarts: events(logs, "child_restarted") == n, timeout=30
+                )
+        exits = [entry for entry in logs if entry["event"] == "child_exited"]
+        assert [e["restart_in"] for e in exits] == delays
+    finally:
+        supervising.cancel()
+        victim.stop(5)
