@@ -6,6 +6,10 @@ gateway stops taking requests before anything behind it goes away.
 
 Once started, `supervise()` restarts any child that dies (services.local.supervisor);
 each child keeps its ports across restarts, so nobody needs new addresses.
+
+Trust: the state folder keeps the stack's secrets, each mode 0600 (services.local.private_file):
+the service token every internal gRPC server demands (services.common.service_token) and
+the password the local Redis requires. Children get both by environment, never a flag.
 """
 
 import asyncio
@@ -17,9 +21,11 @@ from pathlib import Path
 
 from services.common.logging import get_logger
 from services.common.redis_client import open_redis
+from services.common.service_token import ENV as SERVICE_TOKEN_ENV
 from services.gateway.tenants import TenantStore
 from services.local.dev_tenant import ensure_dev_key
 from services.local.ports import free_port
+from services.local.private_file import private_secret, write_private
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
 from services.local.redis_server import redis_process
@@ -54,6 +60,7 @@ class Stack:
     gateway_url: str = ""
     gateway_grpc: str = ""
     api_key: str = ""
+    service_token: str = ""
     addresses: dict[str, str] = field(default_factory=dict)
     metrics_urls: dict[str, str] = field(default_factory=dict)
     processes: list[ManagedProcess] = field(default_factory=list)
@@ -70,34 +77,39 @@ class Stack:
         await wait_ready(process, process.probe, self.config.startup_timeout)
         self.on_ready(process.name)
 
-    def _spawn(self, name: str, argv: list[str], probe: str) -> ManagedProcess:
+    def _spawn(self, name: str, argv: list[str], probe: str, env=None) -> ManagedProcess:
         log_path = self.config.state_dir / "logs" / f"{name}.log"
-        process = ManagedProcess(name, argv, log_path, probe=probe)
+        env = {SERVICE_TOKEN_ENV: self.service_token, **(env or {})}
+        process = ManagedProcess(name, argv, log_path, env=env, probe=probe)
         process.start()
         self.processes.append(process)
         return process
 
-    def _service(self, name: str, service: str, flags: dict, extra=None) -> tuple:
+    def _service(self, name: str, service: str, flags: dict, extra=None, env=None) -> tuple:
         port, metrics_port = free_port(self.config.host), free_port(self.config.host)
         self.addresses[name] = f"{self.config.host}:{port}"
         self.metrics_urls[name] = f"http://{self.config.host}:{metrics_port}/metrics"
         flags = {"host": self.config.host, "port": port, "metrics-port": metrics_port, **flags}
         address = self.addresses[name]
-        return self._spawn(name, serve_argv(service, flags, extra), address), address
+        return self._spawn(name, serve_argv(service, flags, extra), address, env), address
 
     async def start(self) -> "Stack":
         cfg = self.config
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        self.service_token = private_secret(cfg.state_dir / "service-token")
         self.redis_url = cfg.redis_url
         if not self.redis_url:
             port = free_port(cfg.host)
-            self.redis_url = f"redis://{cfg.host}:{port}/0"
-            redis = redis_process(cfg.state_dir, port)
+            password = private_secret(cfg.state_dir / "redis-password")
+            self.redis_url = f"redis://:{password}@{cfg.host}:{port}/0"
+            redis = redis_process(cfg.state_dir, port, password)
             redis.probe = self.redis_url
             redis.start()
             self.processes.append(redis)
             await self._ready(redis)
 
+        # The URL holds the password: by environment, like the token.
+        redis_env = {"MAAS_REDIS_URL": self.redis_url}
         stage = [self._service("tokenizer", "tokenizer", {})]
         engines = []
         for index in range(cfg.engine_replicas):
@@ -108,7 +120,8 @@ class Stack:
             self._service(
                 "billing",
                 "billing",
-                {"redis-url": self.redis_url, "consumer-name": "billing-0"},
+                {"consumer-name": "billing-0"},
+                env=redis_env,
             )
         )
         await asyncio.gather(*(self._ready(p) for p, _ in stage))
@@ -129,7 +142,6 @@ class Stack:
                     "port": cfg.gateway_port,
                     "grpc-port": grpc_port,
                     "metrics-port": metrics_port,
-                    "redis-url": self.redis_url,
                     "tokenizer-address": self.addresses["tokenizer"],
                     "router-address": router_addr,
                     "routes-file": cfg.routes_file or cfg.state_dir / "routes.yaml",
@@ -138,6 +150,7 @@ class Stack:
                 },
             ),
             f"{self.gateway_url}/readyz",
+            redis_env,
         )
         self.gateway_grpc = f"{cfg.host}:{grpc_port}"
         self.metrics_urls["gateway"] = f"http://{cfg.host}:{metrics_port}/metrics"
@@ -156,6 +169,7 @@ class Stack:
         state = {
             "pid": os.getpid(),
             "redis_url": self.redis_url,
+            "service_token": self.service_token,
             "gateway_url": self.gateway_url,
             "gateway_grpc": self.gateway_grpc,
             "services": self.addresses,
@@ -163,7 +177,8 @@ class Stack:
             "pids": {p.name: p.pid for p in self.processes},
             "restarts": {p.name: p.restarts for p in self.processes},
         }
-        (self.config.state_dir / "stack.json").write_text(json.dumps(state, indent=2))
+        # It holds the Redis password and the service token.
+        write_private(self.config.state_dir / "stack.json", json.dumps(state, indent=2))
 
     def dead(self) -> list[ManagedProcess]:
         return [p for p in self.processes if p.exited() is not None]

@@ -13,6 +13,7 @@ from services.billing.prices import PriceTable
 from services.billing.quota import Quotas
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.redis_client import open_redis
+from services.common.service_token import ENV as SERVICE_TOKEN_ENV
 from services.common.usage_event import USAGE_STREAM
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
@@ -125,6 +126,8 @@ async def test_redis_outage_is_spooled_and_replayed_exactly(stack, tmp_path):
             },
         ),
         tmp_path / "gateway.log",
+        # Its calls to the stack's tokenizer and router carry the stack's token.
+        env={SERVICE_TOKEN_ENV: stack.service_token},
     )
     gateway.start()
     billing = None

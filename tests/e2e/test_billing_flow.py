@@ -7,11 +7,11 @@ import json
 import subprocess
 import sys
 
-import grpc
 import openai
 import pytest
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
+from services.common.grpc_client import open_channel
 from services.common.model_files import DEFAULT_MODEL_ID
 from tests.e2e.tenants import new_tenant_key
 
@@ -43,7 +43,7 @@ async def test_usage_reaches_billing_exactly(stack):
         break
     await stream.close()
 
-    async with grpc.aio.insecure_channel(stack.addresses["billing"]) as channel:
+    async with open_channel(stack.addresses["billing"], "test", stack.service_token) as channel:
         stub = billing_pb2_grpc.BillingStub(channel)
         for _ in range(100):
             usage = await stub.GetUsage(billing_pb2.GetUsageRequest(tenant=tenant))

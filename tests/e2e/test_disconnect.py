@@ -3,11 +3,11 @@
 import asyncio
 import time
 
-import grpc
 import httpx
 import pytest
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
+from services.common.grpc_client import open_channel
 from services.common.model_files import DEFAULT_MODEL_ID
 
 pytestmark = pytest.mark.slow
@@ -21,7 +21,7 @@ LONG = {
 
 
 async def load(stack) -> engine_pb2.LoadReport:
-    async with grpc.aio.insecure_channel(stack.addresses["engine-0"]) as channel:
+    async with open_channel(stack.addresses["engine-0"], "test", stack.service_token) as channel:
         return await engine_pb2_grpc.EngineStub(channel).GetLoad(engine_pb2.GetLoadRequest())
 
 

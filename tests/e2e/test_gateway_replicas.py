@@ -16,6 +16,7 @@ import pytest
 from maas.v1 import gateway_pb2, gateway_pb2_grpc
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.redis_client import open_redis
+from services.common.service_token import ENV as SERVICE_TOKEN_ENV
 from services.gateway.tenants import TenantStore
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
@@ -42,7 +43,9 @@ class Replica:
             },
         )
         log = stack.config.state_dir / "logs" / f"gateway-replica-{index}.log"
-        self.process = ManagedProcess(f"gateway-replica-{index}", argv, log)
+        # Its calls to the stack's tokenizer and router carry the stack's token.
+        env = {SERVICE_TOKEN_ENV: stack.service_token}
+        self.process = ManagedProcess(f"gateway-replica-{index}", argv, log, env=env)
 
 
 @pytest.fixture(scope="module")

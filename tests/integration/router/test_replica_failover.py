@@ -9,12 +9,12 @@ import asyncio
 import os
 import signal
 
-import grpc
 import httpx
 import openai
 import pytest
 
 from maas.v1 import router_pb2, router_pb2_grpc
+from services.common.grpc_client import open_channel
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.local.ports import free_port
 from services.local.stack import Stack, StackConfig
@@ -79,7 +79,7 @@ async def test_requests_on_a_killed_replica_are_retried_elsewhere(two_engines):
     # All six ran on engine-0: the ones picked for engine-1 were retried there.
     assert finished_requests(stack, "engine-0") - done_before == 6
 
-    async with grpc.aio.insecure_channel(stack.addresses["router"]) as channel:
+    async with open_channel(stack.addresses["router"], "test", stack.service_token) as channel:
         router = router_pb2_grpc.RouterStub(channel)
 
         async def engine_1_out() -> bool:
