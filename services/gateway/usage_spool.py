@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,14 @@ from services.common.logging import get_logger
 from services.common.usage_event import UsageEvent
 
 log = get_logger(__name__)
+
+# Longer than a claimer's replay of a spool left by a dead replica.
+OPEN_WAIT_SECONDS = 60.0
+
+
+class SpoolInUseError(RuntimeError):
+    """Another live process owns the spool folder."""
+
 
 QUARANTINED = Counter(
     "maas_gateway_usage_spool_quarantined",
@@ -89,16 +98,27 @@ class UsageSpool:
         self.pending = self._count_from(self._offset)
 
     @classmethod
-    def open(cls, directory: Path) -> "UsageSpool":
-        """This replica's own spool; waits for a claimer replaying it to finish."""
-        fd = _lock(directory / "lock", blocking=True)
-        assert fd is not None  # a blocking lock waits; it never gives up
+    def open(cls, directory: Path, wait: float = OPEN_WAIT_SECONDS) -> "UsageSpool":
+        """This replica's own spool; waits up to `wait` s for a claimer replaying it.
+
+        A claimer holds the lock for one replay; a holder that outlasts the
+        wait is a live process given the same folder, a misconfiguration to
+        report rather than wait out for ever.
+        """
+        deadline = time.monotonic() + wait
+        while (fd := _lock(directory / "lock", create=True)) is None:
+            if time.monotonic() > deadline:
+                raise SpoolInUseError(
+                    f"usage spool {directory} is held by another live process for over "
+                    f"{wait:.0f} s: give each gateway replica its own --usage-spool-dir"
+                )
+            time.sleep(0.1)
         return cls(directory, fd)
 
     @classmethod
     def claim(cls, directory: Path) -> "UsageSpool | None":
         """Another replica's spool, or None while its owner (or a claimer) lives."""
-        fd = _lock(directory / "lock", blocking=False)
+        fd = _lock(directory / "lock", create=False)
         return None if fd is None else cls(directory, fd)
 
     def close(self) -> None:
@@ -225,23 +245,24 @@ def orphans(root: Path, own: Path) -> Iterator[Path]:
             yield directory
 
 
-def _lock(path: Path, blocking: bool) -> int | None:
-    """An exclusive flock on `path`, held by the returned descriptor.
+def _lock(path: Path, create: bool) -> int | None:
+    """An exclusive flock on `path`, held by the returned descriptor; None while
+    another process holds it (or, without `create`, when its folder is gone).
 
     The inode check closes a race with remove(): a lock taken on a lock file
     that was unlinked meanwhile guards nothing, so it is taken again.
     """
     while True:
-        if blocking:
+        if create:
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except FileNotFoundError:
-            if blocking:
+            if create:
                 continue
             return None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return None
@@ -251,5 +272,5 @@ def _lock(path: Path, blocking: bool) -> int | None:
         except FileNotFoundError:
             pass
         os.close(fd)
-        if not blocking:
+        if not create:
             return None

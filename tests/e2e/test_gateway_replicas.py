@@ -39,6 +39,8 @@ class Replica:
                 "router-address": stack.addresses["router"],
                 "routes-file": routes_file,
                 "routes-poll-seconds": 0.2,
+                # A spool folder is owned by one live process.
+                "usage-spool-dir": stack.config.state_dir / f"spool-replica-{index}",
                 **flags,
             },
         )

@@ -2,10 +2,11 @@
 
 import time
 
+import pytest
 from prometheus_client import REGISTRY
 
 from services.common.usage_event import UsageEvent
-from services.gateway.usage_spool import UsageSpool
+from services.gateway.usage_spool import SpoolInUseError, UsageSpool
 
 
 def event(i: int) -> UsageEvent:
@@ -93,3 +94,12 @@ def test_a_spool_is_claimed_only_once_its_owner_is_gone(tmp_path):
     claimer.remove()
     claimer.close()
     assert not directory.exists()
+
+
+def test_a_second_live_owner_is_refused_with_a_clear_error(tmp_path):
+    directory = tmp_path / "gateway-0"
+    owner = UsageSpool.open(directory)
+    with pytest.raises(SpoolInUseError, match="its own --usage-spool-dir"):
+        UsageSpool.open(directory, wait=0.2)
+    owner.close()
+    UsageSpool.open(directory, wait=0.2).close()
