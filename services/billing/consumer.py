@@ -15,6 +15,7 @@ failure is committed once Redis recovers. ConsumerHealth (health.py) turns the
 passes into readiness, liveness and metrics.
 """
 
+import asyncio
 import time
 
 from opentelemetry import trace
@@ -97,6 +98,11 @@ class UsageConsumer:
                     await self._pass()
 
     async def _pass(self) -> None:
+        # redis-py can swallow a cancellation that lands inside a command
+        # (redis/redis-py#2028, #2551); the task still counts the request, so
+        # a stop that was swallowed takes effect here, between passes.
+        if asyncio.current_task().cancelling():
+            raise asyncio.CancelledError
         self.health.beat()
         if not self._synced:
             await self.ensure_group()

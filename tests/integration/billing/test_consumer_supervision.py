@@ -3,6 +3,7 @@ throughout, and exact once Redis is back. A real redis-server and a real
 `maas serve billing`, probed over gRPC health as the kubelet does."""
 
 import asyncio
+import random
 import time
 import uuid
 
@@ -12,6 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from services.billing.consumer import UsageConsumer
 from services.billing.health import LIVENESS_SERVICE
 from services.billing.ledger import Ledger
 from services.billing.prices import PriceTable
@@ -198,5 +200,26 @@ async def test_redis_restart_makes_billing_unready_then_resumes_exactly(
         for e in after:
             await redis.xadd(USAGE_STREAM, e.to_fields())
         await assert_billed_exactly(redis, tenant, sent + after)
+    finally:
+        await redis.aclose()
+
+
+async def test_a_cancel_always_stops_the_consumer(redis_server):
+    """Shutdown cancels the consumer; redis-py swallows some cancellations that
+    land inside a command, so each lands at a different point of a backlog
+    (on a Redis of its own: the backlog would slow other tests' fresh groups)."""
+    redis = open_redis(redis_server["url"])
+    rng = random.Random(7)
+    try:
+        for e in events(f"cancel-{uuid.uuid4().hex[:6]}", 2000):
+            await redis.xadd(USAGE_STREAM, e.to_fields())
+        for _ in range(20):
+            consumer = UsageConsumer(redis, f"g-{uuid.uuid4().hex[:6]}", "c0", 100, 100)
+            task = asyncio.create_task(consumer.run())
+            await asyncio.sleep(rng.uniform(0, 0.3))
+            task.cancel()
+            # A hang guard, not a timing claim: a swallowed cancel runs for ever.
+            done, _ = await asyncio.wait([task], timeout=30)
+            assert done and task.cancelled()
     finally:
         await redis.aclose()
