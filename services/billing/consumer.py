@@ -15,7 +15,6 @@ failure is committed once Redis recovers. ConsumerHealth (health.py) turns the
 passes into readiness, liveness and metrics.
 """
 
-import asyncio
 import time
 
 from opentelemetry import trace
@@ -31,6 +30,7 @@ from services.billing.ledger import PREFIX, Ledger, Retention
 from services.billing.prices import PriceTable
 from services.billing.tenant_metrics import TenantMetrics
 from services.common.logging import get_logger
+from services.common.redis_client import honour_swallowed_cancel
 from services.common.tracing import context_from_traceparent
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 
@@ -98,11 +98,7 @@ class UsageConsumer:
                     await self._pass()
 
     async def _pass(self) -> None:
-        # redis-py can swallow a cancellation that lands inside a command
-        # (redis/redis-py#2028, #2551); the task still counts the request, so
-        # a stop that was swallowed takes effect here, between passes.
-        if asyncio.current_task().cancelling():
-            raise asyncio.CancelledError
+        honour_swallowed_cancel()
         self.health.beat()
         if not self._synced:
             await self.ensure_group()

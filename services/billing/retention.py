@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from services.common.logging import get_logger
+from services.common.redis_client import honour_swallowed_cancel
 
 log = get_logger(__name__)
 
@@ -71,6 +72,7 @@ class StreamTrimmer:
 
     async def run(self) -> None:
         while True:
+            honour_swallowed_cancel()
             try:
                 await self.trim_once()
             except RedisError as exc:

@@ -5,6 +5,7 @@ it to its children) or else MAAS_REDIS_PASSWORD (the chart's, from a Secret: any
 characters, no URL quoting), never a flag, which every user of the host can read.
 """
 
+import asyncio
 import os
 
 import redis.asyncio as aioredis
@@ -23,3 +24,14 @@ def open_redis(url: str) -> aioredis.Redis:
         socket_connect_timeout=2.0,
         socket_timeout=5.0,
     )
+
+
+def honour_swallowed_cancel() -> None:
+    """Raise CancelledError if this task was cancelled and the error was lost.
+
+    redis-py can swallow a cancellation that lands inside a command
+    (redis/redis-py#2028, #2551); the task still counts the request, so a loop
+    of Redis calls checks it between iterations or never stops.
+    """
+    if asyncio.current_task().cancelling():
+        raise asyncio.CancelledError

@@ -158,3 +158,17 @@ async def test_an_event_older_than_the_dedup_window_is_acked_and_never_billed(re
     assert await ledger.apply("1-0", recent)
     assert not await ledger.apply("2-0", recent)
     assert (await redis.hgetall(f"{PREFIX}tenant:t"))["requests"] == "1"
+
+
+async def test_a_cancel_always_stops_the_trimmer(redis):
+    """Shutdown cancels the trimmer; with no pause between trims every cancel
+    lands in or near a Redis command, where redis-py may swallow it."""
+    await redis.xadd(USAGE_STREAM, event("t").to_fields())
+    await redis.xgroup_create(USAGE_STREAM, "billing", id="0")
+    for delay in [i / 200 for i in range(20)]:
+        task = asyncio.create_task(StreamTrimmer(redis, USAGE_STREAM, 0).run())
+        await asyncio.sleep(delay)
+        task.cancel()
+        # A hang guard, not a timing claim: a swallowed cancel runs for ever.
+        done, _ = await asyncio.wait([task], timeout=30)
+        assert done and task.cancelled()
