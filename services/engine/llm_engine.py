@@ -6,10 +6,12 @@ asyncio side (async_engine.py) only talks to it through that thread.
 One request can harm only itself. validate() refuses at admission whatever
 could never run; if a step still raises, the request that caused it fails
 alone (one output with finish_reason "error") and the rest of the batch goes
-on. The batched parts of a step, the proposer's drafts and the forward pass,
-are bisected (isolation.py) until every request either ran in a part that
-succeeded or failed on its own; the rest of a step is done request by
-request, and a request that raises there fails without touching the others.
+on. The batched parts of a step, the proposer's drafts, the forward pass and
+the sampler, are bisected (isolation.py) until every request either ran in a
+part that succeeded or failed on its own (a sampler part that raised may have
+drawn from its seeded generators, so only a step that failed can change a
+seeded sample); the bookkeeping is done request by request, and a request
+that raises there fails without touching the others.
 Retrying the forward on a subset is safe because a forward only writes the
 KV of the positions it computes, at or past each sequence's
 num_computed_tokens: those slots are in blocks the sequence owns alone (cache
@@ -241,13 +243,28 @@ class LLMEngine:
                 offset += item.num_logits
                 work.setdefault(item.seq.request_id, []).append((item, rows))
         outputs: list[SeqOutput] = []
+        pending: list[tuple[Sequence, torch.Tensor]] = []
         for request_id, items in work.items():
             if request_id in culprits:
                 continue
             try:
-                outputs += self._advance(items)
+                done, to_sample = self._prepare(items)
             except Exception as exc:
                 culprits[request_id] = exc
+                continue
+            outputs += done
+            pending += to_sample
+        # One sampler call for the whole batch; split only when it raises.
+        sampled, failed = bisect_failures(pending, self._sample) if pending else ([], [])
+        culprits.update((seq.request_id, exc) for (seq, _), exc in failed)
+        for part, tokens in sampled:
+            for (seq, row), token in zip(part, tokens, strict=True):
+                if seq.request_id in culprits:
+                    continue
+                try:
+                    outputs.append(self._append_token(seq, token, row))
+                except Exception as exc:
+                    culprits[seq.request_id] = exc
         for request_id, exc in culprits.items():
             if request_id in self.requests:
                 outputs += self._fail(self.requests[request_id], exc)
@@ -261,19 +278,23 @@ class LLMEngine:
         return {seq.request_id: exc for seq, exc in failed}
 
     def _execute(self, part: list[ScheduledSeq], plan: SchedulerOutput) -> torch.Tensor:
-        owned = {block for item in part for block in item.seq.block_table}
-        # Replaying another part's copies would overwrite KV that part already wrote.
-        copies = [(src, dst) for src, dst in plan.block_copies if dst in owned]
+        copies = plan.block_copies
+        if copies and len(part) < len(plan.scheduled):
+            # Replaying another part's copies would overwrite KV that part already wrote.
+            owned = {block for item in part for block in item.seq.block_table}
+            copies = [(src, dst) for src, dst in copies if dst in owned]
         return self.runner.execute(part, copies)
 
-    def _advance(self, items: list[tuple[ScheduledSeq, torch.Tensor]]) -> list[SeqOutput]:
-        """One request's share of a step that ran: bookkeeping, sampling, outputs."""
+    def _prepare(
+        self, items: list[tuple[ScheduledSeq, torch.Tensor]]
+    ) -> tuple[list[SeqOutput], list[tuple[Sequence, torch.Tensor]]]:
+        """One request's bookkeeping after a step ran: the outputs of verified
+        drafts, and the samples still to draw, each with its logits row."""
         for item, _ in items:
             # Drafted positions count as computed only once accepted (below).
             item.seq.num_computed_tokens += item.num_new_tokens - item.seq.num_draft_tokens
         outputs: list[SeqOutput] = []
-        samplers: list[Sequence] = []
-        rows: list[torch.Tensor] = []
+        to_sample: list[tuple[Sequence, torch.Tensor]] = []
         for item, seq_rows in items:
             seq = item.seq
             if len(seq_rows) and seq.num_draft_tokens:
@@ -281,15 +302,11 @@ class LLMEngine:
                 continue
             self.blocks.mark_computed(seq, seq.num_computed_tokens)
             if len(seq_rows):
-                group = [seq, *self._fork_samples(seq)]
-                samplers += group
-                rows += [seq_rows[-1]] * len(group)
-        tokens = self.sampler(torch.stack(rows), samplers) if rows else []
-        outputs += [
-            self._append_token(seq, token, row)
-            for seq, token, row in zip(samplers, tokens, rows, strict=True)
-        ]
-        return outputs
+                to_sample += [(sample, seq_rows[-1]) for sample in [seq, *self._fork_samples(seq)]]
+        return outputs, to_sample
+
+    def _sample(self, part: list[tuple[Sequence, torch.Tensor]]) -> list[int]:
+        return self.sampler(torch.stack([row for _, row in part]), [seq for seq, _ in part])
 
     def _append_verified(self, seq: Sequence, rows: torch.Tensor) -> list[SeqOutput]:
         """Keep the accepted draft and the token after it, stopping where the sequence ends."""
