@@ -8,6 +8,7 @@ from prometheus_client import Counter, Histogram
 from maas.v1 import router_pb2, router_pb2_grpc
 from services.common.logging import get_logger
 from services.common.metrics import LATENCY_BUCKETS
+from services.router.held import HeldRequests
 from services.router.plugin import PickContext
 from services.router.pool import EnginePool
 from services.router.scheduler import Scheduler
@@ -27,9 +28,10 @@ PREFIX_MATCH = Histogram(
 
 
 class RouterServicer(router_pb2_grpc.RouterServicer):
-    def __init__(self, pool: EnginePool, scheduler: Scheduler):
+    def __init__(self, pool: EnginePool, scheduler: Scheduler, held: HeldRequests | None = None):
         self._pool = pool
         self._scheduler = scheduler
+        self._held = held or HeldRequests()
         COLLECTOR.sources.add(self)
 
     async def Pick(self, request, context):
@@ -82,6 +84,10 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
     async def GetPoolStats(self, request, context):
         return self.pool_stats(request.model)
 
+    async def ReportHeld(self, request, context):
+        self._held.report(request.gateway_id, dict(request.held), request.ttl_seconds)
+        return router_pb2.HeldReportResponse()
+
     def pool_stats(self, model: str = "") -> router_pb2.PoolStats:
         models = [model] if model else self._pool.models()
         return router_pb2.PoolStats(
@@ -91,6 +97,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                     self._pool.for_model(m),
                     self._pool.index,
                     self._scheduler.profile(m, self._pool.routing.get(m)).policy.name,
+                    self._held.held(m),
                 )
                 for m in models
             ]

@@ -34,13 +34,15 @@ def replica_stats(e: Endpoint, index: PrefixIndex) -> router_pb2.ReplicaStats:
 
 
 def deployment_stats(
-    model: str, endpoints: list[Endpoint], index: PrefixIndex, policy: str
+    model: str, endpoints: list[Endpoint], index: PrefixIndex, policy: str, held: int = 0
 ) -> router_pb2.DeploymentStats:
     serving = [e for e in endpoints if e.available]
     return router_pb2.DeploymentStats(
         model=model,
         replicas=[replica_stats(e, index) for e in sorted(endpoints, key=lambda e: e.endpoint_id)],
-        queue_depth=sum(e.waiting for e in serving),
+        # Requests held at the gateways wait for this pool as much as queued ones.
+        queue_depth=sum(e.waiting for e in serving) + held,
+        held=held,
         ready_replicas=len(serving),
         running=sum(e.running for e in serving),
         in_flight=sum(e.in_flight for e in serving),

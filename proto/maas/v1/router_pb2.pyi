@@ -6,6 +6,27 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class HeldReport(_message.Message):
+    __slots__ = ("gateway_id", "held", "ttl_seconds")
+    class HeldEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    GATEWAY_ID_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    gateway_id: str
+    held: _containers.ScalarMap[str, int]
+    ttl_seconds: float
+    def __init__(self, gateway_id: _Optional[str] = ..., held: _Optional[_Mapping[str, int]] = ..., ttl_seconds: _Optional[float] = ...) -> None: ...
+
+class HeldReportResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class PickRequest(_message.Message):
     __slots__ = ("request_id", "model", "token_ids", "tenant", "session_id", "exclude_endpoint_ids", "share_prefix_cache")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -83,7 +104,7 @@ class ReplicaStats(_message.Message):
     def __init__(self, endpoint_id: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., draining: _Optional[bool] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., in_flight: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., kv_cache_blocks: _Optional[int] = ..., block_size: _Optional[int] = ..., kv_events_live: _Optional[bool] = ..., indexed_blocks: _Optional[int] = ...) -> None: ...
 
 class DeploymentStats(_message.Message):
-    __slots__ = ("model", "replicas", "queue_depth", "ready_replicas", "running", "in_flight", "capacity", "kv_cache_usage", "routing_policy")
+    __slots__ = ("model", "replicas", "queue_depth", "ready_replicas", "running", "in_flight", "capacity", "kv_cache_usage", "routing_policy", "held")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +114,7 @@ class DeploymentStats(_message.Message):
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
     ROUTING_POLICY_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     model: str
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStats]
     queue_depth: int
@@ -102,7 +124,8 @@ class DeploymentStats(_message.Message):
     capacity: int
     kv_cache_usage: float
     routing_policy: str
-    def __init__(self, model: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStats, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., ready_replicas: _Optional[int] = ..., running: _Optional[int] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., routing_policy: _Optional[str] = ...) -> None: ...
+    held: int
+    def __init__(self, model: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStats, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., ready_replicas: _Optional[int] = ..., running: _Optional[int] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., routing_policy: _Optional[str] = ..., held: _Optional[int] = ...) -> None: ...
 
 class PoolStats(_message.Message):
     __slots__ = ("deployments",)

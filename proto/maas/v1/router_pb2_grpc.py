@@ -51,6 +51,11 @@ class RouterStub:
                 request_serializer=maas_dot_v1_dot_router__pb2.PoolStatsRequest.SerializeToString,
                 response_deserializer=maas_dot_v1_dot_router__pb2.PoolStats.FromString,
                 _registered_method=True)
+        self.ReportHeld = channel.unary_unary(
+                '/maas.v1.Router/ReportHeld',
+                request_serializer=maas_dot_v1_dot_router__pb2.HeldReport.SerializeToString,
+                response_deserializer=maas_dot_v1_dot_router__pb2.HeldReportResponse.FromString,
+                _registered_method=True)
 
 
 class RouterServicer:
@@ -77,6 +82,14 @@ class RouterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportHeld(self, request, context):
+        """A gateway's requests held for deployments with no ready replica (scale to
+        zero): they count in the pool's queue depth, so the operator starts one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +107,11 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.GetPoolStats,
                     request_deserializer=maas_dot_v1_dot_router__pb2.PoolStatsRequest.FromString,
                     response_serializer=maas_dot_v1_dot_router__pb2.PoolStats.SerializeToString,
+            ),
+            'ReportHeld': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportHeld,
+                    request_deserializer=maas_dot_v1_dot_router__pb2.HeldReport.FromString,
+                    response_serializer=maas_dot_v1_dot_router__pb2.HeldReportResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -179,6 +197,33 @@ class Router:
             '/maas.v1.Router/GetPoolStats',
             maas_dot_v1_dot_router__pb2.PoolStatsRequest.SerializeToString,
             maas_dot_v1_dot_router__pb2.PoolStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportHeld(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/maas.v1.Router/ReportHeld',
+            maas_dot_v1_dot_router__pb2.HeldReport.SerializeToString,
+            maas_dot_v1_dot_router__pb2.HeldReportResponse.FromString,
             options,
             channel_credentials,
             insecure,
