@@ -187,6 +187,12 @@ AUTOSCALING = _obj(
         "drainTimeoutSeconds": _int(
             600, 1, description="remove a draining replica after this even if requests remain"
         ),
+        "scaleToZeroAfterSeconds": _int(
+            600,
+            1,
+            description="with replicas.min 0: remove the last replica after this long "
+            "with no request; the gateway holds the next one while a replica starts",
+        ),
     },
     "watermark autoscaling on queue depth",
     **{
@@ -237,6 +243,17 @@ SPEC = {
         "autoscaling": AUTOSCALING,
         "routing": ROUTING,
         "canary": CANARY,
+        # Routes in the gateway: each alias splits between the model and its canary.
+        "aliases": {
+            "type": "array",
+            "maxItems": 16,
+            "description": "more names tenants may send for this model (the gateway's routes)",
+            "items": {
+                "type": "string",
+                "pattern": r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$",
+                "maxLength": 128,
+            },
+        },
     },
 }
 
@@ -264,6 +281,19 @@ STATUS = {
         "lastScaleTime": {"type": "string", "format": "date-time"},
         "lastAction": {"type": "string", "description": "the autoscaler's last decision"},
         "selector": {"type": "string", "description": "engine pods' label selector"},
+        "canaryWeight": {
+            "type": "integer",
+            "description": "percent of traffic routed to the canary",
+        },
+        "scaledToZero": {
+            "type": "boolean",
+            "description": "no replica asked for; requests are held",
+        },
+        "heldRequests": {"type": "integer", "description": "requests gateways hold for a replica"},
+        "coldStartSeconds": {
+            "type": "number",
+            "description": "the last start from zero, in seconds",
+        },
         "observedGeneration": {"type": "integer"},
         "conditions": {"type": "array", "items": CONDITION},
         # The autoscaler's memory lives in status so an operator restart
@@ -272,6 +302,8 @@ STATUS = {
             "type": "object",
             "properties": {
                 "lowSince": {"type": "string", "format": "date-time"},
+                "idleSince": {"type": "string", "format": "date-time"},
+                "coldStartSince": {"type": "string", "format": "date-time"},
                 "drain": {
                     "type": "object",
                     "properties": {
