@@ -25,6 +25,8 @@ PRINTER_COLUMNS = [
     {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
     {"name": "Queue", "type": "integer", "jsonPath": ".status.queueDepth"},
     {"name": "Util", "type": "number", "jsonPath": ".status.utilization"},
+    {"name": "Canary", "type": "integer", "jsonPath": ".status.canaryWeight"},
+    {"name": "ScaledToZero", "type": "boolean", "jsonPath": ".status.scaledToZero"},
     {"name": "Action", "type": "string", "jsonPath": ".status.lastAction", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

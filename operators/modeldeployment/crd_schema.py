@@ -8,6 +8,10 @@ simulator.
 
 from typing import Any
 
+from services.engine.quantization.config import METHODS as QUANTIZATION_METHODS
+from services.router.policies import DEFAULT_POLICY, POLICIES
+from services.router.registry import SCORERS
+
 GROUP = "maas.io"
 VERSION = "v1alpha1"
 KIND = "ModelDeployment"
@@ -109,7 +113,12 @@ ENGINE = _obj(
         "maxNumSeqs": _int(64, 1, 4096, description="sequences in one batch at most"),
         "maxNumBatchedTokens": _int(2048, 16, description="tokens computed per step"),
         "blockSize": _int(16, 1, 256, description="tokens per KV-cache block"),
-        "quantization": _str("weight quantization", enum=["none", "int8", "fp8"], default="none"),
+        # Enums from what the engine and the router accept, so they cannot drift apart.
+        "quantization": _str(
+            "weight-only quantization of the decoder's linear layers",
+            enum=list(QUANTIZATION_METHODS),
+            default="none",
+        ),
         "prefixCacheSharing": _str(
             "tenant = a request hits only its own tenant's cached prefixes; global = "
             "requests the gateway's routing table marks share_prefix_cache share theirs "
@@ -210,13 +219,24 @@ ROUTING = _obj(
     {
         "policy": _str(
             "how the router picks a replica",
-            enum=["least-load", "prefix-affinity"],
-            default="least-load",
+            enum=sorted(POLICIES),
+            default=DEFAULT_POLICY,
         ),
         "weights": {
             "type": "object",
             "additionalProperties": {"type": "number", "minimum": 0},
-            "description": "scorer weights by name, e.g. {prefix: 2, load: 1}",
+            # Bounds the CEL rule's cost, which the API server estimates at install.
+            "maxProperties": len(SCORERS),
+            "description": "scorer weights over the policy's, by scorer name: "
+            + ", ".join(sorted(SCORERS))
+            + "; 0 turns a scorer off",
+            # A misspelt scorer would otherwise be dropped by the router in silence.
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.all(name, name in {sorted(SCORERS)!r})",
+                    "message": f"unknown scorer; choose from {', '.join(sorted(SCORERS))}",
+                }
+            ],
         },
     },
     "router policy for this model",
@@ -261,7 +281,7 @@ CONDITION = {
     "type": "object",
     "required": ["type", "status"],
     "properties": {
-        "type": {"type": "string", "enum": ["Available", "Progressing", "ScalingLimited"]},
+        "type": {"type": "string", "enum": ["Ready", "Available", "Progressing", "ScalingLimited"]},
         "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
         "reason": {"type": "string"},
         "message": {"type": "string"},
