@@ -16,6 +16,11 @@ so a burst while weights load asks once, not once per tick:
 
 min/max bound the replicas that serve; a draining replica is on its way out
 and is counted on top until it is removed.
+
+With min 0 the last replica goes only after scaleToZeroAfterSeconds with no
+request at all (none waiting, none running), not after the stabilisation
+window: a cold start costs a request its whole start-up time. From zero, any
+queue (the gateways' held requests count in it) scales out at once.
 """
 
 import math
@@ -45,6 +50,7 @@ class AutoscalingConfig:
     scale_in_watermark: float = 0.3
     stabilization_seconds: float = 300.0
     cooldown_seconds: float = 60.0
+    scale_to_zero_after_seconds: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class Observation:
     ready_replicas: int  # taking requests: ready and not draining
     desired_replicas: int  # replicas asked for: ready, starting and draining
     draining_replicas: int = 0
+    running: int = 0  # requests running on the replicas; with queue_depth, activity
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class AutoscalerState:
 
     last_scale_time: float | None = None
     low_since: float | None = None
+    idle_since: float | None = None  # no request waiting or running since
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,9 @@ def decide(config: AutoscalingConfig, obs: Observation, state: AutoscalerState) 
     # Utilisation counted against replicas that do not exist is never "low".
     low = on_the_way < config.scale_in_watermark and serving > 0
     low_since = (state.low_since if state.low_since is not None else obs.now) if low else None
-    state = replace(state, low_since=low_since)
+    idle = obs.queue_depth == 0 and obs.running == 0
+    idle_since = (state.idle_since if state.idle_since is not None else obs.now) if idle else None
+    state = replace(state, low_since=low_since, idle_since=idle_since)
 
     def decision(action, serving_target, limited, message, scaled=False):
         new_state = replace(state, last_scale_time=obs.now) if scaled else state
@@ -160,6 +170,8 @@ def decide(config: AutoscalingConfig, obs: Observation, state: AutoscalerState) 
     if serving <= config.min_replicas:
         return decision(Action.STEADY, serving, True, f"at min {config.min_replicas}")
     starting = serving - obs.ready_replicas
+    if serving == 1:
+        return _to_zero(config, obs, idle_since, starting, decision)
     waited = obs.now - low_since
     if starting > 0 or waited < config.stabilization_seconds:
         return decision(
@@ -170,9 +182,7 @@ def decide(config: AutoscalingConfig, obs: Observation, state: AutoscalerState) 
             + (f", {starting} starting" if starting > 0 else ""),
         )
     fewer = serving - 1
-    if (fewer == 0 and obs.queue_depth > 0) or (
-        fewer > 0 and utilization(obs.queue_depth, fewer, cap) >= config.prewarm_watermark
-    ):
+    if utilization(obs.queue_depth, fewer, cap) >= config.prewarm_watermark:
         return decision(Action.STEADY, serving, False, "one replica fewer would pre-warm again")
     return decision(
         Action.SCALE_IN,
@@ -180,5 +190,27 @@ def decide(config: AutoscalingConfig, obs: Observation, state: AutoscalerState) 
         False,
         f"utilisation {on_the_way:.2f} < {config.scale_in_watermark} for "
         f"{waited:.0f}s: draining one of {serving} replicas",
+        True,
+    )
+
+
+def _to_zero(config: AutoscalingConfig, obs: Observation, idle_since, starting: int, decision):
+    """min is 0 and one replica serves: remove it once idle long enough."""
+    if idle_since is None:
+        return decision(Action.STEADY, 1, False, "the last replica is serving requests")
+    idle_for = obs.now - idle_since
+    if starting > 0 or idle_for < config.scale_to_zero_after_seconds:
+        return decision(
+            Action.STABILIZING,
+            1,
+            False,
+            f"idle for {idle_for:.0f}s of {config.scale_to_zero_after_seconds:.0f}s "
+            "before scaling to zero",
+        )
+    return decision(
+        Action.SCALE_IN,
+        0,
+        False,
+        f"no request for {idle_for:.0f}s: draining the last replica (scale to zero)",
         True,
     )

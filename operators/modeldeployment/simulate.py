@@ -4,6 +4,10 @@ Each trace row is one observation, as one operator tick would see it. A
 replica asked for becomes ready `--startup-delay` seconds later (weights
 loading); a scale-in removes one ready replica at once, as if its drain
 finished before the next row. Ops tune watermarks here before applying them.
+
+With replicas.min 0 a trace that goes idle ends at zero replicas. Requests
+that arrive then are held at the gateway (`held`) until a replica is ready;
+the row where one is ready says how long the first of them waited (`hold_s`).
 """
 
 import argparse
@@ -25,7 +29,16 @@ from operators.modeldeployment.policy import (
 from operators.modeldeployment.spec import autoscaling_config
 from operators.modeldeployment.validation import validate
 
-COLUMNS = ["time_s", "queue_depth", "ready_replicas", "desired_replicas", "utilization", "action"]
+COLUMNS = [
+    "time_s",
+    "queue_depth",
+    "ready_replicas",
+    "desired_replicas",
+    "utilization",
+    "action",
+    "held",
+    "hold_s",
+]
 
 
 @dataclass
@@ -58,8 +71,14 @@ def simulate(
     pool.ready_at = [start - startup_delay] * initial
     state = AutoscalerState()
     rows = []
+    held_since: float | None = None  # when the first request found no replica
     for now, queue_depth in trace:
         ready = pool.ready(now)
+        hold_s = None
+        if ready == 0 and queue_depth > 0 and held_since is None:
+            held_since = now
+        elif ready > 0 and held_since is not None:
+            hold_s, held_since = now - held_since, None
         obs = Observation(now, queue_depth, ready, len(pool.ready_at))
         decision = decide(config, obs, state)
         state = decision.state
@@ -72,6 +91,8 @@ def simulate(
                 "desired_replicas": decision.desired_replicas,
                 "utilization": round(decision.utilization, 3),
                 "action": decision.action.value,
+                "held": queue_depth if ready == 0 else 0,
+                "hold_s": "" if hold_s is None else round(hold_s, 3),
             }
         )
     return rows
@@ -115,6 +136,8 @@ def format_rows(rows: list[dict], fmt: str) -> str:
 
 
 def _cell(value) -> str:
+    if value == "":
+        return "-"  # so the table's columns still line up
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
@@ -146,4 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         if r["action"] in {a.value for a in (Action.PREWARM, Action.SCALE_OUT, Action.SCALE_IN)}
     )
     print(f"# {scaled} scaling actions over {len(rows)} rows", file=sys.stderr)
+    holds = [r["hold_s"] for r in rows if r["hold_s"] != ""]
+    if holds:
+        print(f"# {len(holds)} cold starts; longest hold {max(holds):g}s", file=sys.stderr)
     return 0

@@ -16,6 +16,7 @@ def autoscaling_config(spec: dict) -> AutoscalingConfig:
         scale_in_watermark=scaling["scaleInWatermark"],
         stabilization_seconds=scaling["stabilizationSeconds"],
         cooldown_seconds=scaling["cooldownSeconds"],
+        scale_to_zero_after_seconds=scaling["scaleToZeroAfterSeconds"],
     )
 
 

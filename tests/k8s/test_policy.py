@@ -116,15 +116,36 @@ def test_a_rise_resets_the_window():
     assert after.action is Action.STABILIZING  # 20 s into a new window, not 70
 
 
-def test_scale_to_zero_needs_an_empty_queue():
-    config = AutoscalingConfig(**{**CONFIG.__dict__, "min_replicas": 0})
+def test_scale_to_zero_after_idle_time_not_the_stabilisation_window():
+    config = AutoscalingConfig(
+        **{**CONFIG.__dict__, "min_replicas": 0, "scale_to_zero_after_seconds": 600}
+    )
     low = AutoscalerState(low_since=0.0)
     busy = decide(config, observe(queue=1, ready=1), low)
     assert busy.action is Action.STEADY and busy.desired_replicas == 1
-    idle = decide(config, observe(queue=0, ready=1), low)
-    assert idle.action is Action.SCALE_IN and idle.desired_replicas == 0
-    woken = decide(config, observe(queue=1, ready=0, desired=0), AutoscalerState())
+    # Nothing waiting but one request running: not idle, the clock does not start.
+    running = decide(config, Observation(1000.0, 0, 1, 1, running=1), low)
+    assert running.action is Action.STEADY and running.state.idle_since is None
+    idle = decide(config, observe(queue=0, ready=1, now=1000.0), running.state)
+    assert idle.action is Action.STABILIZING and idle.desired_replicas == 1
+    assert idle.state.idle_since == 1000.0
+    # The stabilisation window (60 s) is long past; the idle time (600 s) is not.
+    early = decide(config, observe(queue=0, ready=1, now=1599.0), idle.state)
+    assert early.action is Action.STABILIZING
+    gone = decide(config, observe(queue=0, ready=1, now=1600.0), early.state)
+    assert gone.action is Action.SCALE_IN and gone.desired_replicas == 0
+    # At zero, one held request (in the queue depth) starts a replica at once.
+    woken = decide(config, observe(queue=1, ready=0, desired=0), gone.state)
     assert woken.action is Action.SCALE_OUT and woken.desired_replicas == 1
+
+
+def test_a_request_restarts_the_idle_clock():
+    config = AutoscalingConfig(**{**CONFIG.__dict__, "min_replicas": 0})
+    state = decide(config, observe(queue=0, ready=1, now=0.0), AutoscalerState()).state
+    state = decide(config, observe(queue=1, ready=1, now=500.0), state).state
+    assert state.idle_since is None
+    later = decide(config, observe(queue=0, ready=1, now=700.0), state)
+    assert later.action is Action.STABILIZING and later.state.idle_since == 700.0
 
 
 def _changes(rows) -> int:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from operators.modeldeployment.simulate import COLUMNS
 from services.cli import main as maas
 
 ROOT = Path(__file__).resolve().parents[2]
 BURST = ROOT / "deploy" / "examples" / "burst-trace.csv"
-COLUMNS = ["time_s", "queue_depth", "ready_replicas", "desired_replicas", "utilization", "action"]
 
 
 def run(capsys, *args) -> str:
@@ -50,7 +50,7 @@ def test_table_format_lines_up(capsys, tmp_path):
     trace.write_text("time_s,queue_depth\n0,0\n10,40\n")
     lines = run(capsys, "--trace", str(trace)).splitlines()
     assert lines[0].split() == COLUMNS
-    assert lines[2].split() == ["10", "40", "1", "3", "1.25", "scale-out"]
+    assert lines[2].split() == ["10", "40", "1", "3", "1.25", "scale-out", "0", "-"]
     assert len({len(line) for line in lines}) == 1
 
 
@@ -73,3 +73,28 @@ def test_trace_without_the_columns_is_refused(capsys, tmp_path):
     with pytest.raises(SystemExit):
         maas(["operator", "simulate", "--trace", str(trace)])
     assert "time_s,queue_depth" in capsys.readouterr().err
+
+
+def test_idle_trace_ends_at_zero_and_the_next_request_is_held_for_the_cold_start(capsys, tmp_path):
+    spec = tmp_path / "md.yaml"
+    spec.write_text(
+        "apiVersion: maas.io/v1alpha1\nkind: ModelDeployment\nmetadata: {name: m}\n"
+        "spec: {replicas: {min: 0, max: 2}, autoscaling: {scaleToZeroAfterSeconds: 60}}\n"
+    )
+    # Busy for a minute, idle for three, then one request that waits in the queue.
+    depths = [3] * 6 + [0] * 18 + [1] * 6
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "time_s,queue_depth\n" + "".join(f"{i * 10},{d}\n" for i, d in enumerate(depths))
+    )
+    out = run(capsys, "--trace", str(trace), "--spec", str(spec), "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    idle = rows[23]
+    assert (idle["desired_replicas"], idle["ready_replicas"]) == ("0", "0")
+    scaled_in = next(i for i, r in enumerate(rows) if r["action"] == "scale-in")
+    assert int(float(rows[scaled_in]["time_s"])) == 60 + 60  # idle from t=60, after 60 s
+    arrival = rows[24]
+    assert arrival["action"] == "scale-out" and arrival["held"] == "1"
+    # min 0 starts at zero too; each replica asked for is ready 30 s later: the hold.
+    served = [(float(r["time_s"]), float(r["hold_s"])) for r in rows if r["hold_s"]]
+    assert served == [(30.0, 30.0), (270.0, 30.0)]
