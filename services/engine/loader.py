@@ -1,10 +1,14 @@
 """Build a ready-to-run model from a GGUF file or a Hugging Face safetensors folder."""
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from tqdm import tqdm
 
+from services.common.model_cache import derived_folder, publish
 from services.engine.gguf_loader import load_gguf
 from services.engine.model import LlamaForCausalLM
 from services.engine.model_config import ModelConfig
@@ -21,7 +25,7 @@ def load_model(
     quantization: QuantizationConfig | None = None,
 ) -> tuple[LlamaForCausalLM, ModelConfig]:
     path = Path(path)
-    config, weights = load_gguf(path) if path.is_file() else load_safetensors(path)
+    config, weights = _load_gguf_cached(path) if path.is_file() else load_safetensors(path)
     quantizing = quantization is not None and quantization.enabled
     # Layers to be quantized load in float32 first, so their weights are rounded once.
     load_dtype = torch.float32 if quantizing else dtype
@@ -58,3 +62,21 @@ def load_model(
     if quantizing:
         model = quantize_model(model, quantization, dtype, source=path)
     return model, config
+
+
+def _load_gguf_cached(path: Path) -> tuple[ModelConfig, Mapping[str, torch.Tensor]]:
+    # The float32 Hugging Face folder this writes loads the same tensors (tested)
+    # without parsing the GGUF's metadata or dequantizing it again.
+    folder = derived_folder(path)
+    if (folder / _CONFIG).is_file():
+        return load_safetensors(folder)
+    config, lazy = load_gguf(path)
+    weights = {name: tensor.contiguous() for name, tensor in lazy.items()}
+    # config.json goes last: its presence says the folder's weights are whole.
+    if publish(folder, "model.safetensors", lambda p: save_file(weights, p)):
+        hf_config = json.dumps(config.to_hf_config(), indent=2)
+        publish(folder, _CONFIG, lambda p: p.write_text(hf_config))
+    return config, weights
+
+
+_CONFIG = "config.json"

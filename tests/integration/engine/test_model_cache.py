@@ -1,0 +1,83 @@
+"""A GGUF read once: the Hugging Face folder derived from it loads back as the same model.
+
+Each test points the cache at its own folder, so the first load is the GGUF
+path (which writes the folder) and the second the cached one.
+"""
+
+import pytest
+import torch
+
+from services.common import tokenizer_loader
+from services.common.model_cache import derived_folder, publish
+from services.common.tokenizer_loader import load_tokenizer
+from services.engine import loader
+
+TEXTS = [
+    "Hello, world!",
+    "  1 22  333\n\tindent",
+    "<|im_start|>user\nhi<|im_end|>",
+    "naïve café 日本語 🙂",
+]
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAAS_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _unread(*_):
+    raise AssertionError("the GGUF was read again although its folder is cached")
+
+
+def test_cached_tokenizer_encodes_and_describes_the_model_as_the_gguf_does(
+    cache_dir, smollm_path, monkeypatch
+):
+    direct = load_tokenizer(smollm_path)  # cold: read from the GGUF, and the folder written
+    monkeypatch.setattr(tokenizer_loader, "_load_gguf", _unread)
+    warm = load_tokenizer(smollm_path)
+
+    assert [warm.encode(t) for t in TEXTS] == [direct.encode(t) for t in TEXTS]
+    assert warm.encode("hi", add_special_tokens=True) == direct.encode(
+        "hi", add_special_tokens=True
+    )
+    facts = ("bos_token_id", "eos_token_id", "bos_token", "eos_token", "chat_template")
+    assert [getattr(warm, f) for f in facts] == [getattr(direct, f) for f in facts]
+    assert warm.max_model_len == direct.max_model_len
+    assert warm.special_tokens.ids == direct.special_tokens.ids
+    ids = direct.encode(TEXTS[3])
+    assert warm.tokenizer.decode(ids) == direct.tokenizer.decode(ids)
+
+
+def test_cached_weights_are_the_dequantized_gguf_tensors(cache_dir, smollm_path, monkeypatch):
+    cold_config, cold = loader._load_gguf_cached(smollm_path)
+    monkeypatch.setattr(loader, "load_gguf", _unread)
+    warm_config, warm = loader._load_gguf_cached(smollm_path)
+
+    assert warm_config == cold_config
+    assert sorted(warm) == sorted(cold)
+    for name in cold:
+        assert torch.equal(warm[name], cold[name]), name
+
+
+def test_a_changed_source_file_gets_a_new_folder(cache_dir, tmp_path):
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"one")
+    first = derived_folder(source)
+    source.write_bytes(b"two!")
+    assert derived_folder(source) != first
+
+
+def test_an_unwritable_cache_is_skipped_and_leaves_nothing_behind(tmp_path):
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    assert not publish(blocked / "models" / "m", "tokenizer.json", lambda p: p.write_text("{}"))
+
+    folder = tmp_path / "ok"
+    assert not publish(folder, "config.json", _fail_midway)
+    assert list(folder.iterdir()) == []
+
+
+def _fail_midway(path):
+    path.write_text("half")
+    raise OSError(28, "No space left on device")
