@@ -22,6 +22,7 @@ from operators.modeldeployment.defaults import defaulted_spec
 from operators.modeldeployment.kube import Credentials
 from operators.modeldeployment.reconcile import delete_owned, reconcile
 from operators.modeldeployment.resources import selector_string
+from operators.modeldeployment.routes import RoutesConfigMap
 from operators.modeldeployment.status import merge_conditions, ready
 
 FINALIZER = "maas.io/cleanup"
@@ -35,6 +36,8 @@ class OperatorContext:
     admission: AdmissionPolicy
     # The Secret whose service-token the engines demand (docs/security.md); empty: none.
     service_token_secret: str = ""
+    # Where the gateway's routes of every ModelDeployment go; None: nowhere (no gateway watches).
+    routes: RoutesConfigMap | None = None
     login: Callable[..., kopf.ConnectionInfo | None] = kopf.login_via_client
     clock: Callable[[], float] = field(default=time.time)
 
@@ -104,11 +107,16 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
             message = ", ".join(f"{k} {v}" for k, v in sorted(changed.items()))
             kopf.event(body, type="Normal", reason="Reconciled", message=message)
             logger.info("reconciled %s", message)
+        if ctx.routes is not None:
+            meta = body["metadata"]
+            await ctx.routes.publish(ctx.deps.api, meta["namespace"], meta["name"], spec)
         patch.status["selector"] = selector_string(body["metadata"]["name"])
 
     @kopf.on.delete(**resource)
     async def cleanup(body, logger, **_):
         meta = body["metadata"]
+        if ctx.routes is not None:
+            await ctx.routes.withdraw(ctx.deps.api, meta["namespace"], meta["name"])
         deleted = await delete_owned(ctx.deps.api, meta["namespace"], meta["name"])
         logger.info("deleted %s", ", ".join(deleted) or "nothing")
 

@@ -17,6 +17,7 @@ BASE_PATHS = {
     "Service": "/api/v1/namespaces/{ns}/services",
     "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
     "Pod": "/api/v1/namespaces/{ns}/pods",
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
 }
 
 

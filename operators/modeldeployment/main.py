@@ -1,6 +1,7 @@
 """`maas serve operator`: the ModelDeployment operator process."""
 
 import asyncio
+from pathlib import Path
 
 import kopf
 
@@ -9,8 +10,20 @@ from operators.modeldeployment.autoscale import Dependencies
 from operators.modeldeployment.grpc_clients import RouterClient, drain_engine
 from operators.modeldeployment.handlers import OperatorContext, build_registry
 from operators.modeldeployment.kube import Credentials, KubeApi
+from operators.modeldeployment.routes import RoutesConfigMap
 from operators.modeldeployment.settings import OperatorSettings
 from services.common.metrics import start_metrics_server
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def routes_configmap(settings: OperatorSettings) -> RoutesConfigMap | None:
+    if not settings.routes_configmap:
+        return None
+    namespace = settings.routes_namespace
+    if not namespace and SERVICE_ACCOUNT_NAMESPACE.exists():
+        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    return RoutesConfigMap(namespace or "default", settings.routes_configmap)
 
 
 async def serve(settings: OperatorSettings) -> None:
@@ -22,6 +35,7 @@ async def serve(settings: OperatorSettings) -> None:
         engine_image=settings.engine_image,
         interval_seconds=settings.interval_seconds,
         service_token_secret=settings.service_token_secret,
+        routes=routes_configmap(settings),
         admission=AdmissionPolicy(
             # A spec may name the default image outright.
             allowed_images=(*settings.allowed_images, settings.engine_image),

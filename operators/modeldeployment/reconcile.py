@@ -82,13 +82,15 @@ async def reconcile(
     ]
     if resources.canary_wanted(spec):
         objects.append(resources.deployment(owner, spec, image, 1, "canary", token_secret))
+        objects.append(resources.service(owner, spec, "canary"))
     outcomes = {}
     for obj in objects:
         outcomes[f"{obj['kind']}/{obj['metadata']['name']}"] = await apply(api, obj)
     if not resources.canary_wanted(spec):
-        canary = resources.names(name)["canary"]
-        if await api.delete(object_path("Deployment", namespace, canary)):
-            outcomes[f"Deployment/{canary}"] = "deleted"
+        n = resources.names(name)
+        for kind, obj_name in (("Deployment", n["canary"]), ("Service", n["canary_service"])):
+            if await api.delete(object_path(kind, namespace, obj_name)):
+                outcomes[f"{kind}/{obj_name}"] = "deleted"
     return outcomes
 
 
@@ -99,6 +101,7 @@ async def delete_owned(api: KubeApi, namespace: str, name: str) -> list[str]:
         ("Deployment", n["deployment"]),
         ("Deployment", n["canary"]),
         ("Service", n["service"]),
+        ("Service", n["canary_service"]),
         ("PodDisruptionBudget", n["pdb"]),
     ]
     deleted = []

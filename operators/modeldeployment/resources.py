@@ -1,4 +1,8 @@
-"""The objects a ModelDeployment owns: engine Deployment(s), Service, PDB.
+"""The objects a ModelDeployment owns: engine Deployment(s), Service(s), PDB.
+
+A canary is a deployment of its own (`<model>-canary`): its own Deployment,
+headless Service and so router pool, so the gateway splits traffic between
+the two by weight (routes.py) and billing prices each.
 
 Pure builders from the owner's metadata and its defaulted spec; the handlers
 apply them. Replica counts are not here: the autoscaler owns them.
@@ -9,7 +13,7 @@ import json
 from operators.modeldeployment.crd_schema import GROUP, KIND, VERSION
 from operators.modeldeployment.engine_args import GRPC_PORT, METRICS_PORT, engine_args
 from operators.modeldeployment.model_source import model_mount
-from operators.modeldeployment.spec import model_id
+from operators.modeldeployment.spec import track_model_id
 
 OWNER_LABEL = "maas.io/model-deployment"
 TRACK_LABEL = "maas.io/track"  # main or canary
@@ -25,6 +29,7 @@ def names(name: str) -> dict[str, str]:
         "deployment": f"{name}-engine",
         "canary": f"{name}-engine-canary",
         "service": f"{name}-engine",
+        "canary_service": f"{name}-engine-canary",
         "pdb": f"{name}-engine",
     }
 
@@ -68,7 +73,7 @@ def _labels(owner: dict, spec: dict, track: str, version: str) -> dict:
         "app.kubernetes.io/instance": name,
         "app.kubernetes.io/component": "engine",
         "app.kubernetes.io/managed-by": "maas-operator",
-        "maas.io/model": model_id(name, spec),
+        "maas.io/model": track_model_id(name, spec, track),
         "maas.io/version": version,
         **selector(name, track),
     }
@@ -111,7 +116,9 @@ def pod_template(
     container = {
         "name": "engine",
         "image": image,
-        "args": engine_args(model_id(name, spec), mount.model_path, spec["engine"], drain_timeout),
+        "args": engine_args(
+            track_model_id(name, spec, track), mount.model_path, spec["engine"], drain_timeout
+        ),
         "env": [
             {"name": "MAAS_ENGINE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "MAAS_LOG_FORMAT", "value": "json"},
@@ -204,30 +211,28 @@ def deployment(
     }
 
 
-def service(owner: dict, spec: dict) -> dict:
+def service(owner: dict, spec: dict, track: str = "main") -> dict:
     name = owner["metadata"]["name"]
-    # Routing intent for the router's Kubernetes discovery; both tracks are behind it.
+    canary = track == "canary"
+    # Routing intent for the router's Kubernetes discovery.
     annotations = {
         "maas.io/routing-policy": spec["routing"]["policy"],
         "maas.io/routing-weights": json.dumps(spec["routing"].get("weights") or {}, sort_keys=True),
-        "maas.io/canary-weight": str(
-            spec["canary"]["weight"] if spec["canary"].get("version") else 0
-        ),
     }
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _metadata(
             owner,
-            names(name)["service"],
-            _labels(owner, spec, "main", spec["version"]),
+            names(name)["canary_service" if canary else "service"],
+            _labels(owner, spec, track, spec["canary"]["version"] if canary else spec["version"]),
             annotations,
         ),
         "spec": {
             # Headless: the router talks to each replica, never to a virtual IP.
             "clusterIP": "None",
             "publishNotReadyAddresses": False,
-            "selector": {OWNER_LABEL: name},
+            "selector": selector(name, track),
             "ports": [
                 {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc"},
                 {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"},

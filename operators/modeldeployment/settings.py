@@ -24,6 +24,14 @@ class OperatorSettings(ServiceSettings):
         description="regular expression a spec's credentialsSecret must match in full",
     )
     interval_seconds: float = Field(5.0, gt=0, description="autoscaler tick per ModelDeployment")
+    routes_configmap: str = Field(
+        "maas-operator-routes",
+        description="ConfigMap the operator writes the gateway's routes into (aliases, "
+        "canary weights, scale to zero); empty = write none",
+    )
+    routes_namespace: str = Field(
+        "", description="namespace of that ConfigMap; empty = the operator's own"
+    )
     service_token_secret: str = Field(
         "",
         description="Secret in each engine's namespace whose service-token engines demand "

@@ -27,3 +27,12 @@ def drain_timeout_seconds(spec: dict) -> float:
 def model_id(name: str, spec: dict) -> str:
     """The id clients and the router use; the resource name unless spec says otherwise."""
     return (spec.get("model") or {}).get("name") or name
+
+
+def canary_model_id(name: str, spec: dict) -> str:
+    """The canary's own deployment (router pool, price, routes): `<model>-canary`."""
+    return f"{model_id(name, spec)}-canary"
+
+
+def track_model_id(name: str, spec: dict, track: str) -> str:
+    return canary_model_id(name, spec) if track == "canary" else model_id(name, spec)

@@ -17,10 +17,19 @@ Loaded from a YAML file (a ConfigMap in Kubernetes):
         tokenizer: smollm2-135m-instruct   # whose chat template / vocabulary to use
         max_in_flight: 32                  # this replica's slots (default: pool capacity)
         share_prefix_cache: false          # true: tenants share cached prefixes (see below)
+      smollm2-135m-instruct:
+        scales_to_zero: true               # may have no replica: hold requests, do not refuse
     expose_deployments: true    # also serve each deployment under its own name
 
 A deployment is a model id the router knows. Deployments that are not up
 right now are skipped when picking, so a canary can be listed before it runs.
+When none of an alias's deployments is up but one `scales_to_zero`, the route
+comes back with `ready=False`: the gateway holds the request while a replica
+starts (cold_start_hold.py) instead of answering 503.
+
+The operator's routes (one fragment per ModelDeployment, from its ConfigMap)
+are merged over this file's table with `merged`: the file keeps its tiers, and
+a name the file already routes stays the file's.
 
 A tier's pool is that tier's alone, however it is named: a deployment that
 serves only tier pools (it is in no alias's routes) cannot be named directly
@@ -67,6 +76,7 @@ class DeploymentOptions(_Strict):
     tokenizer: str | None = None
     max_in_flight: int | None = Field(None, gt=0)
     share_prefix_cache: bool = False
+    scales_to_zero: bool = False
 
 
 DEFAULT_TIERS = {
@@ -84,6 +94,7 @@ class Route:
     max_in_flight: int | None
     tier: Tier
     share_prefix_cache: bool = False
+    ready: bool = True  # False: no replica up now, hold until one is
 
 
 class NoDeploymentUpError(LookupError):
@@ -100,12 +111,32 @@ class RoutingTable(_Strict):
     def from_yaml(cls, text: str) -> "RoutingTable":
         return cls.model_validate(yaml.safe_load(text) or {})
 
+    def merged(self, fragments: list["RoutingTable"]) -> tuple["RoutingTable", list[str]]:
+        """This table with each fragment's aliases and deployments added; names
+        already taken keep their first owner. Returns the table and those names."""
+        models, deployments = dict(self.models), dict(self.deployments)
+        clashes = []
+        for fragment in fragments:
+            for own, theirs in ((models, fragment.models), (deployments, fragment.deployments)):
+                for name, entry in theirs.items():
+                    if name in own:
+                        clashes.append(name)
+                    else:
+                        own[name] = entry
+        return self.model_copy(update={"models": models, "deployments": deployments}), clashes
+
+    def scales_to_zero(self, deployment: str) -> bool:
+        options = self.deployments.get(deployment)
+        return options is not None and options.scales_to_zero
+
     def tier(self, name: str) -> Tier:
         return self.tiers.get(name) or Tier()
 
     def names(self, running: set[str], tier: str | None = None) -> list[str]:
         """What a tenant of `tier` may ask for now (any tier's names when None):
         aliases with a deployment up, and deployments."""
+        # A deployment at zero replicas is still served: its requests are held.
+        running = running | {d for d, o in self.deployments.items() if o.scales_to_zero}
         aliases = {
             name
             for name, alias in self.models.items()
@@ -139,11 +170,16 @@ class RoutingTable(_Strict):
         """The deployment for this request; None if `model` is unknown to this tier."""
         alias = self.models.get(model)
         if alias is None:
-            if not (model in running and self._exposed(model, tier)):
+            known = model in running or self.scales_to_zero(model)
+            if not (known and self._exposed(model, tier)):
                 return None
             deployment = model
         else:
             targets = [t for t in self._targets(alias, tier) if t.deployment in running]
+            # None up: one that scales to zero will be, once the held request starts it.
+            targets = targets or [
+                t for t in self._targets(alias, tier) if self.scales_to_zero(t.deployment)
+            ]
             if not targets:
                 raise NoDeploymentUpError(model)
             deployment = pick(targets, f"{model}/{session}" if session else None)
@@ -155,6 +191,7 @@ class RoutingTable(_Strict):
             max_in_flight=options.max_in_flight,
             tier=self.tier(tier),
             share_prefix_cache=options.share_prefix_cache,
+            ready=deployment in running,
         )
 
 

@@ -89,7 +89,9 @@ def reasons(emulator) -> list[str]:
     return [e.get("reason") for e in events(emulator)]
 
 
-async def _operator(url: str, router_address: str, stop: threading.Event, ready: threading.Event):
+async def _operator(
+    url: str, router_address: str, stop: threading.Event, ready: threading.Event, routes=None
+):
     router = RouterClient(router_address)
     api = KubeApi(Credentials(server=url))
     ctx = OperatorContext(
@@ -98,6 +100,7 @@ async def _operator(url: str, router_address: str, stop: threading.Event, ready:
         interval_seconds=TICK,
         admission=ADMISSION,
         login=lambda **_: kopf.ConnectionInfo(server=url),
+        routes=routes,
     )
     try:
         await kopf.operator(
@@ -114,7 +117,7 @@ async def _operator(url: str, router_address: str, stop: threading.Event, ready:
 
 
 @contextlib.asynccontextmanager
-async def running_cluster():
+async def running_cluster(routes=None):
     """kmock over HTTP, a fake router + kubelet, and the operator running on them.
 
     The operator runs in a thread with its own event loop, as in production:
@@ -135,7 +138,7 @@ async def running_cluster():
         stop, ready = threading.Event(), threading.Event()
         thread = threading.Thread(
             target=asyncio.run,
-            args=(_operator(str(server.url), pool.router_address, stop, ready),),
+            args=(_operator(str(server.url), pool.router_address, stop, ready, routes),),
             daemon=True,
         )
         thread.start()

@@ -106,6 +106,22 @@ def test_canary_only_with_a_version_and_weight():
     assert canary["spec"]["selector"]["matchLabels"][resources.TRACK_LABEL] == "canary"
 
 
+def test_the_canary_is_a_deployment_of_its_own_with_its_own_service():
+    spec = defaulted_spec({"model": {"name": "x"}, "canary": {"version": "v2", "weight": 10}})
+    canary = resources.deployment(OWNER, spec, "i", 1, track="canary")
+    (engine,) = canary["spec"]["template"]["spec"]["containers"]
+    assert "--model-id=x-canary" in engine["args"]
+    main, own = resources.service(OWNER, spec), resources.service(OWNER, spec, "canary")
+    assert own["metadata"]["name"] == "m-engine-canary"
+    # The router keys its pools by this label: two pools, two selectors.
+    assert (
+        main["metadata"]["labels"]["maas.io/model"],
+        own["metadata"]["labels"]["maas.io/model"],
+    ) == ("x", "x-canary")
+    assert own["spec"]["selector"] == canary["spec"]["selector"]["matchLabels"]
+    assert main["spec"]["selector"][resources.TRACK_LABEL] == "main"
+
+
 def test_hash_ignores_replicas_but_not_the_template():
     spec = defaulted_spec({})
     one, two = (resources.deployment(OWNER, spec, "i", n) for n in (1, 2))

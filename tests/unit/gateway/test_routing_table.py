@@ -100,3 +100,34 @@ def test_a_tier_pool_cannot_be_named_directly_by_another_tier():
     assert canary.names(RUNNING, "premium") == ["dedicated", "smollm2", "v1", "v2"]
     # Only the pool is up: the alias means nothing to a standard tenant now.
     assert canary.names({"dedicated"}, "standard") == []
+
+
+OPERATOR = """
+models:
+  smollm2: {routes: [{deployment: stolen}]}
+  chat:
+    routes: [{deployment: cold, weight: 80}, {deployment: cold-canary, weight: 20}]
+deployments:
+  cold: {scales_to_zero: true}
+  cold-canary: {tokenizer: cold}
+"""
+
+
+def test_operator_routes_merge_over_the_file_which_keeps_its_tiers_and_names():
+    merged, clashes = table().merged([table(OPERATOR)])
+    assert clashes == ["smollm2"]
+    assert merged.tier("premium").weight == 4
+    assert merged.resolve("smollm2", "standard", "", RUNNING).deployment in {"v1", "v2"}
+    route = merged.resolve("chat", "standard", "", {"cold", "cold-canary"})
+    assert route.ready and route.deployment in {"cold", "cold-canary"}
+
+
+def test_a_deployment_at_zero_replicas_is_routed_not_ready_instead_of_refused():
+    merged, _ = table().merged([table(OPERATOR)])
+    # Neither side runs; only the main one scales to zero, so it takes the request.
+    route = merged.resolve("chat", "standard", "", RUNNING)
+    assert (route.deployment, route.ready) == ("cold", False)
+    assert merged.resolve("cold", "standard", "", set()).ready is False
+    assert "chat" in merged.names(set())
+    with pytest.raises(NoDeploymentUpError):
+        merged.resolve("smollm2", "standard", "", set())
