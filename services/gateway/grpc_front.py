@@ -19,14 +19,13 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 from pydantic import ValidationError
 
-from maas.v1 import common_pb2, gateway_pb2, tokenizer_pb2
+from maas.v1 import common_pb2, gateway_pb2
 from services.common.grpc_server import GrpcService, ServerHandle, start_server
 from services.gateway.auth import Authenticator
-from services.gateway.completions import new_request_id
 from services.gateway.errors import APIError
-from services.gateway.pipeline import Encoder, Pipeline, RequestSpec, with_headers
-from services.gateway.sampling import to_engine_sampling
-from services.gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from services.gateway.parsed_request import ParsedRequest, chat_request, text_request
+from services.gateway.pipeline import Pipeline, with_headers
+from services.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from services.gateway.settings import GatewaySettings
 from services.gateway.tenants import Principal
 
@@ -48,6 +47,11 @@ FINISH_CODES = {
     "abort": common_pb2.FINISH_REASON_ABORT,
     "content_filter": common_pb2.FINISH_REASON_CONTENT_FILTER,
 }
+
+
+def session_header(context) -> str | None:
+    """The same x-session-id the HTTP front reads, from the call's metadata."""
+    return dict(context.invocation_metadata() or ()).get("x-session-id")
 
 
 def options_dict(options: gateway_pb2.CompletionOptions) -> dict:
@@ -100,13 +104,8 @@ class GatewayServicer:
             )
         except ValidationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        messages = [tokenizer_pb2.ChatMessage(role=m.role, content=m.text()) for m in body.messages]
-        service = self._pipeline.service
-
-        async def encode(route, max_tokens):
-            return await service.encode_chat(route.tokenizer, messages, max_tokens)
-
-        async for chunk in self._stream(principal, "chatcmpl", body, encode, context):
+        parsed = chat_request(body, session_header(context))
+        async for chunk in self._stream(principal, parsed, context):
             yield chunk
 
     async def Completion(self, principal, request, context):
@@ -119,28 +118,16 @@ class GatewayServicer:
             )
         except ValidationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        service = self._pipeline.service
-
-        async def encode(route, max_tokens):
-            return await service.encode_text(route.tokenizer, body.prompt, max_tokens)
-
-        async for chunk in self._stream(principal, "cmpl", body, encode, context):
+        parsed = text_request(body, session_header(context))
+        async for chunk in self._stream(principal, parsed, context):
             yield chunk
 
-    async def _stream(self, principal, prefix, body: SamplingFields, encode: Encoder, context):
-        spec = RequestSpec(
-            request_id=new_request_id(prefix),
-            model=body.model,
-            max_tokens=body.max_tokens,
-            n=body.n,
-            session_id=body.user or "",
-        )
+    async def _stream(self, principal, parsed: ParsedRequest, context):
         headers: dict[str, str] = {}
         try:
-            sampling = to_engine_sampling(body)
-            ticket = await self._pipeline.admit(principal, spec, encode)
-            headers = ticket.headers
-            deltas = self._pipeline.generate(ticket, sampling)
+            completion = await self._pipeline.complete(principal, parsed)
+            headers = completion.headers
+            deltas = completion.deltas
             first = await anext(deltas)
         except APIError as exc:
             await self._abort(context, with_headers(exc, headers))
@@ -151,7 +138,7 @@ class GatewayServicer:
                 if delta.finish_reason == "error":
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "the model stopped mid-stream")
                 chunk = gateway_pb2.CompletionChunk(
-                    id=spec.request_id, model=body.model, text=delta.text
+                    id=parsed.request_id, model=parsed.model, text=delta.text
                 )
                 if delta.finish_reason:
                     chunk.finish_reason = FINISH_CODES.get(delta.finish_reason, 0)

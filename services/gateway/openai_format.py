@@ -5,7 +5,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from maas.v1 import engine_pb2
-from services.gateway.completions import Delta
+from services.gateway.delta import Delta
 
 
 def usage_body(delta: Delta) -> dict:

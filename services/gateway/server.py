@@ -16,18 +16,21 @@ from services.common.grpc_server import install_stop_signals
 from services.common.logging import get_logger
 from services.common.redis_client import open_redis
 from services.common.tenant_labels import TenantLabels
-from services.gateway.admission import Admission
 from services.gateway.auth import Authenticator
+from services.gateway.background import Background
 from services.gateway.circuit_breaker import Breakers
-from services.gateway.completions import CompletionService, Timeouts
+from services.gateway.deployment_queues import DeploymentQueues
+from services.gateway.engine_client import EngineClient, Timeouts
 from services.gateway.grpc_front import start_grpc_front
-from services.gateway.http_app import Gateway, create_app
+from services.gateway.http_app import create_app
 from services.gateway.http_protocol import ConnectionLimits, GuardedHttpProtocol
 from services.gateway.model_catalog import ModelCatalog
 from services.gateway.output_filter import OutputFilter
 from services.gateway.pipeline import Pipeline
+from services.gateway.prompt_encoder import PromptEncoder
 from services.gateway.quota_gate import QuotaGate
 from services.gateway.rate_limiter import RateLimiter
+from services.gateway.routes.deps import Gateway
 from services.gateway.routes_watcher import RoutesWatcher
 from services.gateway.settings import GatewaySettings
 from services.gateway.tenants import TenantStore
@@ -43,10 +46,9 @@ def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, route
     tenant_labels = (
         TenantLabels(settings.metrics_tenant_labels) if settings.metrics_tenant_labels else None
     )
-    service = CompletionService(
+    background = Background()
+    engine = EngineClient(
         upstreams,
-        # A replica the router no longer lists takes its breaker (and metric) with it.
-        ModelCatalog(upstreams.router, settings.models_cache_seconds, breakers.retain),
         UsageEmitter(
             redis,
             UsageSpool.open(Path(settings.usage_spool_dir)),
@@ -62,26 +64,32 @@ def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, route
         ),
         breakers,
         settings.max_attempts,
+        background,
     )
     # A concurrency lease outlives any request: queue wait plus the whole request.
     lease = settings.queue_timeout_seconds + settings.request_timeout_seconds + 60
     return Pipeline(
-        service,
-        RateLimiter(redis, lease, settings.rate_limit_on_redis_error),
-        routes,
-        Admission(settings.queue_size, settings.queue_timeout_seconds),
-        OutputFilter(settings.blocked_terms, settings.blocked_terms_action),
-        QuotaGate(redis, settings.rate_limit_on_redis_error),
+        encoder=PromptEncoder(upstreams.tokenizer),
+        engine=engine,
+        # A replica the router no longer lists takes its breaker (and metric) with it.
+        catalog=ModelCatalog(upstreams.router, settings.models_cache_seconds, breakers.retain),
+        limiter=RateLimiter(redis, lease, settings.rate_limit_on_redis_error),
+        routes=routes,
+        queues=DeploymentQueues(settings.queue_size, settings.queue_timeout_seconds),
+        output_filter=OutputFilter(settings.blocked_terms, settings.blocked_terms_action),
+        quotas=QuotaGate(redis, settings.rate_limit_on_redis_error),
+        background=background,
     )
 
 
-async def serve(settings: GatewaySettings) -> None:
+async def run_gateway(settings: GatewaySettings) -> None:
+    """The gateway process: both fronts until SIGTERM, then a drain in order."""
     redis = open_redis(settings.redis_url)
     upstreams = Upstreams(settings.tokenizer_address, settings.router_address)
     routes = RoutesWatcher(settings.routes_file, settings.routes_poll_seconds)
     routes.start()
     pipeline = build_pipeline(settings, upstreams, redis, routes)
-    pipeline.service.usage.start()
+    pipeline.engine.usage.start()
     billing = (
         billing_pb2_grpc.BillingStub(open_channel(settings.billing_address, "gateway"))
         if settings.billing_address
@@ -125,12 +133,12 @@ async def serve(settings: GatewaySettings) -> None:
     http.should_exit = True
     await asyncio.gather(http_task, handle.server.stop(settings.shutdown_grace_seconds))
     await routes.stop()
-    await pipeline.service.wait_background()
-    await pipeline.service.usage.stop()
+    await pipeline.background.wait()
+    await pipeline.engine.usage.stop()
     await upstreams.close()
     await redis.aclose()
     log.info("shutdown_complete")
 
 
 def main(settings: GatewaySettings) -> None:
-    asyncio.run(serve(settings))
+    asyncio.run(run_gateway(settings))

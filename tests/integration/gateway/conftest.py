@@ -1,20 +1,21 @@
-"""A gateway pipeline in the test's loop, over stub engines, a stub router and real Redis."""
+"""A gateway pipeline in the test's loop, over stub engines, router, tokenizer and real Redis."""
 
 import uuid
 from dataclasses import dataclass
 
 import pytest
 
-from maas.v1 import engine_pb2, engine_pb2_grpc, router_pb2_grpc
+from maas.v1 import engine_pb2, engine_pb2_grpc, router_pb2_grpc, tokenizer_pb2_grpc
 from services.common.redis_client import open_redis
-from services.gateway.completions import Delta, Prompt
-from services.gateway.pipeline import Pipeline, RequestSpec
+from services.gateway.delta import Delta
+from services.gateway.parsed_request import ParsedRequest, TextPrompt
+from services.gateway.pipeline import Completion, Pipeline
 from services.gateway.routes_watcher import RoutesWatcher
 from services.gateway.server import build_pipeline
 from services.gateway.settings import GatewaySettings
 from services.gateway.tenants import Principal, Tenant
 from services.gateway.upstreams import Upstreams
-from tests.integration.gateway.stubs import StubEngine, StubRouter, start
+from tests.integration.gateway.stubs import StubEngine, StubRouter, StubTokenizer, start
 
 MODEL = "stub-model"
 CHUNKS = ["Hello", " there", " friend"]
@@ -24,24 +25,37 @@ CHUNKS = ["Hello", " there", " friend"]
 class StubCluster:
     engines: list[StubEngine]
     router: StubRouter
+    tokenizer: StubTokenizer
     pipeline: Pipeline
 
     async def run(self, tenant: Tenant | None = None, **spec) -> list[Delta]:
         deltas = await self.open(tenant, **spec)
         return [d async for d in deltas]
 
-    async def open(self, tenant: Tenant | None = None, **spec):
+    async def open(self, tenant: Tenant | None = None, **request):
         """Admit a request and return its delta stream (not yet started)."""
+        return (await self.complete(tenant, **request)).deltas
+
+    async def complete(self, tenant: Tenant | None = None, **request) -> Completion:
         tenant = tenant or Tenant(name=f"t-{uuid.uuid4().hex[:8]}")
-        spec = RequestSpec(
-            request_id=f"req-{uuid.uuid4().hex}", model=MODEL, max_tokens=None, **spec
-        )
-        ticket = await self.pipeline.admit(Principal(tenant, "key_test"), spec, encode)
-        return self.pipeline.generate(ticket, engine_pb2.SamplingParams())
+        return await self.pipeline.complete(Principal(tenant, "key_test"), parsed(**request))
 
 
-async def encode(route, max_tokens) -> Prompt:
-    return Prompt([1, 2, 3], 2048)
+def parsed(
+    n: int = 1,
+    max_tokens: int | None = None,
+    prompt: list[int] | str = "Hi",
+    session_id: str = "",
+    **sampling,
+) -> ParsedRequest:
+    """A request for MODEL as a front would hand it to the pipeline."""
+    return ParsedRequest(
+        request_id=f"req-{uuid.uuid4().hex}",
+        model=MODEL,
+        prompt=TextPrompt(prompt),
+        sampling=engine_pb2.SamplingParams(n=n, max_tokens=max_tokens or 0, **sampling),
+        session_id=session_id,
+    )
 
 
 @pytest.fixture
@@ -60,6 +74,11 @@ async def make_cluster(redis_url, tmp_path):
         router = StubRouter(endpoints)
         server, router_address = await start(router, router_pb2_grpc.add_RouterServicer_to_server)
         servers.append(server)
+        tokenizer = StubTokenizer()
+        server, tokenizer_address = await start(
+            tokenizer, tokenizer_pb2_grpc.add_TokenizerServicer_to_server
+        )
+        servers.append(server)
         config = GatewaySettings(
             redis_url=redis_url,
             router_address=router_address,
@@ -69,17 +88,17 @@ async def make_cluster(redis_url, tmp_path):
         )
         redis = open_redis(redis_url)
         redis_clients.append(redis)
-        up = Upstreams("127.0.0.1:1", router_address)
+        up = Upstreams(tokenizer_address, router_address)
         upstreams.append(up)
         routes_file = tmp_path / "routes.yaml"
         routes_file.write_text(routes)
         pipeline = build_pipeline(config, up, redis, RoutesWatcher(str(routes_file)))
         pipelines.append(pipeline)
-        return StubCluster(engines, router, pipeline)
+        return StubCluster(engines, router, tokenizer, pipeline)
 
     yield make
     for pipeline in pipelines:
-        await pipeline.service.wait_background()
+        await pipeline.background.wait()
     for up in upstreams:
         await up.close()
     for server in servers:

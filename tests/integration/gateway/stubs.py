@@ -1,4 +1,4 @@
-"""Stand-ins for an engine and the router, speaking their real gRPC protocols.
+"""Stand-ins for an engine, the router and the tokenizer, speaking their real gRPC protocols.
 
 They let gateway tests and the gateway benchmark control what no real engine
 does on demand: fail, hang before the first token, stream a chosen text in
@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc, router_pb2, router_pb2_grpc
+from maas.v1 import (
+    common_pb2,
+    engine_pb2,
+    engine_pb2_grpc,
+    router_pb2,
+    router_pb2_grpc,
+    tokenizer_pb2,
+    tokenizer_pb2_grpc,
+)
 from services.common.engine_metadata import SCHEDULED
 
 
@@ -92,6 +100,7 @@ class StubRouter(router_pb2_grpc.RouterServicer):
 
     endpoints: list[tuple[str, str, str]]
     picks: list[str] = field(default_factory=list)
+    sessions: list[str] = field(default_factory=list)
     cache_scopes: list[tuple[str, bool]] = field(default_factory=list)
     _turn: itertools.count = field(default_factory=itertools.count)
 
@@ -105,6 +114,7 @@ class StubRouter(router_pb2_grpc.RouterServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "no endpoint left")
         endpoint_id, address, _ = candidates[next(self._turn) % len(candidates)]
         self.picks.append(endpoint_id)
+        self.sessions.append(request.session_id)
         self.cache_scopes.append((request.tenant, request.share_prefix_cache))
         return router_pb2.PickResponse(endpoint_id=endpoint_id, address=address)
 
@@ -128,6 +138,31 @@ class StubRouter(router_pb2_grpc.RouterServicer):
                 for model in models
             ]
         )
+
+
+class StubTokenizer(tokenizer_pb2_grpc.TokenizerServicer):
+    """Token-id prompts come back as they are; any text or chat is three tokens.
+
+    `refuse`: (code, message) to abort every call with, as the real tokenizer
+    does for a prompt past the context length.
+    """
+
+    def __init__(self, max_model_len: int = 2048):
+        self.max_model_len = max_model_len
+        self.refuse: tuple[grpc.StatusCode, str] | None = None
+
+    async def _encoded(self, token_ids, context) -> tokenizer_pb2.EncodeResponse:
+        if self.refuse is not None:
+            await context.abort(*self.refuse)
+        return tokenizer_pb2.EncodeResponse(
+            token_ids=list(token_ids) or [1, 2, 3], max_model_len=self.max_model_len
+        )
+
+    async def Encode(self, request, context):
+        return await self._encoded(request.token_ids, context)
+
+    async def RenderChat(self, request, context):
+        return await self._encoded((), context)
 
 
 async def start(servicer, add_to_server, port: int = 0) -> tuple[grpc.aio.Server, str]:

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from maas.v1 import engine_pb2, engine_pb2_grpc, gateway_pb2, gateway_pb2_grpc, router_pb2_grpc
+from maas.v1 import engine_pb2_grpc, gateway_pb2, gateway_pb2_grpc, router_pb2_grpc
 from services.common.redis_client import open_redis
 from services.gateway.auth import Authenticator
 from services.gateway.errors import APIError
 from services.gateway.grpc_front import start_grpc_front
-from services.gateway.pipeline import Pipeline, RequestSpec
+from services.gateway.pipeline import Pipeline
 from services.gateway.routes_watcher import RoutesWatcher
 from services.gateway.server import build_pipeline
 from services.gateway.settings import GatewaySettings
@@ -24,6 +24,7 @@ from services.gateway.tenants import Principal, TenantStore
 from services.gateway.upstreams import Upstreams
 from services.tokenizer.server import start_tokenizer
 from services.tokenizer.settings import TokenizerSettings
+from tests.integration.gateway.conftest import parsed
 from tests.integration.gateway.stubs import StubEngine, StubRouter, start
 from tests.unit.common.conftest import model_path, tokenizer  # noqa: F401  (fixtures)
 
@@ -86,7 +87,7 @@ async def front(redis_url, tmp_path, tokenizer):  # noqa: F811
     principal = Principal(tenant, key_id)
     yield Front(f"127.0.0.1:{handle.port}", api_key, auth, engine, router, pipeline, principal)
     await handle.server.stop(0)
-    await pipeline.service.wait_background()
+    await pipeline.background.wait()
     for server in (router_server, engine_server, tokenizer_handle.server):
         await server.stop(0)
     pool.shutdown()
@@ -121,6 +122,16 @@ async def test_a_completion_streams_through_the_front(front):
         models = await stub.ListModels(gateway_pb2.ListModelsRequest(), metadata=key(front.api_key))
     assert "".join(c.text for c in chunks) == "Hello there"
     assert [m.id for m in models.models] == [MODEL]
+
+
+async def test_the_session_header_wins_over_user_as_over_http(front):
+    request = completion()
+    request.options.user = "the-user"
+    async with grpc.aio.insecure_channel(front.address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        for metadata in (key(front.api_key), [*key(front.api_key), ("x-session-id", "s-1")]):
+            assert [c async for c in stub.Completion(request, metadata=metadata)]
+    assert front.router.sessions == ["the-user", "s-1"]
 
 
 async def test_a_message_over_the_body_limit_is_refused_before_any_handler(front):
@@ -163,13 +174,9 @@ async def test_calls_beyond_the_concurrency_cap_are_refused(front):
     ],
 )
 async def test_token_id_prompts_the_tokenizer_refuses_never_reach_the_router(front, ids, message):
-    async def encode(route, max_tokens):
-        return await front.pipeline.service.encode_text(route.tokenizer, ids, max_tokens)
-
-    spec = RequestSpec(request_id=f"cmpl-{uuid.uuid4().hex}", model=MODEL, max_tokens=None)
     with pytest.raises(APIError) as caught:
-        ticket = await front.pipeline.admit(front.principal, spec, encode)
-        async for _ in front.pipeline.generate(ticket, engine_pb2.SamplingParams()):
+        completion = await front.pipeline.complete(front.principal, parsed(prompt=ids))
+        async for _ in completion.deltas:
             pass
     assert caught.value.status == 400 and message in caught.value.message
     assert front.router.picks == []

@@ -2,12 +2,11 @@
 
 import uuid
 
+import grpc
 import pytest
 
-from services.gateway.completions import Prompt
-from services.gateway.errors import APIError, bad_request
-from services.gateway.pipeline import RequestSpec
-from services.gateway.tenants import Principal, Tenant
+from services.gateway.errors import APIError
+from services.gateway.tenants import Tenant
 from tests.integration.gateway.conftest import MODEL
 
 
@@ -15,25 +14,21 @@ def tenant(**limits) -> Tenant:
     return Tenant(name=f"meter-{uuid.uuid4().hex[:8]}", **limits)
 
 
-async def over_long(route, max_tokens) -> Prompt:
-    # What the gateway's tokenizer call raises for a prompt past the context length.
-    raise bad_request(
-        "This model's maximum context length is 2048 tokens, your prompt has 9000.",
-        param="prompt",
-    )
-
-
 async def admit_over_long(cluster, who: Tenant) -> APIError:
-    spec = RequestSpec(request_id=f"req-{uuid.uuid4().hex}", model=MODEL, max_tokens=None)
     with pytest.raises(APIError) as caught:
-        await cluster.pipeline.admit(Principal(who, "key_test"), spec, over_long)
+        await cluster.complete(who)
     # The refused request's lease is ended in the background.
-    await cluster.pipeline.service.wait_background()
+    await cluster.pipeline.background.wait()
     return caught.value
 
 
 async def test_over_long_prompts_count_toward_rpm_and_free_their_slot(make_cluster):
     cluster = await make_cluster(replicas=1)
+    # What the tokenizer answers for a prompt past the context length.
+    cluster.tokenizer.refuse = (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "This model's maximum context length is 2048 tokens, your prompt has 9000.",
+    )
     # One slot: each failed request must have given it back for the next to be tried.
     who = tenant(rpm=3, max_concurrency=1)
     for _ in range(3):
@@ -51,7 +46,7 @@ async def test_n_sequences_count_as_n_against_concurrency(make_cluster):
         await cluster.open(who)
     assert caught.value.status == 429 and "concurrent" in caught.value.message
     assert [d async for d in four]
-    await cluster.pipeline.service.wait_background()
+    await cluster.pipeline.background.wait()
     assert await cluster.run(who, n=4)
 
 

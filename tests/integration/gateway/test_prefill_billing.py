@@ -14,13 +14,11 @@ from maas.v1 import engine_pb2, engine_pb2_grpc
 from services.common.grpc_client import open_channel
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.completions import Prompt
-from services.gateway.pipeline import RequestSpec
 from services.gateway.tenants import Principal, Tenant
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
-from tests.integration.gateway.conftest import MODEL
+from tests.integration.gateway.conftest import MODEL, parsed
 
 pytestmark = pytest.mark.slow
 
@@ -50,10 +48,6 @@ def engine_address(tmp_path_factory):
     process.stop(timeout=30)
 
 
-async def long_prompt(route, max_tokens) -> Prompt:
-    return Prompt(PROMPT, 8192)
-
-
 async def until_running(address: str) -> None:
     """Until the request is in a step: from then on, at least a chunk is computed."""
     async with open_channel(address, "test") as channel:
@@ -68,26 +62,26 @@ async def test_a_client_gone_during_prefill_is_billed_the_computed_prompt(
     cluster = await make_cluster(replicas=1)
     cluster.router.endpoints[:] = [("real", engine_address, MODEL)]
     tenant = Tenant(name=f"prefill-{uuid.uuid4().hex[:8]}", tpm=10_000_000)
-    spec = RequestSpec(request_id=f"req-{uuid.uuid4().hex}", model=MODEL, max_tokens=16)
-    ticket = await cluster.pipeline.admit(Principal(tenant, "key_test"), spec, long_prompt)
-    deltas = cluster.pipeline.generate(ticket, engine_pb2.SamplingParams(ignore_eos=True))
+    cluster.tokenizer.max_model_len = 8192
+    request = parsed(max_tokens=16, prompt=PROMPT, ignore_eos=True)
+    deltas = (await cluster.pipeline.complete(Principal(tenant, "key_test"), request)).deltas
     first = asyncio.ensure_future(anext(deltas))
     await until_running(engine_address)
     first.cancel()  # the client disconnects
     await asyncio.gather(first, return_exceptions=True)
-    await cluster.pipeline.service.wait_background()
+    await cluster.pipeline.background.wait()
 
     redis = open_redis(redis_url)
     try:
         entries = await redis.xrange(USAGE_STREAM)
-        charged = await redis.hget(f"maas:rl:{{{tenant.name}}}:tokens", spec.request_id)
+        charged = await redis.hget(f"maas:rl:{{{tenant.name}}}:tokens", request.request_id)
         window = await redis.get(f"maas:rl:{{{tenant.name}}}:sum")
     finally:
         await redis.aclose()
     (event,) = [
         UsageEvent.from_fields(fields)
         for _, fields in entries
-        if fields.get("request_id") == spec.request_id  # other tests share this stream
+        if fields.get("request_id") == request.request_id  # other tests share this stream
     ]
     # Whole chunks of a prompt no cache had (a new tenant), and not all of them.
     assert 0 < event.prompt_tokens < len(PROMPT)

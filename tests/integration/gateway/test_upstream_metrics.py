@@ -19,7 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from maas.v1 import tokenizer_pb2
 from services.common.tenant_labels import OTHER
 from services.gateway.errors import APIError
+from services.gateway.parsed_request import ChatPrompt
+from services.gateway.prompt_encoder import PromptEncoder
 from services.gateway.tenants import Tenant
+from services.gateway.upstreams import Upstreams
 from services.local.ports import free_port
 from tests.integration.gateway.conftest import CHUNKS, MODEL
 
@@ -31,7 +34,7 @@ def scrape():
     """scrape(cluster) -> {(series name, labels): value}, as the metrics port serves them."""
 
     async def get(cluster) -> Samples:
-        await cluster.pipeline.service.wait_background()
+        await cluster.pipeline.background.wait()
         await asyncio.sleep(0.05)  # a finished call's status is counted in a task of its own
         return {
             (sample.name, frozenset(sample.labels.items())): sample.value
@@ -127,12 +130,16 @@ async def test_a_first_token_timeout_is_counted_once(make_cluster, scrape):
 
 async def test_an_unreachable_tokenizer_is_counted_under_its_address(make_cluster, scrape):
     cluster = await make_cluster(replicas=1)
+    # A tokenizer at 127.0.0.1:1, where nothing listens.
+    upstreams = Upstreams("127.0.0.1:1", "127.0.0.1:1")
     before = await scrape(cluster)
     message = tokenizer_pb2.ChatMessage(role="user", content="hi")
-    with pytest.raises(APIError):
-        await cluster.pipeline.service.encode_chat(MODEL, [message], None)
+    try:
+        with pytest.raises(APIError):
+            await PromptEncoder(upstreams.tokenizer).encode(MODEL, ChatPrompt([message]), None)
+    finally:
+        await upstreams.close()
     after = await scrape(cluster)
-    # The cluster's gateway points its tokenizer at 127.0.0.1:1, where nothing listens.
     assert grew(before, after, "tokenizer", "127.0.0.1:1", "unavailable") == 1
 
 

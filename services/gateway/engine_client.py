@@ -1,7 +1,6 @@
-"""The engine side of the request path, shared by the HTTP and gRPC fronts.
+"""The pick, generate and stream steps: the router picks a replica, the engine streams.
 
-encode_*: the tokenizer renders/encodes and checks the length.
-generate: the router picks an engine, the engine streams deltas. An attempt
+An attempt
 that failed before its first token is tried on another replica (at most
 max_attempts, never one whose circuit breaker is open) only when its code
 says the replica is at fault (RETRYABLE) and the request never reached an
@@ -17,27 +16,27 @@ A client that leaves before the first token is not free: its prompt may be
 most of the work. Its engine request is stopped with Abort rather than a
 cancel, so the stream stays open to bring the abort's report of the prompt
 tokens the engine computed (cache hits included, as on every request), which
-are billed with no completion tokens; Job.abandoned is that task, and its
+are billed with no completion tokens; Ticket.abandoned is that task, and its
 result the usage event, for the pipeline to settle the tenant's TPM to.
 """
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
 
-from maas.v1 import common_pb2, engine_pb2, router_pb2, tokenizer_pb2
+from maas.v1 import common_pb2, engine_pb2, router_pb2
 from services.common.engine_metadata import was_scheduled
 from services.common.logging import get_logger
 from services.common.tracing import current_traceparent
 from services.common.usage_event import UsageEvent
+from services.gateway.background import Background
 from services.gateway.circuit_breaker import Breakers
-from services.gateway.errors import APIError, from_upstream, unavailable
-from services.gateway.model_catalog import ModelCatalog
-from services.gateway.tenants import Principal
+from services.gateway.delta import Delta
+from services.gateway.errors import APIError, from_upstream
+from services.gateway.ticket import Ticket
 from services.gateway.upstreams import Upstreams
 from services.gateway.usage_emitter import UsageEmitter
 
@@ -67,19 +66,6 @@ ABORT_SECONDS = 10.0
 
 
 @dataclass
-class Delta:
-    """One engine message: a sample's new text; the usage fields are running totals."""
-
-    text: str
-    index: int = 0
-    finish_reason: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_prompt_tokens: int = 0
-    logprobs: list[engine_pb2.TokenLogprob] = field(default_factory=list)
-
-
-@dataclass
 class Tally:
     """What an engine stream delivered, counted as it is billed."""
 
@@ -99,29 +85,6 @@ class Tally:
                 # Aborted in prefill: only what the engine computed.
                 self.prompt_tokens = response.computed_prompt_tokens
             self.cached_prompt_tokens = min(response.usage.cached_prompt_tokens, self.prompt_tokens)
-
-
-@dataclass
-class Prompt:
-    token_ids: list[int]
-    max_model_len: int
-
-
-@dataclass
-class Job:
-    """One generation: who asked, for what (alias), where it runs (deployment)."""
-
-    principal: Principal
-    request_id: str
-    model: str
-    deployment: str
-    prompt_ids: list[int]
-    sampling: engine_pb2.SamplingParams
-    priority: int = 0
-    session_id: str = ""
-    share_prefix_cache: bool = False  # the routing table's, for this deployment
-    # Set when the client left before the first token; yields the UsageEvent.
-    abandoned: asyncio.Task | None = None
 
 
 @dataclass(frozen=True)
@@ -146,67 +109,24 @@ class EngineFailedError(Exception):
         return self.code in RETRYABLE and not self.scheduled
 
 
-def new_request_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
-
-
-class CompletionService:
+class EngineClient:
     def __init__(
         self,
         upstreams: Upstreams,
-        catalog: ModelCatalog,
         usage: UsageEmitter,
         timeouts: Timeouts,
         breakers: Breakers,
         max_attempts: int,
+        background: Background,
     ):
         self._up = upstreams
-        self._catalog = catalog
         self.usage = usage
         self._timeouts = timeouts
         self._breakers = breakers
         self._max_attempts = max_attempts
-        self._background: set[asyncio.Task] = set()
+        self._background = background
 
-    async def deployments(self) -> dict[str, router_pb2.DeploymentStats]:
-        try:
-            return await self._catalog.models()
-        except grpc.aio.AioRpcError as exc:
-            raise unavailable(f"the model catalog is unreachable: {exc.code().name}") from exc
-
-    async def encode_chat(
-        self, model: str, messages: list[tokenizer_pb2.ChatMessage], max_tokens: int | None
-    ) -> Prompt:
-        request = tokenizer_pb2.RenderChatRequest(
-            model=model, messages=messages, add_generation_prompt=True, max_tokens=max_tokens or 0
-        )
-        try:
-            encoded = await self._up.tokenizer.RenderChat(request, timeout=30)
-        except grpc.aio.AioRpcError as exc:
-            raise from_upstream(exc, model, param="messages") from exc
-        return Prompt(list(encoded.token_ids), encoded.max_model_len)
-
-    async def encode_text(
-        self, model: str, prompt: str | list[int], max_tokens: int | None
-    ) -> Prompt:
-        # Token ids are checked (count, then range) by the tokenizer too: the
-        # router would hash every id before the engine refused them.
-        request = tokenizer_pb2.EncodeRequest(
-            model=model,
-            text=prompt if isinstance(prompt, str) else "",
-            token_ids=prompt if isinstance(prompt, list) else (),
-            add_special_tokens=True,
-            max_tokens=max_tokens or 0,
-        )
-        try:
-            encoded = await self._up.tokenizer.Encode(request, timeout=30)
-        except grpc.aio.AioRpcError as exc:
-            raise from_upstream(exc, model, param="prompt") from exc
-        if not encoded.token_ids:
-            raise APIError(400, "prompt must not be empty", param="prompt")
-        return Prompt(list(encoded.token_ids), encoded.max_model_len)
-
-    async def generate(self, job: Job) -> AsyncIterator[Delta]:
+    async def generate(self, ticket: Ticket) -> AsyncIterator[Delta]:
         """Stream deltas; errors before the first token raise APIError.
 
         A stream that breaks after tokens were sent ends with a delta whose
@@ -217,22 +137,22 @@ class CompletionService:
         tried: list[str] = []
         failure: EngineFailedError | None = None
         for _ in range(self._max_attempts):
-            pick = await self._pick(job, tried, failure)
+            pick = await self._pick(ticket, tried, failure)
             try:
-                call, first = await self._start(job, pick, deadline, started)
+                call, first = await self._start(ticket, pick, deadline, started)
             except EngineFailedError as exc:
                 tried.append(pick.endpoint_id)
                 failure = exc
                 if not exc.retryable:
                     break
                 continue
-            async for delta in self._stream(job, pick, call, first, started):
+            async for delta in self._stream(ticket, pick, call, first, started):
                 yield delta
             return
         raise failure.error
 
     async def _start(
-        self, job: Job, pick: router_pb2.PickResponse, deadline: float, started: float
+        self, ticket: Ticket, pick: router_pb2.PickResponse, deadline: float, started: float
     ):
         """Open the engine stream and wait for its first message (connect and
         first-token timeouts); on failure the pick is released and charged to
@@ -243,13 +163,13 @@ class CompletionService:
             await self._up.wait_connected(pick.address, pick.endpoint_id, self._timeouts.connect)
             call = self._up.engine(pick.address, pick.endpoint_id).Generate(
                 engine_pb2.GenerateRequest(
-                    request_id=job.request_id,
-                    model=job.deployment,
-                    prompt_token_ids=job.prompt_ids,
-                    sampling=job.sampling,
-                    priority=job.priority,
-                    tenant=job.principal.tenant.name,
-                    share_prefix_cache=job.share_prefix_cache,
+                    request_id=ticket.request.request_id,
+                    model=ticket.route.deployment,
+                    prompt_token_ids=ticket.prompt.token_ids,
+                    sampling=ticket.sampling,
+                    priority=ticket.route.tier.priority,
+                    tenant=ticket.principal.tenant.name,
+                    share_prefix_cache=ticket.route.share_prefix_cache,
                 ),
                 timeout=max(deadline - time.monotonic(), 0.001),
             )
@@ -264,12 +184,14 @@ class CompletionService:
                     was_scheduled(await call.initial_metadata()),
                 )
         except grpc.aio.AioRpcError as exc:
-            self._failed(job, pick, call, exc.code())
+            self._failed(ticket, pick, call, exc.code())
             raise EngineFailedError(
-                from_upstream(exc, job.model), exc.code(), was_scheduled(exc.initial_metadata())
+                from_upstream(exc, ticket.request.model),
+                exc.code(),
+                was_scheduled(exc.initial_metadata()),
             ) from exc
         except TimeoutError as exc:
-            self._failed(job, pick, call, grpc.StatusCode.DEADLINE_EXCEEDED)
+            self._failed(ticket, pick, call, grpc.StatusCode.DEADLINE_EXCEEDED)
             stage = "connect" if call is None else "first token"
             error = APIError(
                 504, f"the model did not answer in time ({stage})", "timeout", "timeout"
@@ -278,33 +200,39 @@ class CompletionService:
             scheduled = call is not None and was_scheduled(await call.initial_metadata())
             raise EngineFailedError(error, grpc.StatusCode.DEADLINE_EXCEEDED, scheduled) from exc
         except EngineFailedError as exc:
-            self._failed(job, pick, call, exc.code)
+            self._failed(ticket, pick, call, exc.code)
             raise
         except BaseException:
             # The client went away while we waited: not the engine's fault.
             if reading is None:
-                self.in_background(self._release(job.request_id, pick.endpoint_id, success=False))
+                self._background.run(
+                    self._release(ticket.request.request_id, pick.endpoint_id, success=False)
+                )
             else:
-                job.abandoned = self.in_background(self._abandon(job, pick, call, reading, started))
+                ticket.abandoned = self._background.run(
+                    self._abandon(ticket, pick, call, reading, started)
+                )
             raise
         self._breakers.succeeded(pick.endpoint_id)
         return call, first
 
-    def _failed(self, job: Job, pick, call, code: grpc.StatusCode) -> None:
+    def _failed(self, ticket: Ticket, pick, call, code: grpc.StatusCode) -> None:
         if call is not None:
             call.cancel()  # ends its pending read too
         if code in BREAKING:
             self._breakers.failed(pick.endpoint_id)
         log.warning(
             "engine_attempt_failed",
-            request_id=job.request_id,
+            request_id=ticket.request.request_id,
             endpoint=pick.endpoint_id,
             code=code.name,
         )
-        self.in_background(self._release(job.request_id, pick.endpoint_id, success=False))
+        self._background.run(
+            self._release(ticket.request.request_id, pick.endpoint_id, success=False)
+        )
 
-    async def _stream(self, job: Job, pick, call, first, started: float):
-        tally = Tally(len(job.prompt_ids))
+    async def _stream(self, ticket: Ticket, pick, call, first, started: float):
+        tally = Tally(len(ticket.prompt.token_ids))
         response = first
         try:
             while response is not grpc.aio.EOF:
@@ -321,7 +249,9 @@ class CompletionService:
                 response = await call.read()
         except grpc.aio.AioRpcError as exc:
             tally.finish = "error"
-            log.warning("engine_stream_broken", request_id=job.request_id, code=exc.code().name)
+            log.warning(
+                "engine_stream_broken", request_id=ticket.request.request_id, code=exc.code().name
+            )
             yield Delta(
                 text="",
                 finish_reason="error",
@@ -333,10 +263,10 @@ class CompletionService:
             # First thing on a client disconnect: the engine frees the
             # request's KV blocks as soon as it sees the cancellation.
             call.cancel()
-            self._bill(job, pick, tally, started)
+            self._bill(ticket, pick, tally, started)
 
     async def _abandon(
-        self, job: Job, pick, call, reading: asyncio.Future, started: float
+        self, ticket: Ticket, pick, call, reading: asyncio.Future, started: float
     ) -> UsageEvent:
         """Abort a request whose client left before its first token, and bill
         what the engine reports having computed (module docstring)."""
@@ -344,30 +274,32 @@ class CompletionService:
         try:
             async with asyncio.timeout(ABORT_SECONDS):
                 await self._up.engine(pick.address, pick.endpoint_id).Abort(
-                    engine_pb2.AbortRequest(request_id=job.request_id)
+                    engine_pb2.AbortRequest(request_id=ticket.request.request_id)
                 )
                 response = await reading
                 if response is not grpc.aio.EOF:
-                    tally = Tally(len(job.prompt_ids))
+                    tally = Tally(len(ticket.prompt.token_ids))
                 while response is not grpc.aio.EOF:
                     tally.add(response)
                     response = await call.read()
         except (grpc.aio.AioRpcError, TimeoutError) as exc:
-            log.warning("engine_abort_unreported", request_id=job.request_id, error=repr(exc))
+            log.warning(
+                "engine_abort_unreported", request_id=ticket.request.request_id, error=repr(exc)
+            )
         finally:
             call.cancel()
         if tally.finish in ("", "abort"):
             tally.finish = "client_disconnect"
-        return self._bill(job, pick, tally, started)
+        return self._bill(ticket, pick, tally, started)
 
-    def _bill(self, job: Job, pick, tally: Tally, started: float) -> UsageEvent:
+    def _bill(self, ticket: Ticket, pick, tally: Tally, started: float) -> UsageEvent:
         """The request's usage event, published (and its pick released) in a task."""
         event = UsageEvent(
-            request_id=job.request_id,
-            tenant=job.principal.tenant.name,
-            key_id=job.principal.key_id,
-            model=job.model,
-            deployment=job.deployment,
+            request_id=ticket.request.request_id,
+            tenant=ticket.principal.tenant.name,
+            key_id=ticket.principal.key_id,
+            model=ticket.request.model,
+            deployment=ticket.route.deployment,
             endpoint=pick.endpoint_id,
             prompt_tokens=tally.prompt_tokens,
             cached_prompt_tokens=tally.cached_prompt_tokens,
@@ -378,20 +310,20 @@ class CompletionService:
             duration_seconds=time.time() - started,
             traceparent=current_traceparent(),
         )
-        self.in_background(self._finish(job.request_id, pick.endpoint_id, event))
+        self._background.run(self._finish(ticket.request.request_id, pick.endpoint_id, event))
         return event
 
     async def _pick(
-        self, job: Job, tried: list[str], failure: EngineFailedError | None
+        self, ticket: Ticket, tried: list[str], failure: EngineFailedError | None
     ) -> router_pb2.PickResponse:
         request = router_pb2.PickRequest(
-            request_id=job.request_id,
-            model=job.deployment,
-            token_ids=job.prompt_ids,
-            tenant=job.principal.tenant.name,
-            session_id=job.session_id,
+            request_id=ticket.request.request_id,
+            model=ticket.route.deployment,
+            token_ids=ticket.prompt.token_ids,
+            tenant=ticket.principal.tenant.name,
+            session_id=ticket.request.session_id,
             exclude_endpoint_ids=sorted({*tried, *self._breakers.blocked()}),
-            share_prefix_cache=job.share_prefix_cache,
+            share_prefix_cache=ticket.route.share_prefix_cache,
         )
         try:
             return await self._up.router.Pick(request, timeout=10)
@@ -399,7 +331,7 @@ class CompletionService:
             # Out of replicas to retry on: the engine's own error says more.
             if failure is not None and exc.code() == grpc.StatusCode.UNAVAILABLE:
                 raise failure.error from exc
-            raise from_upstream(exc, job.model) from exc
+            raise from_upstream(exc, ticket.request.model) from exc
 
     async def _finish(self, request_id: str, endpoint_id: str, event: UsageEvent) -> None:
         if event.prompt_tokens or event.completion_tokens:
@@ -418,15 +350,3 @@ class CompletionService:
             )
         except grpc.aio.AioRpcError as exc:
             log.warning("router_release_failed", request_id=request_id, code=exc.code().name)
-
-    def in_background(self, coro) -> asyncio.Task:
-        """Run `coro` to completion even if the request that started it is cancelled."""
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
-
-    async def wait_background(self) -> None:
-        # Until none is left: an abandoned request's task starts its billing's.
-        while self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)

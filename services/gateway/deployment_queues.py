@@ -1,4 +1,4 @@
-"""One FairQueue per deployment, sized to the deployment's capacity.
+"""The admission queues: one FairQueue per deployment, sized to its capacity.
 
 A deployment's slots on this replica are its routing-table max_in_flight if
 set, else what its ready engines can batch at once (the sum of their
@@ -16,7 +16,7 @@ def pool_capacity(stats: router_pb2.DeploymentStats) -> int:
     return sum(r.max_num_seqs for r in stats.replicas if r.ready and not r.draining)
 
 
-class Admission:
+class DeploymentQueues:
     def __init__(self, queue_size: int, queue_timeout: float):
         self._size = queue_size
         self._timeout = queue_timeout

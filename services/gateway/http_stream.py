@@ -1,0 +1,105 @@
+"""A completion over HTTP: through the pipeline, then one JSON body or an SSE stream.
+
+Shared by the chat and text routes; everything that differs between them is
+in openai_format.ResponseShape.
+"""
+
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from services.gateway.delta import Delta
+from services.gateway.disconnect import ClientGoneError, unless_disconnected
+from services.gateway.errors import APIError
+from services.gateway.http_metrics import RESPONSES
+from services.gateway.openai_format import Choices, ResponseShape
+from services.gateway.parsed_request import ParsedRequest
+from services.gateway.pipeline import Pipeline, with_headers
+from services.gateway.schemas import SamplingFields
+
+# What nginx logs for a client that closed the connection before the answer.
+CLIENT_CLOSED = 499
+STREAM_BROKEN = APIError(
+    502, "the model stopped responding mid-stream", type="api_error", code="upstream_error"
+)
+
+
+def sse(body: dict | str) -> str:
+    return f"data: {body if isinstance(body, str) else json.dumps(body)}\n\n"
+
+
+async def respond(
+    request: Request, pipeline: Pipeline, parsed: ParsedRequest, body: SamplingFields, chat: bool
+) -> Response:
+    completion = await pipeline.complete(request.state.principal, parsed)
+    shape = ResponseShape(
+        parsed.request_id, body.model, chat=chat, with_logprobs=body.top_logprobs_count is not None
+    )
+    try:
+        return await _answer(request, shape, body, completion.deltas, completion.headers)
+    except APIError as exc:
+        raise with_headers(exc, completion.headers) from None
+
+
+async def prepend(first: Delta, rest: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
+    yield first
+    async for delta in rest:
+        yield delta
+
+
+async def collect(shape: ResponseShape, first: Delta, deltas: AsyncIterator[Delta]) -> dict:
+    choices, last = Choices(), first
+    try:
+        async for delta in prepend(first, deltas):
+            if delta.finish_reason == "error":
+                raise STREAM_BROKEN
+            choices.add(delta)
+            last = delta
+    finally:
+        await deltas.aclose()
+    return shape.full(choices, last)
+
+
+async def _answer(
+    request: Request,
+    shape: ResponseShape,
+    body: SamplingFields,
+    deltas: AsyncIterator[Delta],
+    headers: dict[str, str],
+) -> Response:
+    route = request.url.path
+    try:
+        # Pull the first delta before answering, so failures before any token
+        # (no capacity, bad prompt ids) still get a proper status code.
+        first = await unless_disconnected(request.receive, anext(deltas))
+        if not body.stream:
+            full = await unless_disconnected(request.receive, collect(shape, first, deltas))
+            RESPONSES.labels(route, 200).inc()
+            return JSONResponse(full, headers=headers)
+    except ClientGoneError:
+        await deltas.aclose()
+        RESPONSES.labels(route, CLIENT_CLOSED).inc()
+        return Response(status_code=CLIENT_CLOSED)
+
+    async def events():
+        last = first
+        try:
+            if shape.chat:
+                for index in range(body.n):
+                    yield sse(shape.role_chunk(index, body.include_usage))
+            async for delta in prepend(first, deltas):
+                last = delta
+                if delta.finish_reason == "error":
+                    yield sse(STREAM_BROKEN.body())
+                    return
+                yield sse(shape.chunk(delta, body.include_usage))
+        finally:
+            await deltas.aclose()
+        if body.include_usage:
+            yield sse(shape.usage_chunk(last))
+        yield sse("[DONE]")
+
+    RESPONSES.labels(route, 200).inc()
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)

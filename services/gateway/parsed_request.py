@@ -1,0 +1,81 @@
+"""A completion request as the pipeline takes it, whichever front it came in by.
+
+Both fronts validate with the same pydantic models (schemas.py) and turn the
+result into a ParsedRequest here, so the session rule and the sampling
+defaults are written once. The sampling proto built here is the one the
+engine receives; the pipeline only fills in max_tokens when the client left
+it unset, because that default needs the prompt's length.
+"""
+
+import uuid
+from dataclasses import dataclass
+
+from maas.v1 import engine_pb2, tokenizer_pb2
+from services.gateway.sampling import to_engine_sampling
+from services.gateway.schemas import ChatCompletionRequest, CompletionRequest
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    messages: list[tokenizer_pb2.ChatMessage]
+
+
+@dataclass(frozen=True)
+class TextPrompt:
+    """A string, or token ids the tokenizer only checks."""
+
+    text: str | list[int]
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    request_id: str
+    model: str
+    prompt: ChatPrompt | TextPrompt
+    sampling: engine_pb2.SamplingParams
+    session_id: str = ""
+
+    @property
+    def n(self) -> int:
+        return self.sampling.n
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The client's max_tokens; None when it left the choice to us."""
+        return self.sampling.max_tokens or None
+
+
+def new_request_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def _session(session_header: str | None, user: str | None) -> str:
+    # Affinity key: the explicit header wins over OpenAI's `user`.
+    return session_header or user or ""
+
+
+def chat_request(body: ChatCompletionRequest, session_header: str | None) -> ParsedRequest:
+    messages = [
+        tokenizer_pb2.ChatMessage(role=m.role, content=m.text(), name=m.name or "")
+        for m in body.messages
+    ]
+    return ParsedRequest(
+        request_id=new_request_id("chatcmpl"),
+        model=body.model,
+        prompt=ChatPrompt(messages),
+        sampling=to_engine_sampling(body),
+        session_id=_session(session_header, body.user),
+    )
+
+
+def text_request(body: CompletionRequest, session_header: str | None) -> ParsedRequest:
+    prompt = body.prompt
+    if isinstance(prompt, list) and isinstance(prompt[0], str):
+        prompt = prompt[0]  # the schema allows one string in a list
+    return ParsedRequest(
+        request_id=new_request_id("cmpl"),
+        model=body.model,
+        prompt=TextPrompt(prompt),
+        sampling=to_engine_sampling(body),
+        session_id=_session(session_header, body.user),
+    )

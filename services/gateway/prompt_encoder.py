@@ -1,0 +1,58 @@
+"""The tokenize step: the tokenizer service renders, encodes and checks the length.
+
+Token-id prompts go through it too: it checks their count and range, which
+the router would otherwise pay for by hashing every id before the engine
+refused them.
+"""
+
+from dataclasses import dataclass
+
+import grpc
+
+from maas.v1 import tokenizer_pb2
+from services.gateway.errors import APIError, from_upstream
+from services.gateway.parsed_request import ChatPrompt, TextPrompt
+
+
+@dataclass
+class Prompt:
+    token_ids: list[int]
+    max_model_len: int
+
+
+class PromptEncoder:
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    async def encode(
+        self, model: str, prompt: ChatPrompt | TextPrompt, max_tokens: int | None
+    ) -> Prompt:
+        """`model` is the route's tokenizer; max_tokens is the client's (None: unset)."""
+        if isinstance(prompt, ChatPrompt):
+            request = tokenizer_pb2.RenderChatRequest(
+                model=model,
+                messages=prompt.messages,
+                add_generation_prompt=True,
+                max_tokens=max_tokens or 0,
+            )
+            encoded = await self._call(self._tokenizer.RenderChat, request, model, "messages")
+        else:
+            text = prompt.text
+            request = tokenizer_pb2.EncodeRequest(
+                model=model,
+                text=text if isinstance(text, str) else "",
+                token_ids=text if isinstance(text, list) else (),
+                add_special_tokens=True,
+                max_tokens=max_tokens or 0,
+            )
+            encoded = await self._call(self._tokenizer.Encode, request, model, "prompt")
+            if not encoded.token_ids:
+                raise APIError(400, "prompt must not be empty", param="prompt")
+        return Prompt(list(encoded.token_ids), encoded.max_model_len)
+
+    @staticmethod
+    async def _call(method, request, model: str, param: str):
+        try:
+            return await method(request, timeout=30)
+        except grpc.aio.AioRpcError as exc:
+            raise from_upstream(exc, model, param=param) from exc

@@ -1,0 +1,47 @@
+"""What the routes need, handed to them by FastAPI's dependency injection.
+
+create_app puts the Gateway on app.state; a test can mount one router on an
+app of its own with whatever Gateway it builds.
+"""
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from redis.asyncio import Redis
+
+from maas.v1 import billing_pb2_grpc
+from services.gateway.auth import Authenticator
+from services.gateway.pipeline import Pipeline
+from services.gateway.tenants import Principal
+
+
+@dataclass
+class Gateway:
+    pipeline: Pipeline
+    auth: Authenticator
+    redis: Redis
+    max_body_bytes: int
+    billing: billing_pb2_grpc.BillingStub | None = None
+    body_timeout_seconds: float = 30.0
+
+
+def gateway(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+def pipeline(request: Request) -> Pipeline:
+    return request.app.state.gateway.pipeline
+
+
+async def principal(request: Request) -> Principal:
+    """POSTs were authenticated by AuthGate before their body was read; GETs have none."""
+    found = getattr(request.state, "principal", None)
+    if found is not None:
+        return found
+    return await request.app.state.gateway.auth.authenticate(request.headers.get("authorization"))
+
+
+GatewayDep = Annotated[Gateway, Depends(gateway)]
+PipelineDep = Annotated[Pipeline, Depends(pipeline)]
+PrincipalDep = Annotated[Principal, Depends(principal)]

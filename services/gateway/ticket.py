@@ -1,0 +1,34 @@
+"""An admitted request: what the pipeline decided for it, carried to the engine."""
+
+import asyncio
+from dataclasses import dataclass
+
+from maas.v1 import engine_pb2
+from services.gateway.fair_queue import FairQueue
+from services.gateway.parsed_request import ParsedRequest
+from services.gateway.prompt_encoder import Prompt
+from services.gateway.rate_limiter import LimitDecision
+from services.gateway.routing_table import Route
+from services.gateway.tenants import Principal
+
+
+@dataclass
+class Ticket:
+    """Holds a queue slot and a token reservation until the pipeline settles it.
+
+    `sampling` is what the engine receives: the request's, max_tokens resolved.
+    """
+
+    principal: Principal
+    request: ParsedRequest
+    route: Route
+    prompt: Prompt
+    sampling: engine_pb2.SamplingParams
+    queue: FairQueue
+    limits: LimitDecision
+    # Set when the client left before the first token; yields the UsageEvent.
+    abandoned: asyncio.Task | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"x-request-id": self.request.request_id, **self.limits.headers()}
