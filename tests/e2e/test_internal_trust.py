@@ -23,12 +23,14 @@ from maas.v1 import (
     tokenizer_pb2,
     tokenizer_pb2_grpc,
 )
+from services.common.redis_acl import USER_NAMES
 from services.common.redis_client import open_redis
 from services.local.dev_tenant import KEY_FILE
 
 pytestmark = pytest.mark.slow
 
-SECRET_FILES = [KEY_FILE, "service-token", "redis-password", "stack.json", "redis/redis-auth.conf"]
+REDIS_PASSWORDS = [f"redis-password-{user}" for user in USER_NAMES]
+SECRET_FILES = [KEY_FILE, "service-token", *REDIS_PASSWORDS, "stack.json", "redis/users.acl"]
 
 
 def free_calls(channel: grpc.aio.Channel, name: str) -> list:
@@ -61,10 +63,11 @@ async def test_internal_grpc_refuses_a_caller_without_the_token(stack, name):
 
 
 async def test_redis_refuses_a_client_without_the_password(stack):
-    with_password = open_redis(stack.redis_url)
+    with_password = open_redis(stack.redis_urls["probe"])
     anonymous = aioredis.Redis(
         host=with_password.connection_pool.connection_kwargs["host"],
         port=with_password.connection_pool.connection_kwargs["port"],
+        retry=None,  # redis-py's default retries a refused login for seconds
     )
     try:
         assert await with_password.ping()
@@ -82,8 +85,18 @@ def test_secret_files_are_the_owners_alone(stack):
 
 
 def test_no_secret_on_a_command_line(stack):
-    password = (stack.config.state_dir / "redis-password").read_text().strip()
+    passwords = [(stack.config.state_dir / f).read_text().strip() for f in REDIS_PASSWORDS]
     for process in stack.processes:
         cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode()
         assert stack.service_token not in cmdline, process.name
-        assert password not in cmdline, process.name
+        assert not any(p in cmdline for p in passwords), process.name
+
+
+def test_each_child_gets_only_its_own_redis_user(stack):
+    passwords = {
+        u: (stack.config.state_dir / f"redis-password-{u}").read_text().strip() for u in USER_NAMES
+    }
+    for process in stack.processes:
+        environ = Path(f"/proc/{process.pid}/environ").read_bytes().decode()
+        given = {user for user, password in passwords.items() if password in environ}
+        assert given == ({process.name} & {"gateway", "billing"}), process.name

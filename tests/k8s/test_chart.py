@@ -5,7 +5,6 @@ ModelDeployments through the CRD's own schema. The helm binary comes from
 `make install-helm` (deploy/install-helm.sh), which `make test` runs first.
 """
 
-import base64
 import json
 import shutil
 import subprocess
@@ -225,13 +224,14 @@ def test_operator_rights_are_namespaced_by_default(helm):
     assert json.loads(_operator_env(docs)["MAAS_NAMESPACES"]) == ["maas", "team-a", "team-b"]
 
     default = render_set(helm)
-    assert set(_by_kind(default, "Role")) == {"maas"}
+    assert set(_by_kind(default, "Role", OPERATOR)) == {"maas"}
     assert json.loads(_operator_env(default)["MAAS_NAMESPACES"]) == ["maas"]
 
 
 def test_cluster_wide_rights_only_when_opted_in(helm):
     docs = render_set(helm, "operator.clusterWide=true")
-    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+    namespaced = {d["metadata"]["name"] for d in docs if d["kind"] in ("Role", "RoleBinding")}
+    assert namespaced == {"maas-operator-routes"}, "only its own ConfigMap, in its namespace"
     roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
     assert {"patch", "create"} <= {
         v for rule in roles["maas-operator"]["rules"] for v in rule["verbs"]

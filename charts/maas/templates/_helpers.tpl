@@ -37,11 +37,16 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- include "maas.name" (dict "root" . "component" "internal-auth") -}}
 {{- end -}}
 
-{{/* Redis's password, for the services that use Redis (gateway, billing) and no other. */}}
-{{- define "maas.redisPasswordEnv" -}}
+{{/*
+A Redis ACL user's name and password (services.common.redis_acl), for the one
+service that logs in as it. Params: root, user.
+*/}}
+{{- define "maas.redisCredentialsEnv" -}}
+- name: MAAS_REDIS_USERNAME
+  value: {{ .user }}
 - name: MAAS_REDIS_PASSWORD
   valueFrom:
-    secretKeyRef: {name: {{ include "maas.internalAuthSecret" . }}, key: redis-password}
+    secretKeyRef: {name: {{ include "maas.internalAuthSecret" .root }}, key: redis-password-{{ .user }}}
 {{- end -}}
 
 {{/* Pod-level settings every maas pod shares. */}}
