@@ -224,14 +224,13 @@ def test_operator_rights_are_namespaced_by_default(helm):
     assert json.loads(_operator_env(docs)["MAAS_NAMESPACES"]) == ["maas", "team-a", "team-b"]
 
     default = render_set(helm)
-    assert set(_by_kind(default, "Role", OPERATOR)) == {"maas"}
+    assert set(_by_kind(default, "Role")) == {"maas"}
     assert json.loads(_operator_env(default)["MAAS_NAMESPACES"]) == ["maas"]
 
 
 def test_cluster_wide_rights_only_when_opted_in(helm):
     docs = render_set(helm, "operator.clusterWide=true")
-    namespaced = {d["metadata"]["name"] for d in docs if d["kind"] in ("Role", "RoleBinding")}
-    assert namespaced == {"maas-operator-routes"}, "only its own ConfigMap, in its namespace"
+    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
     roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
     assert {"patch", "create"} <= {
         v for rule in roles["maas-operator"]["rules"] for v in rule["verbs"]
@@ -302,43 +301,18 @@ def _secret_ref(container: dict, name: str) -> dict | None:
     return env.get(name, {}).get("valueFrom", {}).get("secretKeyRef")
 
 
-def test_every_service_gets_the_token_and_only_redis_users_the_password(helm):
+def test_every_service_gets_the_token(helm):
+    # Redis credentials per service: tests/k8s/test_chart_redis_acl.py.
     docs = render_set(helm)
     secret = "maas-internal-auth"
     for workload in _workloads(docs):
         name = workload["metadata"]["name"].removeprefix("maas-")
         (container,) = workload["spec"]["template"]["spec"]["containers"]
         token = _secret_ref(container, "MAAS_SERVICE_TOKEN")
-        password = _secret_ref(container, "MAAS_REDIS_PASSWORD")
         if name == "redis":
             assert token is None
             continue
         assert token == {"name": secret, "key": "service-token"}, name
-        if name in ("gateway", "billing"):
-            assert password == {"name": secret, "key": "redis-password"}, name
-        else:
-            assert password is None, name
-
-
-def test_redis_requires_the_password_of_the_secret(helm):
-    docs = render_set(helm, "internalAuth.redisPassword=given-password")
-    (redis,) = [d for d in _workloads(docs) if d["metadata"]["name"] == "maas-redis"]
-    pod = redis["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    # A config file first: the password is not on the command line.
-    assert container["args"][0] == "/etc/maas/redis-auth/redis.conf"
-    assert "given-password" not in json.dumps(container)
-    assert _secret_ref(container, "REDISCLI_AUTH") == {
-        "name": "maas-internal-auth",
-        "key": "redis-password",
-    }
-    (volume,) = [v for v in pod["volumes"] if v["name"] == "auth"]
-    assert volume["secret"]["secretName"] == "maas-internal-auth"
-    (secret,) = [d for d in docs if d["kind"] == "Secret"]
-    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
-    assert data["redis-password"] == "given-password"
-    assert data["redis.conf"] == "requirepass given-password\n"
-    assert len(data["service-token"]) >= 32
 
 
 def test_engine_namespaces_get_a_copy_of_the_token_only(helm):
