@@ -28,9 +28,12 @@ class ManagedProcess:
     argv: list[str]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
-    # What says the child is ready (see services.local.readiness.wait_ready);
-    # its supervisor probes it again after each restart.
+    # What says the child is ready (see services.local.readiness.wait_ready).
     probe: str = ""
+    # What says a restarted child started, if not `probe`: billing's liveness, which
+    # holds while Redis is down, where readiness would count a Redis outage as a
+    # failed start and end the stack (kubelet's startup probe, for the same reason).
+    restart_probe: str = ""
     process: subprocess.Popen | None = None
     started_at: float = 0.0  # time.monotonic() of the latest start
     restarts: int = 0

@@ -16,11 +16,12 @@ class StartupError(RuntimeError):
     pass
 
 
-async def _grpc_serving(address: str) -> bool:
+async def _grpc_serving(probe: str) -> bool:
+    address, _, service = probe.partition("/")
     async with grpc.aio.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
-            reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+            reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
         except grpc.aio.AioRpcError:
             return False
     return reply.status == health_pb2.HealthCheckResponse.SERVING
@@ -45,7 +46,8 @@ async def _redis_ready(url: str) -> bool:
 
 
 async def wait_ready(process: ManagedProcess, probe: str, timeout: float) -> None:
-    """Poll `probe` (gRPC HOST:PORT, http:// or redis:// URL) until ready."""
+    """Poll `probe` until ready: an http:// or redis:// URL, or gRPC health at
+    HOST:PORT (the server's overall health) or HOST:PORT/SERVICE (a health name)."""
     if probe.startswith("http"):
         check = _http_ready
     elif probe.startswith("redis"):

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.billing.health import LIVENESS_SERVICE
 from services.common.logging import get_logger
 from services.common.redis_acl import USER_NAMES
 from services.common.redis_client import open_redis
@@ -131,11 +132,12 @@ class Stack:
             name = f"engine-{index}"
             stage.append(self._service(name, "engine", {"engine-id": name}, cfg.engine_args))
             engines.append(f"{name}={self.addresses[name]}")
-        stage.append(
-            self._service(
-                "billing", "billing", {"consumer-name": "billing-0"}, env=redis_env("billing")
-            )
+        billing, billing_addr = self._service(
+            "billing", "billing", {"consumer-name": "billing-0"}, env=redis_env("billing")
         )
+        # Ready once its consumer keeps up; restarted, alive is enough (Redis may be down).
+        billing.restart_probe = f"{billing_addr}/{LIVENESS_SERVICE}"
+        stage.append((billing, billing_addr))
         await asyncio.gather(*(self._ready(p) for p, _ in stage))
 
         router, router_addr = self._service(

@@ -68,7 +68,7 @@ async def _restart_until_ready(child: _Child, backoff: Backoff) -> None:
         process.restarts += 1
         child.on_restart()
         try:
-            await wait_ready(process, process.probe, child.startup_timeout)
+            await wait_ready(process, process.restart_probe or process.probe, child.startup_timeout)
             log.warning("child_restarted", child=process.name, restarts=process.restarts)
             return
         except StartupError as exc:
