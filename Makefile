@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PROTOS := $(wildcard proto/maas/v1/*.proto)
 
-.PHONY: run test proto lint bench bench-engine bench-billing bench-gateway bench-router bench-long-prefill bench-accel install install-test install-helm crd chart-lint chart-template clean
+.PHONY: run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel install install-test install-helm crd chart-lint chart-template clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,10 @@ bench: $(BENCH_STAMP)
 
 bench-billing: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.billing_bench --output benchmarks/results/billing.json
+
+# 200,000 usage events through the real billing service on a real Redis (minutes).
+bench-billing-soak: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.billing_soak --output benchmarks/results/billing_soak.json
 
 bench-engine: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.engine_bench --output benchmarks/results/engine.json
