@@ -195,6 +195,18 @@ def render_set(helm: str, *settings: str) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
+def render_refused(helm: str, setting: str) -> str:
+    """helm's error for values the chart must refuse (it fails to render them)."""
+    result = subprocess.run(
+        [helm, "template", "maas", str(CHART), "--set", setting],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0, f"{setting} rendered"
+    return result.stderr
+
+
 def _operator_env(docs) -> dict[str, str]:
     (operator,) = [d for d in _workloads(docs) if d["metadata"]["name"] == "maas-operator"]
     return {
