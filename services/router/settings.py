@@ -13,8 +13,10 @@ class RouterSettings(ServiceSettings):
         default_factory=list,
         description="static discovery: engine endpoints as ID=HOST:PORT or HOST:PORT",
     )
-    kubernetes_namespace: str = Field(
-        "", description="kubernetes discovery: namespace to watch; empty = the router's own"
+    kubernetes_namespaces: list[str] = Field(
+        default_factory=list,
+        description="kubernetes discovery: namespaces to watch, as the operator's "
+        "--namespaces (the chart gives both one list); empty = every namespace",
     )
     kubeconfig: str = Field(
         "", description="kubernetes discovery outside a cluster: kubeconfig path (empty = default)"

@@ -115,16 +115,21 @@ def test_pods_are_locked_down(rendered):
             assert container["resources"]["requests"], container["name"]
 
 
-def test_only_the_operator_talks_to_the_api_server(rendered):
+def test_only_the_operator_and_the_router_talk_to_the_api_server(rendered):
     for workload in _workloads(rendered):
         pod = workload["spec"]["template"]["spec"]
         automount = pod.get("automountServiceAccountToken", True)
-        assert automount == workload["metadata"]["name"].endswith("-operator")
+        assert automount == (workload["metadata"]["name"] in ("maas-operator", "maas-router"))
     rules = [r for d in rendered if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
     assert rules
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-        assert not {"secrets", "configmaps"} & set(rule["resources"])
+        assert "secrets" not in rule["resources"]
+        # ConfigMaps: the operator's routes ConfigMap by name; a create cannot name one.
+        if "configmaps" in rule["resources"]:
+            assert rule.get("resourceNames") == ["maas-operator-routes"] or rule["verbs"] == [
+                "create"
+            ]
 
 
 def test_grpc_services_use_grpc_probes_and_the_gateway_http(rendered):
@@ -207,6 +212,9 @@ def render_refused(helm: str, setting: str) -> str:
     return result.stderr
 
 
+OPERATOR = "maas-operator"
+
+
 def _operator_env(docs) -> dict[str, str]:
     (operator,) = [d for d in _workloads(docs) if d["metadata"]["name"] == "maas-operator"]
     return {
@@ -215,8 +223,12 @@ def _operator_env(docs) -> dict[str, str]:
     }
 
 
-def _by_kind(docs, kind: str) -> dict[str, dict]:
-    return {d["metadata"].get("namespace", "maas"): d for d in docs if d["kind"] == kind}
+def _by_kind(docs, kind: str, name: str | None = None) -> dict[str, dict]:
+    return {
+        d["metadata"].get("namespace", "maas"): d
+        for d in docs
+        if d["kind"] == kind and name in (None, d["metadata"]["name"])
+    }
 
 
 def test_operator_rights_are_namespaced_by_default(helm):
@@ -225,8 +237,9 @@ def test_operator_rights_are_namespaced_by_default(helm):
         if doc["kind"] not in CUSTOM_KINDS:
             kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
     managed = {"maas", "team-a", "team-b"}
-    assert set(_by_kind(docs, "Role")) == set(_by_kind(docs, "RoleBinding")) == managed
-    for binding in _by_kind(docs, "RoleBinding").values():
+    roles, bindings = _by_kind(docs, "Role", OPERATOR), _by_kind(docs, "RoleBinding", OPERATOR)
+    assert set(roles) == set(bindings) == managed
+    for binding in bindings.values():
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "maas-operator", "namespace": "maas"}
         ]
@@ -236,13 +249,14 @@ def test_operator_rights_are_namespaced_by_default(helm):
     assert json.loads(_operator_env(docs)["MAAS_NAMESPACES"]) == ["maas", "team-a", "team-b"]
 
     default = render_set(helm)
-    assert set(_by_kind(default, "Role")) == {"maas"}
+    assert set(_by_kind(default, "Role", OPERATOR)) == {"maas"}
     assert json.loads(_operator_env(default)["MAAS_NAMESPACES"]) == ["maas"]
 
 
 def test_cluster_wide_rights_only_when_opted_in(helm):
     docs = render_set(helm, "operator.clusterWide=true")
-    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+    namespaced = {d["metadata"]["name"] for d in docs if d["kind"] in ("Role", "RoleBinding")}
+    assert namespaced == {"maas-operator-routes"}, "only its own ConfigMap, in its namespace"
     roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
     assert {"patch", "create"} <= {
         v for rule in roles["maas-operator"]["rules"] for v in rule["verbs"]

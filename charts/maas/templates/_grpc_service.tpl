@@ -1,7 +1,8 @@
 {{/*
 A `maas serve <component>` gRPC service: Deployment + Service.
 Params: root, component, v (its values), env (extra env entries, YAML),
-config (optional: a ConfigMap component name, mounted at /etc/maas/<config>).
+config (optional: a ConfigMap component name, mounted at /etc/maas/<config>),
+apiAccess (optional: mount the ServiceAccount token, for a component that calls the API server).
 */}}
 {{- define "maas.grpcService" -}}
 {{- $ctx := dict "root" .root "component" .component }}
@@ -27,7 +28,7 @@ spec:
       {{- end }}
     spec:
       serviceAccountName: {{ include "maas.name" $ctx }}
-      automountServiceAccountToken: false
+      automountServiceAccountToken: {{ .apiAccess | default false }}
       {{- include "maas.podSpecCommon" $root | nindent 6 }}
       containers:
         - name: {{ .component }}

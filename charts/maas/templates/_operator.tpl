@@ -8,6 +8,20 @@ operator's Role and the engines' NetworkPolicy.
 {{- end -}}
 
 {{/*
+The namespaces the operator watches and the router discovers engines in, as
+the JSON list both take: the managed namespaces, or [] (every namespace) when
+operator.clusterWide opts in.
+*/}}
+{{- define "maas.watchedNamespaces" -}}
+{{- ternary "[]" (include "maas.operatorNamespaces" .) .Values.operator.clusterWide -}}
+{{- end -}}
+
+{{/* The ConfigMap the operator writes the gateway's routes into, in the release's namespace. */}}
+{{- define "maas.routesConfigMap" -}}
+{{- printf "%s-routes" (include "maas.name" (dict "root" . "component" "operator")) -}}
+{{- end -}}
+
+{{/*
 Image patterns a ModelDeployment may name, as a JSON list: the release's own
 image at any tag or digest, the engine image the values name, and the extra
 patterns in operator.allowedImages.

@@ -1,17 +1,18 @@
-"""Kubernetes discovery: watch the engine Services and EndpointSlices of one namespace.
+"""Kubernetes discovery: watch the engine Services and EndpointSlices of the
+namespaces the operator manages (the same list), or of every namespace.
 
-The `kubernetes` client is synchronous, so each resource is listed and watched
-in its own daemon thread, which wakes the event loop after every change; the
-loop then rebuilds the whole snapshot from both caches. Every watch round starts
-with a fresh list, so a dropped watch (or a 410 Gone) can't leave a deleted pod
-behind. RBAC: get/list/watch on services and discovery.k8s.io endpointslices.
+The `kubernetes` client is synchronous, so each resource of each namespace is
+listed and watched in its own daemon thread, which wakes the event loop after
+every change; the loop then rebuilds the whole snapshot from all caches. Every
+watch round starts with a fresh list, so a dropped watch (or a 410 Gone) can't
+leave a deleted pod behind. RBAC: list/watch on services and discovery.k8s.io
+endpointslices, in a Role per namespace or, for every namespace, a ClusterRole.
 """
 
 import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 from kubernetes import client, config, watch
 
@@ -22,21 +23,20 @@ from services.router.settings import RouterSettings
 
 log = get_logger(__name__)
 
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # The server ends a watch after this long; the next round relists.
 WATCH_SECONDS = 300
 RETRY_SECONDS = 2.0
 
 
 class _ResourceCache:
-    """One resource kind's objects in a namespace, kept current by list + watch."""
+    """One resource kind's objects in a namespace (or all), kept current by list + watch."""
 
-    def __init__(self, list_fn: Callable, namespace: str, selector: str):
+    def __init__(self, list_fn: Callable, args: tuple, selector: str):
         self._list_fn = list_fn
-        self._namespace = namespace
+        self._args = args  # (namespace,) for a namespaced list, () for every namespace
         self._selector = selector
         self._lock = threading.Lock()
-        self._objects: dict[str, dict] = {}
+        self._objects: dict[tuple[str, str], dict] = {}
         self._stopped = threading.Event()
         self._watch: watch.Watch | None = None
         self.synced = threading.Event()
@@ -62,7 +62,7 @@ class _ResourceCache:
                 self._watch = watch.Watch()
                 for event in self._watch.stream(
                     self._list_fn,
-                    self._namespace,
+                    *self._args,
                     label_selector=self._selector,
                     resource_version=version,
                     timeout_seconds=WATCH_SECONDS,
@@ -76,59 +76,74 @@ class _ResourceCache:
                 self._stopped.wait(RETRY_SECONDS)
 
     def _relist(self) -> str:
-        response = self._list_fn(
-            self._namespace, label_selector=self._selector, _preload_content=False
-        )
+        response = self._list_fn(*self._args, label_selector=self._selector, _preload_content=False)
         listing = json.loads(response.data)
         with self._lock:
-            self._objects = {item["metadata"]["name"]: item for item in listing["items"]}
+            self._objects = {_key(item): item for item in listing["items"]}
         return listing["metadata"].get("resourceVersion", "")
 
     def _apply(self, kind: str, obj: dict) -> bool:
-        name = (obj.get("metadata") or {}).get("name")
-        if kind not in ("ADDED", "MODIFIED", "DELETED") or not name:
+        named = bool((obj.get("metadata") or {}).get("name"))
+        if kind not in ("ADDED", "MODIFIED", "DELETED") or not named:
             return False  # BOOKMARK, or nothing to key it by
         with self._lock:
             if kind == "DELETED":
-                self._objects.pop(name, None)
+                self._objects.pop(_key(obj), None)
             else:
-                self._objects[name] = obj
+                self._objects[_key(obj)] = obj
         return True
 
 
+def _key(obj: dict) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return meta.get("namespace", ""), meta["name"]
+
+
 class KubernetesSource:
-    def __init__(self, api: client.ApiClient, namespace: str, service_selector: str):
-        self._services = _ResourceCache(
-            client.CoreV1Api(api).list_namespaced_service, namespace, service_selector
-        )
+    def __init__(self, api: client.ApiClient, namespaces: list[str], service_selector: str):
+        core, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+        if namespaces:
+            scopes = [(ns,) for ns in dict.fromkeys(namespaces)]
+            list_services, list_slices = (
+                core.list_namespaced_service,
+                discovery.list_namespaced_endpoint_slice,
+            )
+        else:
+            scopes = [()]
+            list_services, list_slices = (
+                core.list_service_for_all_namespaces,
+                discovery.list_endpoint_slice_for_all_namespaces,
+            )
+        self._services = [_ResourceCache(list_services, s, service_selector) for s in scopes]
         # A slice names its Service in a label; rather than rely on it copying the
-        # Service's other labels, every slice of the namespace is read and joined by name.
-        self._slices = _ResourceCache(
-            client.DiscoveryV1Api(api).list_namespaced_endpoint_slice, namespace, ""
-        )
+        # Service's other labels, every slice is read and joined by namespace and name.
+        self._slices = [_ResourceCache(list_slices, s, "") for s in scopes]
 
     @classmethod
     def from_settings(cls, settings: RouterSettings) -> "KubernetesSource":
-        namespace = settings.kubernetes_namespace
-        if not namespace and SERVICE_ACCOUNT_NAMESPACE.exists():
-            namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-        selector = settings.kubernetes_selector
-        return cls(_api_client(settings.kubeconfig), namespace or "default", selector)
+        return cls(
+            _api_client(settings.kubeconfig),
+            settings.kubernetes_namespaces,
+            settings.kubernetes_selector,
+        )
 
     async def snapshots(self) -> AsyncIterator[Snapshot]:
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
-        for cache in (self._services, self._slices):
+        caches = self._services + self._slices
+        for cache in caches:
             cache.start(lambda: loop.call_soon_threadsafe(changed.set))
         while True:
             await changed.wait()
             changed.clear()
             # Half-synced state would look like "every replica is gone".
-            if self._services.synced.is_set() and self._slices.synced.is_set():
-                yield snapshot_of(self._services.objects(), self._slices.objects())
+            if all(cache.synced.is_set() for cache in caches):
+                services = [obj for cache in self._services for obj in cache.objects()]
+                slices = [obj for cache in self._slices for obj in cache.objects()]
+                yield snapshot_of(services, slices)
 
     async def close(self) -> None:
-        for cache in (self._services, self._slices):
+        for cache in self._services + self._slices:
             cache.stop()
 
 

@@ -72,11 +72,19 @@ def targets_of(endpoint_slice: dict, model: str) -> list[Target]:
     return targets
 
 
+def _namespace(obj: dict) -> str:
+    return obj["metadata"].get("namespace", "")
+
+
 def snapshot_of(services: list[dict], slices: list[dict]) -> Snapshot:
-    by_name = {s["metadata"]["name"]: s for s in services if _labels(s).get(MODEL_LABEL)}
+    """Services and slices of one namespace or several: a slice's Service is in its own."""
+    by_name = {
+        (_namespace(s), s["metadata"]["name"]): s for s in services if _labels(s).get(MODEL_LABEL)
+    }
     targets: dict[str, Target] = {}
     for endpoint_slice in slices:
-        service = by_name.get(_labels(endpoint_slice).get(SERVICE_NAME_LABEL, ""))
+        service_name = _labels(endpoint_slice).get(SERVICE_NAME_LABEL, "")
+        service = by_name.get((_namespace(endpoint_slice), service_name))
         if service is None:
             continue
         for target in targets_of(endpoint_slice, _labels(service)[MODEL_LABEL]):

@@ -1,7 +1,8 @@
 """Kubernetes discovery against kmock's emulated API server, over real HTTP.
 
 The Services and EndpointSlices are what the operator and the EndpointSlice
-controller would create; the engines behind them are fake gRPC servers.
+controller would create; the engines behind them are fake gRPC servers. The
+router's calls are checked against the RBAC the chart gives it.
 """
 
 import asyncio
@@ -11,19 +12,24 @@ import pytest
 from kubernetes import client
 
 from tests.integration.router.conftest import Router, eventually
+from tests.k8s.chart_render import rendered
+from tests.k8s.rbac import Grants, calls_by
 
 NAMESPACE = "maas-test"
+# A second namespace the operator manages (operator.watchNamespaces).
+OTHER = "team-a"
+ROUTER_TOKEN = "router-token"
 pytestmark = pytest.mark.timeout(60)
 
 
-def engine_service(policy: str) -> dict:
+def engine_service(policy: str, namespace: str = NAMESPACE, model: str = "m") -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
             "name": "demo-engine",
-            "namespace": NAMESPACE,
-            "labels": {"app.kubernetes.io/name": "maas-engine", "maas.io/model": "m"},
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "maas-engine", "maas.io/model": model},
             "annotations": {
                 "maas.io/routing-policy": policy,
                 "maas.io/routing-weights": "{}",
@@ -33,13 +39,15 @@ def engine_service(policy: str) -> dict:
     }
 
 
-def endpoint_slice(name: str, pod: str, port: int, ready=True, terminating=False) -> dict:
+def endpoint_slice(
+    name: str, pod: str, port: int, ready=True, terminating=False, namespace: str = NAMESPACE
+) -> dict:
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
         "metadata": {
             "name": name,
-            "namespace": NAMESPACE,
+            "namespace": namespace,
             "labels": {"kubernetes.io/service-name": "demo-engine"},
         },
         "addressType": "IPv4",
@@ -48,7 +56,7 @@ def endpoint_slice(name: str, pod: str, port: int, ready=True, terminating=False
             {
                 "addresses": ["127.0.0.1"],
                 "conditions": {"ready": ready, "serving": True, "terminating": terminating},
-                "targetRef": {"kind": "Pod", "name": pod, "namespace": NAMESPACE},
+                "targetRef": {"kind": "Pod", "name": pod, "namespace": namespace},
             }
         ],
     }
@@ -64,13 +72,21 @@ async def api_server(tmp_path, monkeypatch):
             f"""apiVersion: v1
 kind: Config
 clusters: [{{name: kmock, cluster: {{server: "{server.url}"}}}}]
-users: [{{name: test, user: {{token: test}}}}]
-contexts: [{{name: kmock, context: {{cluster: kmock, user: test, namespace: {NAMESPACE}}}}}]
+users: [{{name: router, user: {{token: {ROUTER_TOKEN}}}}}]
+contexts: [{{name: kmock, context: {{cluster: kmock, user: router, namespace: {NAMESPACE}}}}}]
 current-context: kmock
 """
         )
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        yield kubeconfig, client.ApiClient(client.Configuration(host=str(server.url)))
+        yield kubeconfig, client.ApiClient(client.Configuration(host=str(server.url))), emulator
+
+
+def assert_within_chart_rbac(emulator, *chart_settings: str) -> None:
+    """Nothing the router called would a real API server have refused it."""
+    docs = rendered(NAMESPACE, *chart_settings)
+    calls, other = calls_by(emulator, ROUTER_TOKEN)
+    assert calls and not other, other
+    assert Grants.of(docs, "maas-router", NAMESPACE).refused(calls) == []
 
 
 async def call(method, *args):
@@ -80,7 +96,7 @@ async def call(method, *args):
 
 async def test_router_follows_services_and_endpoint_slices(api_server, cluster):
     # api_server first, so the router (in cluster) stops before the API server does.
-    kubeconfig, api = api_server
+    kubeconfig, api, emulator = api_server
     core, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
     e0, e1 = await cluster.engine("e0"), await cluster.engine("e1")
     await call(core.create_namespaced_service, NAMESPACE, engine_service("least-load"))
@@ -90,16 +106,23 @@ async def test_router_follows_services_and_endpoint_slices(api_server, cluster):
         )
         await call(discovery.create_namespaced_endpoint_slice, NAMESPACE, body)
 
+    # The same Service name in another managed namespace: its slices join that one.
+    e2 = await cluster.engine("e2", model="m2")
+    await call(core.create_namespaced_service, OTHER, engine_service("least-load", OTHER, "m2"))
+    body = endpoint_slice("demo-engine-e2", "pod-e2", e2.port, namespace=OTHER)
+    await call(discovery.create_namespaced_endpoint_slice, OTHER, body)
+
     router: Router = await cluster.router(
         discovery="kubernetes",
         kubeconfig=str(kubeconfig),
-        kubernetes_namespace=NAMESPACE,
+        kubernetes_namespaces=[NAMESPACE, OTHER],
         engines=[],
     )
     stats = await router.stats()
     assert [r.endpoint_id for r in stats.replicas] == ["pod-e0", "pod-e1"]
     assert stats.routing_policy == "least_load"
-    await eventually(lambda: len([e for e in router.pool.endpoints.values() if e.available]) == 2)
+    await eventually(lambda: len([e for e in router.pool.endpoints.values() if e.available]) == 3)
+    assert router.pool.endpoints["pod-e2"].model == "m2"
 
     # The pod behind e0 is being deleted: it finishes its requests but gets no new ones.
     await call(
@@ -119,3 +142,22 @@ async def test_router_follows_services_and_endpoint_slices(api_server, cluster):
     )
     await eventually(lambda: router.pool.routing["m"].policy == "round_robin", what="policy change")
     assert (await router.stats()).routing_policy == "round_robin"
+    assert_within_chart_rbac(emulator, f"operator.watchNamespaces={{{OTHER}}}")
+
+
+async def test_cluster_wide_router_finds_engines_in_every_namespace(api_server, cluster):
+    kubeconfig, api, emulator = api_server
+    core, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+    engines = {}
+    for namespace, model in ((NAMESPACE, "m"), (OTHER, "m2")):
+        engine = engines[namespace] = await cluster.engine(f"e-{namespace}", model=model)
+        await call(core.create_namespaced_service, namespace, engine_service("", namespace, model))
+        body = endpoint_slice("demo-engine-a", f"pod-{namespace}", engine.port, namespace=namespace)
+        await call(discovery.create_namespaced_endpoint_slice, namespace, body)
+
+    router: Router = await cluster.router(
+        discovery="kubernetes", kubeconfig=str(kubeconfig), kubernetes_namespaces=[], engines=[]
+    )
+    await eventually(lambda: {"pod-maas-test", "pod-team-a"} <= set(router.pool.endpoints))
+    assert {e.model for e in router.pool.endpoints.values()} == {"m", "m2"}
+    assert_within_chart_rbac(emulator, "operator.clusterWide=true")
