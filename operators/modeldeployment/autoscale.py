@@ -3,13 +3,18 @@
 The decision is the pure policy's; this module gathers its inputs (the
 engine Deployment, the router's pool statistics), carries out scale changes
 and drains, and returns the status to write and the Events to post.
+
+A start from zero is a cold start: its Event says how many requests the
+gateways hold, and the tick that first sees a ready replica posts how long it
+took (status.coldStartSeconds, maas_operator_cold_start_seconds), measured
+from the tick that asked for it, so to within one tick interval.
 """
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
-from operators.modeldeployment import resources
+from operators.modeldeployment import metrics, resources
 from operators.modeldeployment.drain import DrainState, DrainStep, choose_victim, next_step
 from operators.modeldeployment.grpc_clients import PoolStatsUnavailable, replicas_of
 from operators.modeldeployment.kube import KubeApi, object_path
@@ -153,6 +158,9 @@ class _Tick:
 def _status(body: dict, **fields) -> dict:
     meta, previous = body["metadata"], body.get("status") or {}
     limited_reason, limited_message = fields.pop("limited")
+    spec = fields.pop("spec")
+    fields["canaryWeight"] = spec["canary"]["weight"] if resources.canary_wanted(spec) else 0
+    fields["scaledToZero"] = fields["desiredReplicas"] == 0
     fields["conditions"] = merge_conditions(
         previous.get("conditions") or [],
         conditions(
@@ -184,10 +192,13 @@ async def tick(deps: Dependencies, body: dict, spec: dict, now: float) -> TickRe
     existing = (deployment.get("status") or {}).get("replicas", 0)
     config = autoscaling_config(spec)
     drain = _drain_from_status(previous)
+    remembered = previous.get("autoscaler") or {}
     memory = AutoscalerState(
         last_scale_time=parse_timestamp(previous.get("lastScaleTime")),
-        low_since=parse_timestamp((previous.get("autoscaler") or {}).get("lowSince")),
+        low_since=parse_timestamp(remembered.get("lowSince")),
+        idle_since=parse_timestamp(remembered.get("idleSince")),
     )
+    cold_since = parse_timestamp(remembered.get("coldStartSince"))
 
     try:
         stats = await deps.pool_stats(model_id(t.name, spec))
@@ -210,6 +221,7 @@ async def tick(deps: Dependencies, body: dict, spec: dict, now: float) -> TickRe
             min_replicas=config.min_replicas,
             limited=blind,
             now=now,
+            spec=spec,
         )
         return TickResult(status, t.events)
 
@@ -220,7 +232,9 @@ async def tick(deps: Dependencies, body: dict, spec: dict, now: float) -> TickRe
         drain, asked = None, asked - 1
         memory = replace(memory, low_since=now)
     draining = 1 if drain else 0
-    obs = Observation(now, stats.queue_depth, stats.ready_replicas, asked, draining)
+    # In flight covers a stream the engine has not reported as running yet.
+    busy = max(stats.running, stats.in_flight)
+    obs = Observation(now, stats.queue_depth, stats.ready_replicas, asked, draining, busy)
     decision = decide(config, obs, memory)
     desired = decision.desired_replicas - draining
     if decision.action is Action.SCALE_IN:
@@ -230,6 +244,7 @@ async def tick(deps: Dependencies, body: dict, spec: dict, now: float) -> TickRe
             desired = asked
     elif decision.desired_replicas != asked:
         await t.set_replicas(decision.desired_replicas)
+    cold_since, cold_seconds = _cold_start(t, stats, previous, asked, decision, cold_since)
     posted = decision.action in ALWAYS_POSTED or decision.action.value != previous.get("lastAction")
     if posted and decision.action is not Action.SCALE_IN:  # start_drain posted its own
         t.events.append(("Normal", EVENT_REASONS[decision.action], decision.message))
@@ -254,11 +269,43 @@ async def tick(deps: Dependencies, body: dict, spec: dict, now: float) -> TickRe
                 None if decision.state.low_since is None else timestamp(decision.state.low_since)
             ),
             "drain": _drain_to_status(drain),
+            "idleSince": (
+                None if decision.state.idle_since is None else timestamp(decision.state.idle_since)
+            ),
+            "coldStartSince": None if cold_since is None else timestamp(cold_since),
         },
         min_replicas=config.min_replicas,
         limited=limited,
         now=now,
+        spec=spec,
+        heldRequests=stats.held,
     )
+    if cold_seconds is not None:
+        status["coldStartSeconds"] = cold_seconds
     if last_scale is not None:
         status["lastScaleTime"] = timestamp(last_scale)
     return TickResult(status, t.events)
+
+
+def _cold_start(t: _Tick, stats, previous: dict, asked: int, decision, since: float | None):
+    """Events for held requests and starts from zero; (start time kept, seconds if done)."""
+    if stats.held and not previous.get("heldRequests"):
+        t.events.append(
+            ("Normal", "RequestsHeld", f"gateways hold {stats.held} requests: no replica is ready")
+        )
+    if asked == 0 and decision.desired_replicas > 0 and since is None:
+        t.events.append(
+            (
+                "Normal",
+                "ColdStart",
+                f"starting {decision.desired_replicas} replicas from zero "
+                f"for {stats.queue_depth} waiting requests ({stats.held} held)",
+            )
+        )
+        return t.now, None
+    if since is not None and stats.ready_replicas > 0:
+        seconds = round(t.now - since, 3)
+        metrics.COLD_START_SECONDS.labels(t.namespace, t.name).observe(seconds)
+        t.events.append(("Normal", "ColdStarted", f"a replica is ready {seconds:.1f}s after start"))
+        return None, seconds
+    return since, None

@@ -1,6 +1,6 @@
 """Prometheus gauges of what the autoscaler sees and decides, per ModelDeployment."""
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 LABELS = ["namespace", "model_deployment"]
 
@@ -8,6 +8,13 @@ QUEUE_DEPTH = Gauge("maas_operator_queue_depth", "Requests waiting in the pool",
 UTILIZATION = Gauge("maas_operator_utilization", "Queue depth / ready capacity", LABELS)
 REPLICAS = Gauge("maas_operator_replicas", "Engine replicas by state", [*LABELS, "state"])
 DECISIONS = Counter("maas_operator_decisions", "Autoscaler decisions", [*LABELS, "action"])
+# From the tick that asked for a replica at zero to the first that saw it ready.
+COLD_START_SECONDS = Histogram(
+    "maas_operator_cold_start_seconds",
+    "Time from scaling out of zero replicas to a ready replica",
+    LABELS,
+    buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200),
+)
 
 
 def record(namespace: str, name: str, status: dict) -> None:

@@ -41,7 +41,9 @@ def conditions(
     limited_reason: str,
     limited_message: str,
 ) -> list[Condition]:
-    available = ready >= max(min_replicas, 1)
+    # At zero on purpose the model is still served: the gateway holds its requests.
+    scaled_to_zero = min_replicas == 0 and desired == 0 and not draining
+    available = ready >= max(min_replicas, 1) or scaled_to_zero
     settled = ready == desired == replicas and not draining
     if draining:
         progressing = ("Draining", "a replica is finishing its requests before removal")
@@ -53,8 +55,12 @@ def conditions(
         Condition(
             "Available",
             available,
-            "MinimumReplicasReady" if available else "MinimumReplicasUnavailable",
-            f"{ready} ready, at least {max(min_replicas, 1)} needed",
+            "ScaledToZero"
+            if scaled_to_zero
+            else ("MinimumReplicasReady" if available else "MinimumReplicasUnavailable"),
+            "no replica runs; requests are held while one starts"
+            if scaled_to_zero
+            else f"{ready} ready, at least {max(min_replicas, 1)} needed",
         ),
         Condition("Progressing", not settled, *progressing),
         Condition(

@@ -51,7 +51,9 @@ class FakeRouter(router_pb2_grpc.RouterServicer):
         replicas = list(self.pool.replicas.values())
         stats = router_pb2.DeploymentStats(
             model=self.pool.model,
-            queue_depth=self.pool.queue_depth,
+            # As the real router: requests held at gateways count in the queue.
+            queue_depth=self.pool.queue_depth + self.pool.held,
+            held=self.pool.held,
             ready_replicas=sum(r.ready and not r.draining for r in replicas),
             replicas=[
                 router_pb2.ReplicaStats(
@@ -82,6 +84,7 @@ class FakePool:
     owner: str  # ModelDeployment name
     model: str
     queue_depth: int = 0
+    held: int = 0  # requests gateways report holding (no ready replica)
     # While set, new replicas stay starting (loading weights) and are not ready.
     hold_starting: bool = False
     replicas: dict[str, FakeReplica] = field(default_factory=dict)
