@@ -3,9 +3,11 @@
 Pipeline.complete runs the steps in order:
 1. limits pre-check: key caps (400), quota, RPM and concurrency, counted
    before any work is done for the request;
-2. resolve route: the model name (alias, canary, tier) -> a running deployment;
+2. resolve route: the model name (alias, canary, tier) -> a running deployment,
+   or one scaled to zero;
 3. tokenize (prompt_encoder.py);
-4. admit: reserve prompt + max_tokens against the tenant's TPM, then wait
+4. admit: reserve prompt + max_tokens against the tenant's TPM, hold while a
+   deployment scaled to zero starts a replica (cold_start_hold.py), then wait
    for a fair share of the deployment's slots (deployment_queues.py);
 and returns a Completion whose deltas, as they are read, run
 5. pick and 6. generate (engine_client.py, retries included),
@@ -30,6 +32,7 @@ import grpc
 from maas.v1 import engine_pb2, router_pb2
 from services.common.usage_event import UsageEvent
 from services.gateway.background import Background
+from services.gateway.cold_start_hold import ColdStartHold, ready
 from services.gateway.delta import Delta
 from services.gateway.deployment_queues import DeploymentQueues
 from services.gateway.engine_client import EngineClient
@@ -70,6 +73,7 @@ class Pipeline:
     output_filter: OutputFilter
     quotas: QuotaGate
     background: Background
+    hold: ColdStartHold
 
     async def models(self, tenant: Tenant | None = None) -> list[str]:
         """Names a tenant may send now (every name when tenant is None)."""
@@ -95,6 +99,9 @@ class Pipeline:
             max_tokens = request.max_tokens or min(tenant.max_tokens or room, room)
             need = len(prompt.token_ids) + request.n * max_tokens
             limits = await self.limiter.reserve(limits, request.request_id, need)
+            if route.scales_to_zero and not ready(deployments.get(route.deployment)):
+                # Before the queue, which is sized from the replicas that are ready.
+                deployments = await self.hold.until_ready(route.deployment)
             queue = self.queues.queue(route, deployments[route.deployment])
             await queue.acquire(tenant.name, route.tier.weight, request.n)
         except (QueueFullError, QueueTimeoutError) as exc:

@@ -23,9 +23,9 @@ Loaded from a YAML file (a ConfigMap in Kubernetes):
 
 A deployment is a model id the router knows. Deployments that are not up
 right now are skipped when picking, so a canary can be listed before it runs.
-When none of an alias's deployments is up but one `scales_to_zero`, the route
-comes back with `ready=False`: the gateway holds the request while a replica
-starts (cold_start_hold.py) instead of answering 503.
+When none of an alias's deployments is up but one `scales_to_zero`, that one
+is routed to: the gateway holds the request while a replica starts
+(cold_start_hold.py) instead of answering 503.
 
 The operator's routes (one fragment per ModelDeployment, from its ConfigMap)
 are merged over this file's table with `merged`: the file keeps its tiers, and
@@ -94,7 +94,7 @@ class Route:
     max_in_flight: int | None
     tier: Tier
     share_prefix_cache: bool = False
-    ready: bool = True  # False: no replica up now, hold until one is
+    scales_to_zero: bool = False  # with no ready replica, hold the request until one is
 
 
 class NoDeploymentUpError(LookupError):
@@ -191,7 +191,7 @@ class RoutingTable(_Strict):
             max_in_flight=options.max_in_flight,
             tier=self.tier(tier),
             share_prefix_cache=options.share_prefix_cache,
-            ready=deployment in running,
+            scales_to_zero=options.scales_to_zero,
         )
 
 

@@ -19,6 +19,7 @@ from services.common.tenant_labels import TenantLabels
 from services.gateway.auth import Authenticator
 from services.gateway.background import Background
 from services.gateway.circuit_breaker import Breakers
+from services.gateway.cold_start_hold import ColdStartHold, HoldLimits
 from services.gateway.deployment_queues import DeploymentQueues
 from services.gateway.engine_client import EngineClient, Timeouts
 from services.gateway.grpc_front import start_grpc_front
@@ -31,6 +32,7 @@ from services.gateway.prompt_encoder import PromptEncoder
 from services.gateway.quota_gate import QuotaGate
 from services.gateway.rate_limiter import RateLimiter
 from services.gateway.routes.deps import Gateway
+from services.gateway.routes_configmap import RoutesConfigMapWatch
 from services.gateway.routes_watcher import RoutesWatcher
 from services.gateway.settings import GatewaySettings
 from services.gateway.tenants import TenantStore
@@ -66,19 +68,30 @@ def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, route
         settings.max_attempts,
         background,
     )
-    # A concurrency lease outlives any request: queue wait plus the whole request.
-    lease = settings.queue_timeout_seconds + settings.request_timeout_seconds + 60
+    # A concurrency lease outlives any request: hold, queue wait plus the whole request.
+    lease = (
+        settings.hold_timeout_seconds
+        + settings.queue_timeout_seconds
+        + settings.request_timeout_seconds
+        + 60
+    )
+    # A replica the router no longer lists takes its breaker (and metric) with it.
+    catalog = ModelCatalog(upstreams.router, settings.models_cache_seconds, breakers.retain)
     return Pipeline(
         encoder=PromptEncoder(upstreams.tokenizer),
         engine=engine,
-        # A replica the router no longer lists takes its breaker (and metric) with it.
-        catalog=ModelCatalog(upstreams.router, settings.models_cache_seconds, breakers.retain),
+        catalog=catalog,
         limiter=RateLimiter(redis, lease, settings.rate_limit_on_redis_error),
         routes=routes,
         queues=DeploymentQueues(settings.queue_size, settings.queue_timeout_seconds),
         output_filter=OutputFilter(settings.blocked_terms, settings.blocked_terms_action),
         quotas=QuotaGate(redis, settings.rate_limit_on_redis_error),
         background=background,
+        hold=ColdStartHold(
+            catalog.models,
+            upstreams.router.ReportHeld,
+            HoldLimits(settings.hold_max_requests, settings.hold_timeout_seconds),
+        ),
     )
 
 
@@ -86,7 +99,11 @@ async def run_gateway(settings: GatewaySettings) -> None:
     """The gateway process: both fronts until SIGTERM, then a drain in order."""
     redis = open_redis(settings.redis_url)
     upstreams = Upstreams(settings.tokenizer_address, settings.router_address)
-    routes = RoutesWatcher(settings.routes_file, settings.routes_poll_seconds)
+    routes = RoutesWatcher(
+        settings.routes_file,
+        settings.routes_poll_seconds,
+        RoutesConfigMapWatch.from_settings(settings),
+    )
     routes.start()
     pipeline = build_pipeline(settings, upstreams, redis, routes)
     pipeline.engine.usage.start()
@@ -133,6 +150,7 @@ async def run_gateway(settings: GatewaySettings) -> None:
     http.should_exit = True
     await asyncio.gather(http_task, handle.server.stop(settings.shutdown_grace_seconds))
     await routes.stop()
+    await pipeline.hold.close()
     await pipeline.background.wait()
     await pipeline.engine.usage.stop()
     await upstreams.close()

@@ -20,6 +20,24 @@ class GatewaySettings(ServiceSettings):
         "", description="routing table YAML, re-read when it changes; empty = every model as is"
     )
     routes_poll_seconds: float = Field(1.0, gt=0, description="how often the routes file is read")
+    routes_configmap: str = Field(
+        "",
+        description="the operator's routes ConfigMap, watched through the Kubernetes API and "
+        "merged over routes_file; empty = none",
+    )
+    routes_configmap_namespace: str = Field(
+        "", description="namespace of routes_configmap; empty = the gateway's own"
+    )
+    kubeconfig: str = Field(
+        "", description="for routes_configmap outside a cluster: kubeconfig path (empty = default)"
+    )
+    # Scale to zero: requests for a deployment with no ready replica wait for one.
+    hold_max_requests: int = Field(
+        64, ge=0, description="requests held per deployment at most; more get 503"
+    )
+    hold_timeout_seconds: float = Field(
+        120.0, gt=0, description="how long a request waits for a replica to start, then 503"
+    )
     billing_address: str = Field("", description="billing service HOST:PORT, for /v1/usage")
     usage_spool_dir: str = Field(
         ".maas/spool", description="durable folder for usage events while Redis is down"

@@ -119,15 +119,15 @@ def test_operator_routes_merge_over_the_file_which_keeps_its_tiers_and_names():
     assert merged.tier("premium").weight == 4
     assert merged.resolve("smollm2", "standard", "", RUNNING).deployment in {"v1", "v2"}
     route = merged.resolve("chat", "standard", "", {"cold", "cold-canary"})
-    assert route.ready and route.deployment in {"cold", "cold-canary"}
+    assert route.deployment in {"cold", "cold-canary"}
 
 
-def test_a_deployment_at_zero_replicas_is_routed_not_ready_instead_of_refused():
+def test_a_deployment_at_zero_replicas_is_routed_to_be_held_instead_of_refused():
     merged, _ = table().merged([table(OPERATOR)])
     # Neither side runs; only the main one scales to zero, so it takes the request.
     route = merged.resolve("chat", "standard", "", RUNNING)
-    assert (route.deployment, route.ready) == ("cold", False)
-    assert merged.resolve("cold", "standard", "", set()).ready is False
+    assert (route.deployment, route.scales_to_zero) == ("cold", True)
+    assert merged.resolve("cold", "standard", "", set()).scales_to_zero
     assert "chat" in merged.names(set())
     with pytest.raises(NoDeploymentUpError):
         merged.resolve("smollm2", "standard", "", set())
