@@ -20,8 +20,11 @@ from operators.modeldeployment.grpc_clients import RouterClient, drain_engine
 from operators.modeldeployment.handlers import FINALIZER, OperatorContext, build_registry
 from operators.modeldeployment.kube import Credentials, KubeApi
 from operators.modeldeployment.resources import DELETION_COST
+from tests.k8s.chart_render import rendered
 from tests.k8s.emulator import StampingEmulator
 from tests.k8s.fake_pool import FakePool
+from tests.k8s.rbac import Grants, calls_by
+from tests.k8s.written_objects import check_writes
 
 NAMESPACE = "maas-test"
 MDS = "maas.io/v1alpha1/modeldeployments"
@@ -31,6 +34,8 @@ OWNED = [
     ("policy/v1/poddisruptionbudgets", "demo-engine"),
 ]
 TICK = 0.2
+# The operator's calls are told from the fakes' and the test's by this token.
+OPERATOR_TOKEN = "operator-token"
 ADMISSION = AdmissionPolicy(
     allowed_images=("maas:*", "registry.example.com/fetch/*"),
     credentials_secret_pattern="model-credentials-[a-z0-9-]+",
@@ -93,21 +98,28 @@ async def _operator(
     url: str, router_address: str, stop: threading.Event, ready: threading.Event, routes=None
 ):
     router = RouterClient(router_address)
-    api = KubeApi(Credentials(server=url))
+    api = KubeApi(Credentials(server=url, token=OPERATOR_TOKEN))
     ctx = OperatorContext(
         deps=Dependencies(api=api, pool_stats=router.pool_stats, drain_engine=drain_engine),
         engine_image="maas:test",
         interval_seconds=TICK,
         admission=ADMISSION,
-        login=lambda **_: kopf.ConnectionInfo(server=url),
+        login=lambda **_: kopf.ConnectionInfo(server=url, token=OPERATOR_TOKEN),
         routes=routes,
     )
+    registry = build_registry(ctx)
+
+    # kmock cannot parse the namespace list kopf scans in a namespaced run, so the
+    # namespace is named as existing (kopf's fallback without the right to list).
+    @kopf.on.startup(registry=registry)
+    def no_namespace_scan(settings: kopf.OperatorSettings, **_):
+        settings.scanning.disabled = True
+
     try:
         await kopf.operator(
-            registry=build_registry(ctx),
+            registry=registry,
             standalone=True,
-            # kmock cannot parse the namespace list kopf watches for namespaced runs.
-            clusterwide=True,
+            namespaces=[NAMESPACE],
             stop_flag=stop,
             ready_flag=ready,
         )
@@ -153,6 +165,20 @@ async def running_cluster(routes=None):
                 await kubelet
             await asyncio.to_thread(thread.join, 20)
             await pool.stop()
+        # Reached only when the test passed: what a real API server would have refused.
+        check_operator_calls(emulator)
+
+
+def check_operator_calls(emulator) -> None:
+    """Every call within the chart's RBAC for the operator in its release namespace,
+    and every object it wrote valid for the API server's schemas."""
+    grants = Grants.of(rendered(NAMESPACE), "maas-operator", NAMESPACE)
+    calls, other = calls_by(emulator, OPERATOR_TOKEN)
+    assert calls and not other, other
+    assert grants.refused(calls) == []
+    problems, unchecked = check_writes(emulator, OPERATOR_TOKEN)
+    assert problems == []
+    assert unchecked <= {"pods"}, "the fake kubelet's pods are only annotated by the operator"
 
 
 async def create(client, body: dict) -> None:
