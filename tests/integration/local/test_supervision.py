@@ -112,6 +112,8 @@ async def test_killed_billing_restarts_while_a_stream_completes_and_bills_once(s
         state = json.loads((stack.config.state_dir / "stack.json").read_text())
         assert state["restarts"]["billing"] == 1
         assert state["pids"]["billing"] == child(stack, "billing").pid
+        # Restarted billing was checked by its liveness (test_billing_restart_probe.py: why).
+        assert child(stack, "billing").restart_probe == f"{stack.addresses['billing']}/liveness"
         assert not supervising.done()
     finally:
         supervising.cancel()
