@@ -115,11 +115,12 @@ def test_pods_are_locked_down(rendered):
             assert container["resources"]["requests"], container["name"]
 
 
-def test_only_the_operator_and_the_router_talk_to_the_api_server(rendered):
+def test_only_the_operator_the_router_and_the_gateway_talk_to_the_api_server(rendered):
+    talkers = ("maas-operator", "maas-router", "maas-gateway")
     for workload in _workloads(rendered):
         pod = workload["spec"]["template"]["spec"]
         automount = pod.get("automountServiceAccountToken", True)
-        assert automount == (workload["metadata"]["name"] in ("maas-operator", "maas-router"))
+        assert automount == (workload["metadata"]["name"] in talkers)
     rules = [r for d in rendered if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
     assert rules
     for rule in rules:
@@ -256,7 +257,8 @@ def test_operator_rights_are_namespaced_by_default(helm):
 def test_cluster_wide_rights_only_when_opted_in(helm):
     docs = render_set(helm, "operator.clusterWide=true")
     namespaced = {d["metadata"]["name"] for d in docs if d["kind"] in ("Role", "RoleBinding")}
-    assert namespaced == {"maas-operator-routes"}, "only its own ConfigMap, in its namespace"
+    # Only the routes ConfigMap, in the release's namespace: the operator's and the gateway's.
+    assert namespaced == {"maas-operator-routes", "maas-gateway"}
     roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
     assert {"patch", "create"} <= {
         v for rule in roles["maas-operator"]["rules"] for v in rule["verbs"]

@@ -109,3 +109,23 @@ current-context: kmock
             assert "mine" in watcher.table.models
         finally:
             await watcher.stop()
+
+
+def test_the_chart_lets_the_gateway_read_that_one_configmap_and_nothing_else():
+    from tests.k8s.chart_render import rendered
+    from tests.k8s.rbac import Call, Grants
+
+    docs = rendered(NAMESPACE)
+    grants = Grants.of(docs, "maas-gateway", NAMESPACE)
+    (gateway,) = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "maas-gateway"
+    ]
+    env = {
+        e["name"]: e.get("value")
+        for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["MAAS_ROUTES_CONFIGMAP"] == NAME
+    for verb in ("get", "list", "watch"):
+        assert grants.allows(Call(verb, "", "configmaps", NAMESPACE, NAME))
+    assert not grants.allows(Call("get", "", "configmaps", NAMESPACE, "maas-routing"))
+    assert not grants.allows(Call("patch", "", "configmaps", NAMESPACE, NAME))
