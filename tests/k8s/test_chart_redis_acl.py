@@ -29,6 +29,7 @@ def docs(helm):  # noqa: F811
 
 def secret_data(docs) -> dict[str, str]:
     (secret,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == SECRET]
+    kubernetes_validate.validate(secret, KUBERNETES_VERSION, strict=True)
     return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
 
 
