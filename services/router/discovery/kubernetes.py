@@ -14,8 +14,9 @@ import json
 import threading
 from collections.abc import AsyncIterator, Callable
 
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 
+from services.common.kubernetes_client import api_client
 from services.common.logging import get_logger
 from services.router.discovery import Snapshot
 from services.router.discovery.kubernetes_objects import snapshot_of
@@ -122,7 +123,7 @@ class KubernetesSource:
     @classmethod
     def from_settings(cls, settings: RouterSettings) -> "KubernetesSource":
         return cls(
-            _api_client(settings.kubeconfig),
+            api_client(settings.kubeconfig),
             settings.kubernetes_namespaces,
             settings.kubernetes_selector,
         )
@@ -145,15 +146,3 @@ class KubernetesSource:
     async def close(self) -> None:
         for cache in self._services + self._slices:
             cache.stop()
-
-
-def _api_client(kubeconfig: str) -> client.ApiClient:
-    """In a pod, its service account; outside, a kubeconfig. Never the client's global default."""
-    if not kubeconfig:
-        in_cluster = client.Configuration()
-        try:
-            config.load_incluster_config(client_configuration=in_cluster)
-            return client.ApiClient(in_cluster)
-        except config.ConfigException:
-            pass
-    return config.new_client_from_config(config_file=kubeconfig or None)
