@@ -58,7 +58,10 @@ def targets_of(endpoint_slice: dict, model: str) -> list[Target]:
         if not addresses:
             continue
         conditions = entry.get("conditions") or {}
-        name = (entry.get("targetRef") or {}).get("name") or addresses[0]
+        # The pod's name is the engine's id and what the operator's drain looks up;
+        # an endpoint that is no pod's (a hand-made slice) goes by its address.
+        ref = entry.get("targetRef") or {}
+        name = (ref.get("kind") == "Pod" and ref.get("name")) or addresses[0]
         targets.append(
             Target(
                 endpoint_id=name,

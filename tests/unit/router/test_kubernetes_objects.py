@@ -100,3 +100,27 @@ def test_ipv6_addresses_are_bracketed():
         [endpoint_slice("s", "demo-engine", pod("p0", "fd00::5", ready=True))],
     )
     assert snapshot.targets[0].address == "[fd00::5]:50051"
+
+
+def in_namespace(obj: dict, namespace: str) -> dict:
+    obj["metadata"]["namespace"] = namespace
+    return obj
+
+
+def test_a_slice_joins_the_service_of_its_own_namespace_only():
+    snapshot = snapshot_of(
+        [in_namespace(service("demo-engine", "demo"), "a")],
+        [
+            in_namespace(endpoint_slice("s", "demo-engine", pod("p-a", "10.0.0.1")), "a"),
+            in_namespace(endpoint_slice("s", "demo-engine", pod("p-b", "10.0.0.2")), "b"),
+        ],
+    )
+    assert [t.endpoint_id for t in snapshot.targets] == ["p-a"]
+
+
+def test_only_a_pod_reference_names_the_endpoint():
+    node = {"addresses": ["10.0.0.7"], "targetRef": {"kind": "Node", "name": "n1"}}
+    snapshot = snapshot_of(
+        [service("demo-engine", "demo")], [endpoint_slice("s", "demo-engine", node)]
+    )
+    assert [t.endpoint_id for t in snapshot.targets] == ["10.0.0.7"]
