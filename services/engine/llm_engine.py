@@ -26,6 +26,7 @@ failing alone, which is a broken engine or device, not a bad request)
 propagates, and the caller fails every request as before.
 """
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from services.common.logging import get_logger
 from services.common.text_tokenizer import TextTokenizer
 from services.engine import metrics
 from services.engine.block_manager import BlockManager
+from services.engine.grammar.matcher import GrammarState
+from services.engine.grammar.spec import GrammarError
 from services.engine.isolation import bisect_failures
 from services.engine.logprobs import token_logprob
 from services.engine.model_config import ModelConfig
@@ -105,6 +108,8 @@ class LLMEngine:
         )
         self.spec = SpeculativeDecoder(config.speculative, self.sampler, target)
         self.requests: dict[str, Request] = {}
+        self._grammars = None  # GrammarCompiler, built on first use (grammar_compiler)
+        self._grammars_lock = threading.Lock()
         # Called with a request's id when it first enters a step.
         self.on_scheduled: Callable[[str], None] | None = None
 
@@ -115,6 +120,32 @@ class LLMEngine:
     @property
     def capacity_tokens(self) -> int:
         return self.config.num_blocks * self.config.block_size
+
+    def grammar_compiler(self):
+        """The grammar compiler for this engine's vocabulary, built once.
+
+        Lazily, because building it imports xgrammar and reads the whole
+        vocabulary (seconds); the server builds it at start (server.py).
+        Thread-safe: validate() compiles off the engine thread.
+        """
+        with self._grammars_lock:
+            if self._grammars is None:
+                from services.engine.grammar.compiler import GrammarCompiler
+                from services.engine.grammar.vocab import tokenizer_info
+
+                info = tokenizer_info(
+                    self.tokenizer, self.model_config.vocab_size, self.model_config.eos_token_ids
+                )
+                self._grammars = GrammarCompiler(info)
+            return self._grammars
+
+    def _compile(self, params: SamplingParams):
+        if params.grammar is None:
+            return None
+        try:
+            return self.grammar_compiler().compile(params.grammar)
+        except GrammarError as exc:
+            raise RequestRejected(f"grammar: {exc}") from exc
 
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Refuse, at admission, anything that could never complete."""
@@ -135,6 +166,7 @@ class LLMEngine:
                 f"prompt + max_tokens needs {needed} KV slots but this engine's cache holds "
                 f"{self.capacity_tokens}; lower max_tokens or shorten the prompt"
             )
+        self._compile(params)
 
     def add_request(
         self,
@@ -152,6 +184,8 @@ class LLMEngine:
             self.config.cache_salt, self.config.prefix_cache_sharing, tenant, share_prefix_cache
         )
         request = Request(request_id, list(prompt_ids), params, priority, cache_salt=salt)
+        # A cache hit: validate() compiled it.
+        request.grammar = self._compile(params)
         self.requests[request_id] = request
         self._add_sample(request, 0, parent=None)
         metrics.REQUESTS_WAITING.set(len(self.scheduler.waiting))
@@ -167,6 +201,7 @@ class LLMEngine:
             priority=request.priority,
             arrival_time=request.arrival_time,
             cache_salt=request.cache_salt,
+            grammar=GrammarState(request.grammar) if request.grammar is not None else None,
         )
         text = SampleText(
             IncrementalDetokenizer(self.tokenizer, request.prompt_ids),
@@ -330,6 +365,9 @@ class LLMEngine:
     def _append_token(self, seq: Sequence, token: int, row: torch.Tensor) -> SeqOutput:
         request = self.requests[seq.request_id]
         now = time.monotonic()
+        if seq.grammar is not None and not seq.grammar.accept(token):
+            # The mask allows only what the matcher accepts: a broken invariant.
+            raise RuntimeError(f"the grammar refused sampled token {token}")
         seq.token_ids.append(token)
         metrics.GENERATION_TOKENS.inc()
         if request.first_token_time is None:
@@ -353,6 +391,8 @@ class LLMEngine:
 
     def _finish_reason(self, seq: Sequence, token: int) -> str | None:
         params = seq.params
+        if seq.grammar is not None and seq.grammar.terminated:
+            return "stop"
         if token in params.stop_token_ids:
             return "stop"
         if not params.ignore_eos and token in self.model_config.eos_token_ids:

@@ -31,6 +31,7 @@ class Request:
     cached_prompt_tokens: int | None = None  # from the first admission
     scheduled_time: float | None = None  # the first admission into a batch
     first_token_time: float | None = None
+    grammar: object = None  # xgrammar's CompiledGrammar, when params.grammar is set
 
     @property
     def finished(self) -> bool:

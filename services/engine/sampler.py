@@ -1,11 +1,15 @@
 """Turn next-token logits into token ids, one request's settings per row."""
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from services.engine.grammar.bitmask import apply_grammars
 from services.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from services.engine.grammar.matcher import GrammarState
 
 # Dividing by a tiny temperature overflows to inf (NaN after softmax); far above that
 # the distribution is already one-hot, so such requests are treated as greedy.
@@ -17,6 +21,7 @@ class SamplingRequest(Protocol):
     prompt_ids: list[int]
     output_ids: list[int]
     generator: torch.Generator
+    grammar: "GrammarState | None"  # structured outputs: what the next token may be
 
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
@@ -36,6 +41,7 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, requests: Sequence[SamplingRequest]) -> list[int]:
         """logits is [vocab] or [len(requests), vocab], for each request's next position."""
         rows = logits.float().reshape(len(requests), -1)
+        rows = apply_grammars(rows, [request.grammar for request in requests])
         return [self._sample_one(row, request) for row, request in zip(rows, requests, strict=True)]
 
     def _sample_one(self, logits: torch.Tensor, request: SamplingRequest) -> int:
@@ -47,7 +53,11 @@ class Sampler:
     def distribution(
         self, logits: torch.Tensor, request: SamplingRequest
     ) -> tuple[torch.Tensor | None, int]:
-        """(next-token probabilities, or None when greedy; the processed argmax)."""
+        """(next-token probabilities, or None when greedy; the processed argmax).
+
+        A grammar's mask is not applied here but by the caller, for the whole
+        batch at once (__call__, or speculative verification for its drafts).
+        """
         params = request.params
         logits = self._penalize(logits.float().clone(), request)
         banned = self._banned_ids(request)
@@ -95,7 +105,9 @@ class Sampler:
         params = request.params
         too_early = len(request.output_ids) < params.min_tokens
         banned = []
-        if too_early or params.ignore_eos:
+        # A grammar decides where its output ends: banning the end it requires
+        # would leave no token to sample.
+        if (too_early or params.ignore_eos) and request.grammar is None:
             banned += self.eos_token_ids
         if too_early:
             banned += params.stop_token_ids

@@ -16,6 +16,8 @@ samples' streams stay distinct (n is far below 2**64) and deterministic.
 import math
 from dataclasses import dataclass, field
 
+from services.engine.grammar.spec import GrammarError, GrammarSpec
+
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
 # OpenAI's and the gateway's bounds on stop strings; each is matched against
@@ -50,6 +52,8 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
     speculative: bool = False  # opt in to speculative decoding, where the engine has it
+    # Structured outputs: every sample follows this grammar (services/engine/grammar).
+    grammar: GrammarSpec | None = None
 
     def sample_seed(self, index: int) -> int | None:
         """The seed of sample `index`'s random stream (see the module docstring)."""
@@ -107,6 +111,11 @@ class SamplingParams:
         for name, ok, requirement in checks:
             if not ok:
                 raise ValueError(f"{name} {requirement}, got {_shown(getattr(self, name))}")
+        if self.grammar is not None:
+            try:
+                self.grammar.check()
+            except GrammarError as exc:
+                raise ValueError(f"grammar: {exc}") from None
 
 
 def _shown(value) -> str:

@@ -7,10 +7,14 @@ blocks (forked after the prompt is computed).
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from services.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from services.engine.grammar.matcher import GrammarState
 
 
 class SequenceStatus(enum.Enum):
@@ -47,6 +51,8 @@ class Sequence:
     num_draft_tokens: int = 0
     # Moving average of the fraction of drafts accepted: low means stop guessing.
     draft_acceptance: float = 1.0
+    # Where this sample stands in its request's grammar, if it has one.
+    grammar: "GrammarState | None" = None
 
     def drop_drafts(self) -> None:
         if self.num_draft_tokens:

@@ -15,6 +15,8 @@ from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
 from services.common.engine_metadata import SCHEDULED
 from services.common.logging import get_logger
 from services.engine.async_engine import AsyncEngine, EngineFailed, RequestFailed
+from services.engine.grammar.proto import grammar_from_proto
+from services.engine.grammar.spec import GrammarError
 from services.engine.llm_engine import RequestRejected
 from services.engine.request import SeqOutput
 from services.engine.sampling_params import SamplingParams
@@ -34,7 +36,10 @@ KV_KINDS = {
 
 
 def sampling_from_proto(p: engine_pb2.SamplingParams, remaining: int) -> SamplingParams:
-    """Proto defaults (zeros) mean "unset": map them onto the engine's defaults."""
+    """Proto defaults (zeros) mean "unset": map them onto the engine's defaults.
+
+    Raises GrammarError (a ValueError) for a grammar of unknown kind.
+    """
     return SamplingParams(
         temperature=p.temperature,
         top_p=p.top_p or 1.0,
@@ -53,6 +58,7 @@ def sampling_from_proto(p: engine_pb2.SamplingParams, remaining: int) -> Samplin
         logprobs=p.logprobs,
         top_logprobs=p.top_logprobs,
         speculative=p.speculative,
+        grammar=grammar_from_proto(p.grammar) if p.HasField("grammar") else None,
     )
 
 
@@ -111,9 +117,12 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         if not request.request_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request_id is required")
         prompt = list(request.prompt_token_ids)
-        params = sampling_from_proto(
-            request.sampling, self._engine.engine.config.max_model_len - len(prompt)
-        )
+        try:
+            params = sampling_from_proto(
+                request.sampling, self._engine.engine.config.max_model_len - len(prompt)
+            )
+        except GrammarError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"grammar: {exc}")
         tokenizer = self._engine.engine.tokenizer
         try:
             async for output in self._engine.generate(

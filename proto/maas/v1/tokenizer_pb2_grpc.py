@@ -55,6 +55,11 @@ class TokenizerStub:
                 request_serializer=maas_dot_v1_dot_tokenizer__pb2.EncodeRequest.SerializeToString,
                 response_deserializer=maas_dot_v1_dot_tokenizer__pb2.CountResponse.FromString,
                 _registered_method=True)
+        self.ValidateGrammar = channel.unary_unary(
+                '/maas.v1.Tokenizer/ValidateGrammar',
+                request_serializer=maas_dot_v1_dot_tokenizer__pb2.ValidateGrammarRequest.SerializeToString,
+                response_deserializer=maas_dot_v1_dot_tokenizer__pb2.ValidateGrammarResponse.FromString,
+                _registered_method=True)
 
 
 class TokenizerServicer:
@@ -86,6 +91,14 @@ class TokenizerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ValidateGrammar(self, request, context):
+        """Compile a grammar against the vocabulary: INVALID_ARGUMENT naming the
+        problem if it cannot be used, before any engine time is spent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TokenizerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +121,11 @@ def add_TokenizerServicer_to_server(servicer, server):
                     servicer.Count,
                     request_deserializer=maas_dot_v1_dot_tokenizer__pb2.EncodeRequest.FromString,
                     response_serializer=maas_dot_v1_dot_tokenizer__pb2.CountResponse.SerializeToString,
+            ),
+            'ValidateGrammar': grpc.unary_unary_rpc_method_handler(
+                    servicer.ValidateGrammar,
+                    request_deserializer=maas_dot_v1_dot_tokenizer__pb2.ValidateGrammarRequest.FromString,
+                    response_serializer=maas_dot_v1_dot_tokenizer__pb2.ValidateGrammarResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +237,33 @@ class Tokenizer:
             '/maas.v1.Tokenizer/Count',
             maas_dot_v1_dot_tokenizer__pb2.EncodeRequest.SerializeToString,
             maas_dot_v1_dot_tokenizer__pb2.CountResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ValidateGrammar(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/maas.v1.Tokenizer/ValidateGrammar',
+            maas_dot_v1_dot_tokenizer__pb2.ValidateGrammarRequest.SerializeToString,
+            maas_dot_v1_dot_tokenizer__pb2.ValidateGrammarResponse.FromString,
             options,
             channel_credentials,
             insecure,

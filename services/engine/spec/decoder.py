@@ -16,16 +16,21 @@ logprobs requests stay on the simple path.
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from services.engine import metrics
+from services.engine.grammar.draft import constrain_draft
 from services.engine.sampler import Sampler
 from services.engine.sampling_params import SamplingParams
 from services.engine.sequence import Sequence
 from services.engine.spec.config import SpecConfig
 from services.engine.spec.proposer import DraftRequest, TargetInfo, make_proposer
 from services.engine.spec.verify import verify
+
+if TYPE_CHECKING:
+    from services.engine.grammar.matcher import GrammarState
 
 # How fast the acceptance average follows new evidence, and recovers when idle.
 _EMA = 0.3
@@ -40,6 +45,7 @@ class SamplingView:
     prompt_ids: list[int]
     output_ids: list[int]
     generator: torch.Generator
+    grammar: "GrammarState | None"  # its masks are already in the logits verified
 
 
 class SpeculativeDecoder:
@@ -90,16 +96,21 @@ class SpeculativeDecoder:
         The draft is removed from token_ids; the caller appends the returned tokens.
         """
         draft = seq.token_ids[-seq.num_draft_tokens :]
+        drafted = len(draft)
         seq.drop_drafts()
         before = seq.output_ids
+        if seq.grammar is not None:
+            draft, logits = constrain_draft(seq.grammar, draft, logits)
 
         def target(j: int):
-            view = SamplingView(seq.params, seq.prompt_ids, before + draft[:j], seq.generator)
+            view = SamplingView(
+                seq.params, seq.prompt_ids, before + draft[:j], seq.generator, seq.grammar
+            )
             return self.sampler.distribution(logits[j], view)
 
         accepted, token = verify(draft, target, seq.generator)
-        seq.draft_acceptance += _EMA * (accepted / len(draft) - seq.draft_acceptance)
-        metrics.SPEC_DRAFT_TOKENS.inc(len(draft))
+        seq.draft_acceptance += _EMA * (accepted / drafted - seq.draft_acceptance)
+        metrics.SPEC_DRAFT_TOKENS.inc(drafted)
         metrics.SPEC_ACCEPTED_TOKENS.inc(accepted)
         metrics.SPEC_ACCEPTED_LENGTH.observe(accepted)
         return [*draft[:accepted], token]

@@ -16,6 +16,7 @@ class Request:
     prompt_ids: list[int] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list)
     generator: torch.Generator = field(init=False)
+    grammar: None = None
 
     def __post_init__(self):
         self.generator = make_generator(self.params.seed)
