@@ -331,7 +331,11 @@ async def _refused_then_admitted(emulator, client):
     )
     assert ready["reason"] == "ImageNotAllowed" and "spec.image" in ready["message"]
     assert ready["observedGeneration"] == md(emulator)["metadata"]["generation"]
-    (event,) = [e for e in events(emulator) if e.get("reason") == "ImageNotAllowed"]
+    # kopf posts the Event in the background, after the status patch.
+    (event,) = await eventually(
+        lambda: [e for e in events(emulator) if e.get("reason") == "ImageNotAllowed"],
+        what="the ImageNotAllowed Event",
+    )
     assert event["type"] == "Warning" and "attacker.example/miner:latest" in event["message"]
     # The handler returned before creating anything: no owned object exists, ever.
     assert not any(live(emulator, r, n) for r, n in OWNED)
