@@ -27,7 +27,9 @@ async def start_tokenizer(
     """Serve `tokenizer`; the caller stops the server, then shuts the pool down."""
     max_model_len = settings.max_model_len or tokenizer.max_model_len
     pool = EncodePool(settings.encode_threads, settings.encode_queue)
-    servicer = TokenizerServicer(settings.model_id, tokenizer, max_model_len, pool)
+    servicer = TokenizerServicer(
+        settings.model_id, tokenizer, max_model_len, pool, settings.grammar_timeout_s
+    )
     log.info(
         "tokenizer_loaded",
         vocab=tokenizer.vocab_size,

@@ -3,6 +3,8 @@
 Errors map to gRPC codes the gateway turns into OpenAI errors: an unknown
 model is NOT_FOUND, a bad conversation, an over-long prompt or a token id
 outside the vocabulary INVALID_ARGUMENT, a full encode pool RESOURCE_EXHAUSTED.
+A grammar that cannot be compiled, or not within the deadline, is
+INVALID_ARGUMENT naming the problem (grammar_check.py).
 
 Work is bounded before it starts: a text too long for any encoding is refused
 on its character count (length_check.check_chars), token-id prompts on their
@@ -10,6 +12,7 @@ count and then their range, and rendering and encoding run on the bounded
 EncodePool, never on the event loop.
 """
 
+import asyncio
 import time
 
 import grpc
@@ -19,7 +22,10 @@ from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 from services.common.chat_template import ChatTemplateError
 from services.common.metrics import LATENCY_BUCKETS
 from services.common.text_tokenizer import TextTokenizer
+from services.engine.grammar.proto import grammar_from_proto
+from services.engine.grammar.spec import GrammarError
 from services.tokenizer.encode_pool import EncodePool, PoolFullError
+from services.tokenizer.grammar_check import GrammarChecker
 from services.tokenizer.length_check import ContextLengthError, check_chars, check_length
 
 TOKENIZE_SECONDS = Histogram(
@@ -42,7 +48,12 @@ def check_token_ids(ids, vocab_size: int) -> None:
 
 class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
     def __init__(
-        self, model_id: str, tokenizer: TextTokenizer, max_model_len: int, pool: EncodePool
+        self,
+        model_id: str,
+        tokenizer: TextTokenizer,
+        max_model_len: int,
+        pool: EncodePool,
+        grammar_timeout_s: float = 10.0,
     ):
         self._model_id = model_id
         self._tok = tokenizer
@@ -50,6 +61,8 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
         self._pool = pool
         # Derived from the vocabulary once, at startup, not on the first request's time.
         self._max_token_chars = tokenizer.max_token_chars
+        self._grammars = GrammarChecker(tokenizer)
+        self._grammar_timeout_s = grammar_timeout_s
 
     async def _check_model(self, model: str, context: grpc.aio.ServicerContext) -> None:
         if model and model != self._model_id:
@@ -147,3 +160,21 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
             "count", context, self._tok.encode, request.text, request.add_special_tokens
         )
         return tokenizer_pb2.CountResponse(count=len(ids), max_model_len=self._max_model_len)
+
+    async def ValidateGrammar(self, request, context):
+        await self._check_model(request.model, context)
+        try:
+            spec = grammar_from_proto(request.grammar)
+            await asyncio.wait_for(
+                self._pool.run(self._grammars.check, spec), self._grammar_timeout_s
+            )
+        except GrammarError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the grammar did not compile within {self._grammar_timeout_s:g} s; simplify it",
+            )
+        except PoolFullError as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        return tokenizer_pb2.ValidateGrammarResponse()

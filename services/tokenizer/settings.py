@@ -18,3 +18,6 @@ class TokenizerSettings(ServiceSettings):
     encode_queue: int = Field(
         64, ge=0, description="requests that may wait for an encode thread; more are refused"
     )
+    grammar_timeout_s: float = Field(
+        10.0, gt=0, description="a grammar that takes longer to compile is refused"
+    )
