@@ -263,7 +263,7 @@ class EngineClient:
             # First thing on a client disconnect: the engine frees the
             # request's KV blocks as soon as it sees the cancellation.
             call.cancel()
-            self._bill(ticket, pick, tally, started)
+            self._bill(ticket, pick, tally, started, after_delivery=True)
 
     async def _abandon(
         self, ticket: Ticket, pick, call, reading: asyncio.Future, started: float
@@ -292,8 +292,11 @@ class EngineClient:
             tally.finish = "client_disconnect"
         return self._bill(ticket, pick, tally, started)
 
-    def _bill(self, ticket: Ticket, pick, tally: Tally, started: float) -> UsageEvent:
-        """The request's usage event, published (and its pick released) in a task."""
+    def _bill(
+        self, ticket: Ticket, pick, tally: Tally, started: float, after_delivery: bool = False
+    ) -> UsageEvent:
+        """The request's usage event, published (and its pick released) in a task:
+        for a stream that reached its client, once the response is out."""
         event = UsageEvent(
             request_id=ticket.request.request_id,
             tenant=ticket.principal.tenant.name,
@@ -310,7 +313,11 @@ class EngineClient:
             duration_seconds=time.time() - started,
             traceparent=current_traceparent(),
         )
-        self._background.run(self._finish(ticket.request.request_id, pick.endpoint_id, event))
+        finish = self._finish(ticket.request.request_id, pick.endpoint_id, event)
+        if after_delivery:
+            self._background.after(ticket.delivered, finish)
+        else:
+            self._background.run(finish)
         return event
 
     async def _pick(

@@ -123,11 +123,20 @@ class GatewayServicer:
             yield chunk
 
     async def _stream(self, principal, parsed: ParsedRequest, context):
-        headers: dict[str, str] = {}
         try:
             completion = await self._pipeline.complete(principal, parsed)
-            headers = completion.headers
-            deltas = completion.deltas
+        except APIError as exc:
+            await self._abort(context, exc)
+        try:
+            async for chunk in self._chunks(parsed, completion, context):
+                yield chunk
+        finally:
+            # After the last chunk was handed to grpc, or on any way out.
+            completion.delivered()
+
+    async def _chunks(self, parsed: ParsedRequest, completion, context):
+        headers, deltas = completion.headers, completion.deltas
+        try:
             first = await anext(deltas)
         except APIError as exc:
             await self._abort(context, with_headers(exc, headers))

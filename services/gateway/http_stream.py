@@ -1,7 +1,9 @@
 """A completion over HTTP: through the pipeline, then one JSON body or an SSE stream.
 
 Shared by the chat and text routes; everything that differs between them is
-in openai_format.ResponseShape.
+in openai_format.ResponseShape. The completion is told it was delivered once
+the last byte is sent (the stream's end, or the JSON response's background
+task), or at once on a path that sends nothing more of it.
 """
 
 import json
@@ -9,6 +11,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from services.gateway.delta import Delta
 from services.gateway.disconnect import ClientGoneError, unless_disconnected
@@ -16,7 +19,7 @@ from services.gateway.errors import APIError
 from services.gateway.http_metrics import RESPONSES
 from services.gateway.openai_format import Choices, ResponseShape
 from services.gateway.parsed_request import ParsedRequest
-from services.gateway.pipeline import Pipeline, with_headers
+from services.gateway.pipeline import Completion, Pipeline, with_headers
 from services.gateway.schemas import SamplingFields
 
 # What nginx logs for a client that closed the connection before the answer.
@@ -38,9 +41,13 @@ async def respond(
         parsed.request_id, body.model, chat=chat, with_logprobs=body.top_logprobs_count is not None
     )
     try:
-        return await _answer(request, shape, body, completion.deltas, completion.headers)
+        return await _answer(request, shape, body, completion)
     except APIError as exc:
+        completion.delivered()
         raise with_headers(exc, completion.headers) from None
+    except BaseException:
+        completion.delivered()
+        raise
 
 
 async def prepend(first: Delta, rest: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
@@ -63,13 +70,9 @@ async def collect(shape: ResponseShape, first: Delta, deltas: AsyncIterator[Delt
 
 
 async def _answer(
-    request: Request,
-    shape: ResponseShape,
-    body: SamplingFields,
-    deltas: AsyncIterator[Delta],
-    headers: dict[str, str],
+    request: Request, shape: ResponseShape, body: SamplingFields, completion: Completion
 ) -> Response:
-    route = request.url.path
+    route, deltas, headers = request.url.path, completion.deltas, completion.headers
     try:
         # Pull the first delta before answering, so failures before any token
         # (no capacity, bad prompt ids) still get a proper status code.
@@ -77,9 +80,12 @@ async def _answer(
         if not body.stream:
             full = await unless_disconnected(request.receive, collect(shape, first, deltas))
             RESPONSES.labels(route, 200).inc()
-            return JSONResponse(full, headers=headers)
+            return JSONResponse(
+                full, headers=headers, background=BackgroundTask(completion.delivered)
+            )
     except ClientGoneError:
         await deltas.aclose()
+        completion.delivered()
         RESPONSES.labels(route, CLIENT_CLOSED).inc()
         return Response(status_code=CLIENT_CLOSED)
 
@@ -95,11 +101,13 @@ async def _answer(
                     yield sse(STREAM_BROKEN.body())
                     return
                 yield sse(shape.chunk(delta, body.include_usage))
+            if body.include_usage:
+                yield sse(shape.usage_chunk(last))
+            yield sse("[DONE]")
         finally:
+            # Reached after the last frame was sent, or when the client left.
             await deltas.aclose()
-        if body.include_usage:
-            yield sse(shape.usage_chunk(last))
-        yield sse("[DONE]")
+            completion.delivered()
 
     RESPONSES.labels(route, 200).inc()
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers)

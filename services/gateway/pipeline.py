@@ -61,6 +61,10 @@ class Completion:
     def headers(self) -> dict[str, str]:
         return self.ticket.headers
 
+    def delivered(self) -> None:
+        """The front's word that the response is out: the request's owed work may run."""
+        self.ticket.delivered.set()
+
 
 @dataclass
 class Pipeline:
@@ -95,6 +99,10 @@ class Pipeline:
             deployments = await self._deployments()
             route = self._route(request, tenant, set(deployments))
             prompt = await self.encoder.encode(route.tokenizer, request.prompt, request.max_tokens)
+            if request.sampling.HasField("grammar"):
+                await self.encoder.check_grammar(
+                    route.tokenizer, request.sampling.grammar, request.grammar_param
+                )
             room = max(prompt.max_model_len - len(prompt.token_ids), 1)
             max_tokens = request.max_tokens or min(tenant.max_tokens or room, room)
             need = len(prompt.token_ids) + request.n * max_tokens
@@ -162,7 +170,10 @@ class Pipeline:
                 self.background.run(self._settle_abandoned(ticket, ticket.abandoned))
             else:
                 used = last.prompt_tokens + last.completion_tokens if last else 0
-                self._settle(ticket.principal.tenant, ticket.request, used)
+                settle = self.limiter.settle(
+                    ticket.principal.tenant, ticket.request.request_id, used, ticket.request.n
+                )
+                self.background.after(ticket.delivered, settle)
 
     def _settle(self, tenant: Tenant, request: ParsedRequest, used: int) -> None:
         self.background.run(self.limiter.settle(tenant, request.request_id, used, request.n))

@@ -1,7 +1,7 @@
 """An admitted request: what the pipeline decided for it, carried to the engine."""
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from maas.v1 import engine_pb2
 from services.gateway.fair_queue import FairQueue
@@ -28,6 +28,8 @@ class Ticket:
     limits: LimitDecision
     # Set when the client left before the first token; yields the UsageEvent.
     abandoned: asyncio.Task | None = None
+    # Set by the front once the response's last byte is out (background.after).
+    delivered: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def headers(self) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """What the routes need, handed to them by FastAPI's dependency injection.
 
 create_app puts the Gateway on app.state; a test can mount one router on an
-app of its own with whatever Gateway it builds.
+app of its own with whatever Gateway it builds. Every dependency is async:
+FastAPI runs a plain `def` one in a worker thread, a thread hop per request.
 """
 
 from dataclasses import dataclass
@@ -26,11 +27,11 @@ class Gateway:
     body_timeout_seconds: float = 30.0
 
 
-def gateway(request: Request) -> Gateway:
+async def gateway(request: Request) -> Gateway:
     return request.app.state.gateway
 
 
-def pipeline(request: Request) -> Pipeline:
+async def pipeline(request: Request) -> Pipeline:
     return request.app.state.gateway.pipeline
 
 

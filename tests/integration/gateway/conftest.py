@@ -33,12 +33,22 @@ class StubCluster:
         return [d async for d in deltas]
 
     async def open(self, tenant: Tenant | None = None, **request):
-        """Admit a request and return its delta stream (not yet started)."""
-        return (await self.complete(tenant, **request)).deltas
+        """Admit a request and return its delta stream (not yet started), read as
+        a front reads it: delivered once it ends."""
+        return read_as_a_front(await self.complete(tenant, **request))
 
     async def complete(self, tenant: Tenant | None = None, **request) -> Completion:
         tenant = tenant or Tenant(name=f"t-{uuid.uuid4().hex[:8]}")
         return await self.pipeline.complete(Principal(tenant, "key_test"), parsed(**request))
+
+
+async def read_as_a_front(completion: Completion):
+    try:
+        async for delta in completion.deltas:
+            yield delta
+    finally:
+        await completion.deltas.aclose()
+        completion.delivered()
 
 
 def parsed(

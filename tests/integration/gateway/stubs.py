@@ -101,6 +101,7 @@ class StubRouter(router_pb2_grpc.RouterServicer):
     endpoints: list[tuple[str, str, str]]
     picks: list[str] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)
+    releases: list[str] = field(default_factory=list)
     cache_scopes: list[tuple[str, bool]] = field(default_factory=list)
     _turn: itertools.count = field(default_factory=itertools.count)
 
@@ -119,6 +120,7 @@ class StubRouter(router_pb2_grpc.RouterServicer):
         return router_pb2.PickResponse(endpoint_id=endpoint_id, address=address)
 
     async def Release(self, request, context):
+        self.releases.append(request.request_id)
         return router_pb2.ReleaseResponse()
 
     async def GetPoolStats(self, request, context):

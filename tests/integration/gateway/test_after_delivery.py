@@ -1,0 +1,38 @@
+"""A request's owed work (Release, usage event, TPM settlement) waits for its last byte."""
+
+import asyncio
+import uuid
+
+from services.common.redis_client import open_redis
+from services.common.usage_event import USAGE_STREAM
+from services.gateway.tenants import Tenant
+
+
+async def owed(cluster, redis, tenant: Tenant, request_id: str) -> tuple:
+    """(released, usage events, tokens still reserved) for the request."""
+    await asyncio.sleep(0.05)  # time for work that was not held back to run
+    events = [f for _, f in await redis.xrange(USAGE_STREAM) if f["request_id"] == request_id]
+    reserved = await redis.hget(f"maas:rl:{{{tenant.name}}}:tokens", request_id)
+    return request_id in cluster.router.releases, len(events), int(reserved or 0)
+
+
+async def test_release_usage_and_settlement_wait_until_the_front_has_delivered(
+    make_cluster, redis_url
+):
+    cluster = await make_cluster(replicas=1)
+    tenant = Tenant(name=f"after-{uuid.uuid4().hex[:8]}", tpm=10**9)
+    completion = await cluster.complete(tenant, max_tokens=8)
+    request_id = completion.ticket.request.request_id
+    redis = open_redis(redis_url)
+    try:
+        assert [d async for d in completion.deltas]
+        released, events, reserved = await owed(cluster, redis, tenant, request_id)
+        # The engine stream is over, but the response is not out yet.
+        assert (released, events) == (False, 0) and reserved == 3 + 8
+        completion.delivered()
+        await cluster.pipeline.background.wait()
+        released, events, reserved = await owed(cluster, redis, tenant, request_id)
+    finally:
+        await redis.aclose()
+    # Settled to the 3 prompt and 3 completion tokens really used.
+    assert (released, events, reserved) == (True, 1, 6)
