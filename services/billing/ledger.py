@@ -34,6 +34,7 @@ from prometheus_client import Counter
 from redis.asyncio import Redis
 
 from services.billing.prices import PriceTable
+from services.common.billing_keys import PREFIX, balance_key, month_key, tenant_key
 from services.common.logging import get_logger
 from services.common.usage_event import UsageEvent
 
@@ -50,7 +51,6 @@ UNPRICED = Counter(
     ["deployment"],
 )
 
-PREFIX = "maas:billing:"
 HOUR, DAY = 3600, 86400
 FIELDS = ("requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nano_usd")
 
@@ -94,20 +94,8 @@ class Retention:
     dedup_window: int = 7 * DAY
 
 
-def tenant_key(tenant: str, suffix: str = "") -> str:
-    return f"{PREFIX}tenant:{tenant}{suffix}"
-
-
 def bucket_start(when: float, size: int) -> int:
     return int(when // size) * size
-
-
-def month_key(tenant: str, when: float) -> str:
-    return tenant_key(tenant, f":month:{time.strftime('%Y%m', time.gmtime(when))}")
-
-
-def balance_key(tenant: str) -> str:
-    return f"{PREFIX}balance:{tenant}"
 
 
 @dataclass

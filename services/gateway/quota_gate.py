@@ -1,7 +1,7 @@
 """Refuse tenants whose prepaid balance or monthly token budget is used up.
 
-The quota state is billing's (services/billing/quota.py), moved in the same
-commit as the ledger; the gateway only reads it. Like rate limits, a Redis
+The quota state is billing's, laid out in services/common/quota.py and
+billing_keys.py (billing writes it, the gateway only reads it). Like rate limits, a Redis
 outage fails open by default: serving a few requests past a quota is cheaper
 than refusing every tenant, and the ledger still bills them. Only an outage:
 a Redis that answers with an error refuses the request (see store_faults).
@@ -10,8 +10,8 @@ a Redis that answers with an error refuses the request (see store_faults).
 from prometheus_client import Counter
 from redis.asyncio import Redis
 
-from services.billing.quota import Quotas
 from services.common.logging import get_logger
+from services.common.quota import Quotas
 from services.gateway.errors import APIError, unavailable
 from services.gateway.store_faults import STORE_FAILURES, refused, unreachable
 

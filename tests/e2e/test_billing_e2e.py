@@ -10,8 +10,8 @@ import pytest
 
 from services.billing.ledger import Ledger
 from services.billing.prices import PriceTable
-from services.billing.quota import Quotas
 from services.common.model_files import DEFAULT_MODEL_ID
+from services.common.quota import Quotas
 from services.common.redis_client import open_redis
 from services.common.service_token import ENV as SERVICE_TOKEN_ENV
 from services.common.usage_event import USAGE_STREAM

@@ -5,7 +5,7 @@ import uuid
 
 from services.billing.ledger import Ledger
 from services.billing.prices import ModelPrice, PriceTable
-from services.billing.quota import Quotas
+from services.common.quota import Quotas
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 

@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from services.billing.ledger import balance_key
+from services.common.billing_keys import balance_key
 from services.common.redis_client import open_redis
 from services.gateway.auth import Authenticator
 from services.gateway.errors import APIError

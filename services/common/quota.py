@@ -1,7 +1,7 @@
 """Quotas: a prepaid balance or a monthly token budget per tenant.
 
 Both live beside the ledger so the Lua commit that charges a request also
-moves them (ledger.py): the balance in nano-USD is decremented by each
+moves them (services/billing/ledger.py): the balance in nano-USD is decremented by each
 request's cost; the month's token counter grows by its tokens. The gateway
 asks `exhausted()` before admitting a request and refuses with OpenAI's
 `insufficient_quota` 429. A request in flight when the quota runs out
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from services.billing.ledger import PREFIX, balance_key, month_key
+from services.common.billing_keys import PREFIX, balance_key, month_key
 
 SETTINGS_PREFIX = f"{PREFIX}quota:"
 
