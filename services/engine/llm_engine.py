@@ -35,6 +35,7 @@ import torch
 
 from services.common.block_hash import request_salt
 from services.common.detokenizer import IncrementalDetokenizer
+from services.common.length_check import ContextLengthError, check_length
 from services.common.logging import get_logger
 from services.common.text_tokenizer import TextTokenizer
 from services.engine import metrics
@@ -53,7 +54,6 @@ from services.engine.spec.config import SpecConfig
 from services.engine.spec.decoder import SpeculativeDecoder
 from services.engine.spec.proposer import TargetInfo
 from services.engine.stop_strings import StopStringMatcher
-from services.tokenizer.length_check import ContextLengthError, check_length
 
 log = get_logger(__name__)
 

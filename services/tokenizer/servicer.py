@@ -20,13 +20,13 @@ from prometheus_client import Histogram
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 from services.common.chat_template import ChatTemplateError
+from services.common.length_check import ContextLengthError, check_chars, check_length
 from services.common.metrics import LATENCY_BUCKETS
 from services.common.text_tokenizer import TextTokenizer
 from services.engine.grammar.proto import grammar_from_proto
 from services.engine.grammar.spec import GrammarError
 from services.tokenizer.encode_pool import EncodePool, PoolFullError
 from services.tokenizer.grammar_check import GrammarChecker
-from services.tokenizer.length_check import ContextLengthError, check_chars, check_length
 
 TOKENIZE_SECONDS = Histogram(
     "maas_tokenizer_tokenize_seconds",
