@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from maas.v1 import engine_pb2, tokenizer_pb2
 from services.gateway.sampling import to_engine_sampling
 from services.gateway.schemas import ChatCompletionRequest, CompletionRequest
+from services.gateway.structured_output import grammar_param
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class ParsedRequest:
     prompt: ChatPrompt | TextPrompt
     sampling: engine_pb2.SamplingParams
     session_id: str = ""
+    # The field sampling.grammar came from, named in the tokenizer's refusal.
+    grammar_param: str = ""
 
     @property
     def n(self) -> int:
@@ -65,6 +68,7 @@ def chat_request(body: ChatCompletionRequest, session_header: str | None) -> Par
         prompt=ChatPrompt(messages),
         sampling=to_engine_sampling(body),
         session_id=_session(session_header, body.user),
+        grammar_param=grammar_param(body),
     )
 
 
@@ -78,4 +82,5 @@ def text_request(body: CompletionRequest, session_header: str | None) -> ParsedR
         prompt=TextPrompt(prompt),
         sampling=to_engine_sampling(body),
         session_id=_session(session_header, body.user),
+        grammar_param=grammar_param(body),
     )

@@ -50,6 +50,11 @@ class PromptEncoder:
                 raise APIError(400, "prompt must not be empty", param="prompt")
         return Prompt(list(encoded.token_ids), encoded.max_model_len)
 
+    async def check_grammar(self, model: str, grammar, param: str) -> None:
+        """The tokenizer compiles it: a 400 naming `param` if it cannot be used."""
+        request = tokenizer_pb2.ValidateGrammarRequest(model=model, grammar=grammar)
+        await self._call(self._tokenizer.ValidateGrammar, request, model, param)
+
     @staticmethod
     async def _call(method, request, model: str, param: str):
         try:

@@ -26,6 +26,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from services.gateway.structured_output import StructuredFields
+
 INT32_MAX = 2**31 - 1
 # The largest context of any model we serve, as token ids.
 MAX_PROMPT_IDS = 131_072
@@ -104,7 +106,7 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class SamplingFields(BaseModel):
+class SamplingFields(StructuredFields):  # response_format, guided_*: structured_output.py
     model_config = ConfigDict(extra="ignore")
 
     model: Text = Field(min_length=1, max_length=MAX_MODEL_CHARS)
