@@ -129,13 +129,8 @@ async def _operator(
 
 
 @contextlib.asynccontextmanager
-async def running_cluster(routes=None):
-    """kmock over HTTP, a fake router + kubelet, and the operator running on them.
-
-    The operator runs in a thread with its own event loop, as in production:
-    when kopf stops it cancels every task of its loop that it did not start
-    with, which in a shared loop would be the fakes' servers.
-    """
+async def emulated_api():
+    """kmock over HTTP, serving ModelDeployments too."""
     async with StampingEmulator() as emulator, kmock.Server(emulator) as server:
         emulator.resources.load_bundled()
         emulator.resources[MDS] = kmock.ResourceInfo(
@@ -145,25 +140,44 @@ async def running_cluster(routes=None):
             verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
             subresources={"status", "scale"},
         )
+        yield emulator, server
+
+
+@contextlib.asynccontextmanager
+async def operator_running(url: str, router_address: str, routes=None):
+    """The operator in a thread with its own event loop, as in production:
+    when kopf stops it cancels every task of its loop that it did not start
+    with, which in a shared loop would be the fakes' servers. Waits happen
+    off this loop, which serves the emulator."""
+    stop, ready = threading.Event(), threading.Event()
+    thread = threading.Thread(
+        target=asyncio.run,
+        args=(_operator(url, router_address, stop, ready, routes),),
+        daemon=True,
+    )
+    thread.start()
+    try:
+        assert await asyncio.to_thread(ready.wait, 20), "the operator did not start"
+        yield
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 20)
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(routes=None):
+    """kmock over HTTP, a fake router + kubelet, and the operator running on them."""
+    async with emulated_api() as (emulator, server):
         pool = FakePool(emulator, NAMESPACE, "demo", "demo-model")
         await pool.start()
-        stop, ready = threading.Event(), threading.Event()
-        thread = threading.Thread(
-            target=asyncio.run,
-            args=(_operator(str(server.url), pool.router_address, stop, ready, routes),),
-            daemon=True,
-        )
-        thread.start()
         kubelet = asyncio.create_task(pool.run())
         try:
-            assert await asyncio.to_thread(ready.wait, 20), "the operator did not start"
-            yield emulator, server.client, pool
+            async with operator_running(str(server.url), pool.router_address, routes):
+                yield emulator, server.client, pool
         finally:
-            stop.set()
             kubelet.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await kubelet
-            await asyncio.to_thread(thread.join, 20)
             await pool.stop()
         # Reached only when the test passed: what a real API server would have refused.
         check_operator_calls(emulator)
