@@ -38,7 +38,11 @@ async def respond(
 ) -> Response:
     completion = await pipeline.complete(request.state.principal, parsed)
     shape = ResponseShape(
-        parsed.request_id, body.model, chat=chat, with_logprobs=body.top_logprobs_count is not None
+        parsed.request_id,
+        body.model,
+        chat=chat,
+        with_logprobs=body.top_logprobs_count is not None,
+        tool_mode=parsed.tool_mode,
     )
     try:
         return await _answer(request, shape, body, completion)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from maas.v1 import engine_pb2
 from services.gateway.delta import Delta
+from services.gateway.tool_calls import ToolCallStream, parse_output
 
 
 def usage_body(delta: Delta) -> dict:
@@ -67,9 +68,12 @@ class ResponseShape:
     model: str
     chat: bool
     with_logprobs: bool = False
+    # Chat with tools: "auto" or "forced" (tool_calls.py), read for calls.
+    tool_mode: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     # Streamed text emitted so far per choice, for the legacy text_offset field.
     _emitted: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    _tool_streams: dict[int, ToolCallStream] = field(default_factory=dict)
 
     @property
     def object(self) -> str:
@@ -106,11 +110,20 @@ class ResponseShape:
     def full(self, choices: Choices, last: Delta) -> dict:
         bodies = []
         for index in sorted(choices.text):
-            text = choices.text[index]
-            body = (
-                {"message": {"role": "assistant", "content": text}} if self.chat else {"text": text}
-            )
-            bodies.append(self._choice(index, body, choices.finish[index], choices.logprobs[index]))
+            text, finish = choices.text[index], choices.finish[index]
+            if self.chat and self.tool_mode:
+                content, calls = parse_output(text, self.tool_mode == "forced")
+                message = {"role": "assistant", "content": content}
+                if calls:
+                    message["tool_calls"], finish = calls, "tool_calls"
+                body = {"message": message}
+            else:
+                body = (
+                    {"message": {"role": "assistant", "content": text}}
+                    if self.chat
+                    else {"text": text}
+                )
+            bodies.append(self._choice(index, body, finish, choices.logprobs[index]))
         return {**self._envelope(self.object, bodies), "usage": usage_body(last)}
 
     def role_chunk(self, index: int, include_usage: bool) -> dict:
@@ -119,13 +132,32 @@ class ResponseShape:
         return self._chunk_body(self._choice(index, body, None, []), include_usage)
 
     def chunk(self, delta: Delta, include_usage: bool) -> dict:
-        if self.chat:
+        finish = delta.finish_reason
+        if self.chat and self.tool_mode:
+            body, finish = self._tool_delta(delta)
+        elif self.chat:
             body = {"delta": {"content": delta.text} if delta.text else {}}
         else:
             body = {"text": delta.text}
-        choice = self._choice(delta.index, body, delta.finish_reason, delta.logprobs)
+        choice = self._choice(delta.index, body, finish, delta.logprobs)
         self._emitted[delta.index] += len(delta.text)
         return self._chunk_body(choice, include_usage)
+
+    def _tool_delta(self, delta: Delta) -> tuple[dict, str | None]:
+        """Content outside calls as it comes, each call whole once it closes."""
+        stream = self._tool_streams.setdefault(
+            delta.index, ToolCallStream(self.tool_mode == "forced")
+        )
+        content, calls = stream.push(delta.text)
+        finish = delta.finish_reason
+        if finish is not None:
+            tail, more = stream.finish()
+            content, calls = content + tail, calls + more
+            finish = "tool_calls" if stream.calls else finish
+        body = {"content": content} if content else {}
+        if calls:
+            body["tool_calls"] = calls
+        return {"delta": body}, finish
 
     def _chunk_body(self, choice: dict, include_usage: bool) -> dict:
         body = self._envelope(self.chunk_object, [choice])

@@ -14,6 +14,7 @@ from maas.v1 import engine_pb2, tokenizer_pb2
 from services.gateway.sampling import to_engine_sampling
 from services.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from services.gateway.structured_output import grammar_param
+from services.gateway.tool_calls import mode, prompt_messages
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class ParsedRequest:
     session_id: str = ""
     # The field sampling.grammar came from, named in the tokenizer's refusal.
     grammar_param: str = ""
+    # "", "auto" or "forced": how the answer is read for tool calls (tool_calls.py).
+    tool_mode: str = ""
 
     @property
     def n(self) -> int:
@@ -58,10 +61,7 @@ def _session(session_header: str | None, user: str | None) -> str:
 
 
 def chat_request(body: ChatCompletionRequest, session_header: str | None) -> ParsedRequest:
-    messages = [
-        tokenizer_pb2.ChatMessage(role=m.role, content=m.text(), name=m.name or "")
-        for m in body.messages
-    ]
+    messages = prompt_messages(body.messages, body.tools, body.tool_choice)
     return ParsedRequest(
         request_id=new_request_id("chatcmpl"),
         model=body.model,
@@ -69,6 +69,7 @@ def chat_request(body: ChatCompletionRequest, session_header: str | None) -> Par
         sampling=to_engine_sampling(body),
         session_id=_session(session_header, body.user),
         grammar_param=grammar_param(body),
+        tool_mode=mode(body.tools, body.tool_choice),
     )
 
 

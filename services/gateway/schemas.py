@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from services.gateway.structured_output import StructuredFields
+from services.gateway.tool_calls import MAX_TOOLS, MessageToolCall, Tool, ToolChoice
 
 INT32_MAX = 2**31 - 1
 # The largest context of any model we serve, as token ids.
@@ -97,6 +98,9 @@ class ChatMessage(BaseModel):
     # Clients send a string or a list of text parts; both mean the same text.
     content: Text | bounded_list(TextPart, MAX_CONTENT_PARTS) | None = None
     name: Text | None = None
+    # Tool use (tool_calls.py): an assistant's calls, a tool's answer to one.
+    tool_calls: bounded_list(MessageToolCall, MAX_TOOLS) | None = None
+    tool_call_id: Text | None = Field(None, max_length=128)
 
     def text(self) -> str:
         if self.content is None:
@@ -151,6 +155,8 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(None, gt=0, le=INT32_MAX)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: bounded_list(Tool, MAX_TOOLS) | None = None
+    tool_choice: ToolChoice | None = None
 
     @property
     def top_logprobs_count(self) -> int | None:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from maas.v1 import common_pb2
 from services.engine.grammar.spec import MAX_CHOICES, MAX_GRAMMAR_CHARS
 from services.gateway.errors import bad_request
+from services.gateway.tool_calls import forced_call_schema, mode
 
 GrammarText = Annotated[str, Field(min_length=1, max_length=MAX_GRAMMAR_CHARS)]
 Choice = Annotated[str, Field(min_length=1, max_length=1024)]
@@ -83,6 +84,13 @@ def grammar_param(req: StructuredFields) -> str:
 
 
 def _candidates(req: StructuredFields):
+    # Chat requests only have tools; "required" or a named function forces a call.
+    tools, choice = getattr(req, "tools", None), getattr(req, "tool_choice", None)
+    if mode(tools, choice) == "forced":
+        try:
+            yield _json_schema(forced_call_schema(tools, choice), "tool_choice")
+        except ValueError as exc:
+            raise bad_request(str(exc), param="tool_choice") from None
     fmt = req.response_format
     if fmt is not None and fmt.type == "json_object":
         yield Kind(kind=Kind.KIND_JSON_OBJECT), "response_format"

@@ -1,5 +1,8 @@
 """Structured outputs through the whole stack, with the official openai SDK."""
 
+import json
+
+import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
@@ -46,3 +49,62 @@ def test_an_invalid_schema_is_a_400_from_the_tokenizer_before_the_engine(client)
     assert error["param"] == "response_format"
     # The tokenizer's wording; the engine's would start "grammar: ".
     assert error["message"].startswith('invalid json_schema: Unsupported type "nope"')
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 20},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+        },
+    },
+}
+# A finished round trip in the history: the assistant's call (content null) and the answer.
+HISTORY = [
+    {"role": "user", "content": "What is the weather in Oslo?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "arguments": '{"city": "Oslo", "unit": "celsius"}',
+                },
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "4 degrees, rain"},
+    {"role": "user", "content": "And in Paris?"},
+]
+
+
+def test_required_tool_calls_validate_whole_and_streamed(client):
+    kwargs = dict(
+        model=DEFAULT_MODEL_ID,
+        messages=HISTORY,
+        tools=[WEATHER],
+        tool_choice="required",
+        temperature=0,
+        max_tokens=48,
+    )
+    whole = client.chat.completions.create(**kwargs).choices[0]
+    assert whole.finish_reason == "tool_calls"
+    (call,) = whole.message.tool_calls
+    assert call.id.startswith("call_") and call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+
+    chunks = list(client.chat.completions.create(**kwargs, stream=True))
+    streamed = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+    assert [tc.index for tc in streamed] == [0]
+    assert streamed[0].function.arguments == call.function.arguments
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
