@@ -37,6 +37,7 @@ from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
 from tests.e2e.tenants import new_tenant_key
 from tests.integration.router.conftest import eventually
+from tests.k8s.kubeconfig import write_kubeconfig
 from tests.k8s.test_operator_kmock import (
     NAMESPACE,
     check_operator_calls,
@@ -70,19 +71,6 @@ def model_deployment() -> dict:
             "canary": {"version": "v2", "weight": 10},
         },
     }
-
-
-def kubeconfig(path, url, token: str):
-    path.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters: [{{name: kmock, cluster: {{server: "{url}"}}}}]
-users: [{{name: u, user: {{token: {token}}}}}]
-contexts: [{{name: kmock, context: {{cluster: kmock, user: u, namespace: {NAMESPACE}}}}}]
-current-context: kmock
-"""
-    )
-    return path
 
 
 class Kubelet:
@@ -176,12 +164,16 @@ async def test_a_model_deployment_routes_splits_scales_to_zero_and_holds(
             {
                 "port": router_port,
                 "discovery": "kubernetes",
-                "kubeconfig": kubeconfig(tmp_path / "router.kubeconfig", url, "router-token"),
+                "kubeconfig": write_kubeconfig(
+                    tmp_path / "router.kubeconfig", url, "router-token", NAMESPACE
+                ),
                 "kubernetes-namespaces": [NAMESPACE],
                 "poll-interval-seconds": 0.2,
             },
         )
-        gateway_kubeconfig = kubeconfig(tmp_path / "gateway.kubeconfig", url, "gateway-token")
+        gateway_kubeconfig = write_kubeconfig(
+            tmp_path / "gateway.kubeconfig", url, "gateway-token", NAMESPACE
+        )
         gateway = service(
             "gateway",
             {

@@ -14,6 +14,7 @@ import yaml
 from services.common.kubernetes_client import api_client
 from services.gateway.routes_configmap import RoutesConfigMapWatch
 from services.gateway.routes_watcher import RoutesWatcher
+from tests.k8s.kubeconfig import write_kubeconfig
 
 NAMESPACE = "maas"
 NAME = "maas-operator-routes"
@@ -60,15 +61,8 @@ async def test_weights_the_operator_writes_reach_the_table_and_a_delete_removes_
     )
     async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
         emulator.resources.load_bundled()
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            f"""apiVersion: v1
-kind: Config
-clusters: [{{name: kmock, cluster: {{server: "{server.url}"}}}}]
-users: [{{name: gw, user: {{token: gateway-token}}}}]
-contexts: [{{name: kmock, context: {{cluster: kmock, user: gw}}}}]
-current-context: kmock
-"""
+        kubeconfig = write_kubeconfig(
+            tmp_path / "kubeconfig", server.url, "gateway-token", NAMESPACE
         )
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         watch = RoutesConfigMapWatch(api_client(str(kubeconfig)), NAMESPACE, NAME)

@@ -13,6 +13,7 @@ from kubernetes import client
 
 from tests.integration.router.conftest import Router, eventually
 from tests.k8s.chart_render import rendered
+from tests.k8s.kubeconfig import write_kubeconfig
 from tests.k8s.rbac import Grants, calls_by
 
 NAMESPACE = "maas-test"
@@ -67,16 +68,7 @@ async def api_server(tmp_path, monkeypatch):
     """kmock over HTTP, and a kubeconfig pointing the router's client at it."""
     async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
         emulator.resources.load_bundled()
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            f"""apiVersion: v1
-kind: Config
-clusters: [{{name: kmock, cluster: {{server: "{server.url}"}}}}]
-users: [{{name: router, user: {{token: {ROUTER_TOKEN}}}}}]
-contexts: [{{name: kmock, context: {{cluster: kmock, user: router, namespace: {NAMESPACE}}}}}]
-current-context: kmock
-"""
-        )
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url, ROUTER_TOKEN, NAMESPACE)
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         yield kubeconfig, client.ApiClient(client.Configuration(host=str(server.url))), emulator
 
