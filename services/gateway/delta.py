@@ -1,6 +1,7 @@
 """What the engine client yields for each engine message, to both fronts."""
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from maas.v1 import engine_pb2
 
@@ -15,4 +16,4 @@ class Delta:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_prompt_tokens: int = 0
-    logprobs: list[engine_pb2.TokenLogprob] = field(default_factory=list)
+    logprobs: Sequence[engine_pb2.TokenLogprob] = ()

@@ -244,7 +244,8 @@ class EngineClient:
                     prompt_tokens=tally.prompt_tokens,
                     completion_tokens=tally.completion_tokens,
                     cached_prompt_tokens=tally.cached_prompt_tokens,
-                    logprobs=list(response.logprobs),
+                    # The message's own container: no copy per token.
+                    logprobs=response.logprobs,
                 )
                 response = await call.read()
         except grpc.aio.AioRpcError as exc:
