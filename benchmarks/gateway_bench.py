@@ -7,8 +7,13 @@ pace, so what is measured is the gateway and not the model:
 1. Added latency: the same chat request through the gateway (HTTP, a tenant
    with limits, so the Lua limiter runs) against the same tokens sent straight
    to the engine's Generate; p50 and p99 of the difference in time to the
-   first token and to the last.
-2. Shedding: a tenant over its RPM floods the gateway (pinned to one core)
+   first token and to the last, at 1 and at 8 concurrent streams, and the
+   gateway's CPU time per request.
+2. Steps: what each of the gateway's calls before the first token costs on
+   its own (tokenizer RenderChat, router Pick, one limiter call on Redis),
+   called from here the way the gateway calls them; the numbers behind
+   whether tokenize and pick could overlap or merge (docs/gateway.md).
+3. Shedding: a tenant over its RPM floods the gateway (pinned to one core)
    while other tenants' streams run from a paced engine; 429s per second, and
    those streams' inter-token latency against the same streams without the
    flood.
@@ -28,10 +33,19 @@ from pathlib import Path
 import grpc
 import httpx
 
-from maas.v1 import engine_pb2, engine_pb2_grpc, tokenizer_pb2, tokenizer_pb2_grpc
+from maas.v1 import (
+    engine_pb2,
+    engine_pb2_grpc,
+    router_pb2,
+    router_pb2_grpc,
+    tokenizer_pb2,
+    tokenizer_pb2_grpc,
+)
+from services.common.grpc_client import open_channel
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.redis_client import open_redis
-from services.gateway.tenants import TenantStore
+from services.gateway.rate_limiter import RateLimiter
+from services.gateway.tenants import Tenant, TenantStore
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
@@ -154,32 +168,115 @@ async def tenant_key(redis_url: str, name: str, **limits) -> str:
         await redis.aclose()
 
 
-async def direct(stack: dict, runs: int, max_tokens: int) -> tuple[list, list]:
+RENDER = tokenizer_pb2.RenderChatRequest(
+    model=DEFAULT_MODEL_ID,
+    messages=[tokenizer_pb2.ChatMessage(**m) for m in MESSAGES],
+    add_generation_prompt=True,
+)
+
+
+async def prompt_ids(stack: dict) -> list[int]:
     async with grpc.aio.insecure_channel(stack["tokenizer"]) as channel:
-        encoded = await tokenizer_pb2_grpc.TokenizerStub(channel).RenderChat(
-            tokenizer_pb2.RenderChatRequest(
-                model=DEFAULT_MODEL_ID,
-                messages=[tokenizer_pb2.ChatMessage(**m) for m in MESSAGES],
-                add_generation_prompt=True,
-            )
-        )
+        encoded = await tokenizer_pb2_grpc.TokenizerStub(channel).RenderChat(RENDER)
+    return list(encoded.token_ids)
+
+
+async def direct(stack: dict, runs: int, max_tokens: int, streams: int = 1) -> tuple[list, list]:
+    """Straight to the engine: `streams` clients, each sending `runs` requests in turn."""
+    ids = await prompt_ids(stack)
     firsts, totals = [], []
     async with grpc.aio.insecure_channel(stack["fast"]) as channel:
         stub = engine_pb2_grpc.EngineStub(channel)
-        for i in range(runs):
-            started = time.perf_counter()
-            first = None
-            request = engine_pb2.GenerateRequest(
-                request_id=f"direct-{i}",
-                model="stub-fast",
-                prompt_token_ids=encoded.token_ids,
-                sampling=engine_pb2.SamplingParams(max_tokens=max_tokens),
-            )
-            async for _ in stub.Generate(request):
-                first = first or time.perf_counter()
-            firsts.append(first - started)
-            totals.append(time.perf_counter() - started)
+
+        async def client(index: int) -> None:
+            for i in range(runs):
+                started = time.perf_counter()
+                first = None
+                request = engine_pb2.GenerateRequest(
+                    request_id=f"direct-{index}-{i}",
+                    model="stub-fast",
+                    prompt_token_ids=ids,
+                    sampling=engine_pb2.SamplingParams(max_tokens=max_tokens),
+                )
+                async for _ in stub.Generate(request):
+                    first = first or time.perf_counter()
+                firsts.append(first - started)
+                totals.append(time.perf_counter() - started)
+
+        await asyncio.gather(*(client(index) for index in range(streams)))
     return firsts, totals
+
+
+async def timed(call, runs: int) -> list[float]:
+    seconds = []
+    for i in range(runs):
+        started = time.perf_counter()
+        await call(i)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+async def steps(stack: dict, runs: int) -> dict:
+    """Each pre-token call alone, through the same channels and interceptors as the gateway's."""
+    ids = await prompt_ids(stack)
+    tokenizer_channel = open_channel(stack["tokenizer"], "bench")
+    router_channel = open_channel(stack["router"], "bench")
+    redis = open_redis(stack["redis_url"])
+    tokenizer = tokenizer_pb2_grpc.TokenizerStub(tokenizer_channel)
+    router = router_pb2_grpc.RouterStub(router_channel)
+    limiter, tenant = RateLimiter(redis, 60), Tenant(name="steps", rpm=10**9, tpm=10**12)
+
+    async def pick(i: int) -> None:
+        request_id = f"steps-{i}"
+        picked = await router.Pick(
+            router_pb2.PickRequest(
+                request_id=request_id, model="stub-fast", token_ids=ids, tenant="steps"
+            )
+        )
+        await router.Release(
+            router_pb2.ReleaseRequest(request_id=request_id, endpoint_id=picked.endpoint_id)
+        )
+
+    async def limit(i: int) -> None:
+        await limiter.admit(tenant, f"steps-{i}", 1)
+
+    try:
+        await timed(lambda i: tokenizer.RenderChat(RENDER), 20)
+        results = {
+            "tokenize": await timed(lambda i: tokenizer.RenderChat(RENDER), runs),
+            "pick_and_release": await timed(pick, runs),
+            "limiter_call": await timed(limit, runs),
+        }
+    finally:
+        await tokenizer_channel.close()
+        await router_channel.close()
+        await redis.aclose()
+    return {
+        **{f"{name}_p50": ms(pct(values, 50)) for name, values in results.items()},
+        **{f"{name}_p99": ms(pct(values, 99)) for name, values in results.items()},
+        "prompt_tokens": len(ids),
+        "runs": runs,
+    }
+
+
+async def concurrent_gateway(client: httpx.AsyncClient, runs: int, max_tokens: int, streams: int):
+    results = await asyncio.gather(
+        *(through_gateway(client, runs, max_tokens, "stub-fast") for _ in range(streams))
+    )
+    return [x for r in results for x in r[0]], [x for r in results for x in r[1]]
+
+
+def added(gateway: tuple[list, list], direct_: tuple[list, list]) -> dict:
+    """Added latency: the gateway's percentiles minus the engine's own, first token and last."""
+    (gw_first, gw_total), (d_first, d_total) = gateway, direct_
+    return {
+        "first_token_p50": ms(pct(gw_first, 50) - pct(d_first, 50)),
+        "first_token_p99": ms(pct(gw_first, 99) - pct(d_first, 99)),
+        "total_p50": ms(pct(gw_total, 50) - pct(d_total, 50)),
+        "total_p99": ms(pct(gw_total, 99) - pct(d_total, 99)),
+        "direct_total_p50": ms(pct(d_total, 50)),
+        "gateway_total_p50": ms(pct(gw_total, 50)),
+    }
 
 
 async def through_gateway(client: httpx.AsyncClient, runs: int, max_tokens: int, model: str):
@@ -197,6 +294,13 @@ async def through_gateway(client: httpx.AsyncClient, runs: int, max_tokens: int,
         totals.append(time.perf_counter() - started)
         gaps += [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
     return firsts, totals, gaps
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -262,8 +366,12 @@ async def run(args) -> dict:
                     client, args.runs, args.tokens, "stub-fast"
                 )
                 request_cpu = (cpu_seconds(stack["gateway_pid"]) - cpu_before) / args.runs
+                per_stream = max(args.runs // args.streams, 2)
+                many = await concurrent_gateway(client, per_stream, args.tokens, args.streams)
             await direct(stack, 20, args.tokens)
             d_first, d_total = await direct(stack, args.runs, args.tokens)
+            d_many = await direct(stack, per_stream, args.tokens, args.streams)
+            step_costs = await steps(stack, args.runs)
 
             calm = await paced_streams(stack["url"], streamer, args.streams, 50)
             cpu_before, started = cpu_seconds(stack["gateway_pid"]), time.perf_counter()
@@ -280,21 +388,23 @@ async def run(args) -> dict:
     return {
         "machine": {
             "cpus": os.cpu_count(),
+            "cpu_model": cpu_model(),
             "python": platform.python_version(),
             "load_average_1m": round(os.getloadavg()[0], 2),
         },
         "added_latency_ms": {
-            "first_token_p50": ms(pct(gw_first, 50) - pct(d_first, 50)),
-            "first_token_p99": ms(pct(gw_first, 99) - pct(d_first, 99)),
-            "total_p50": ms(pct(gw_total, 50) - pct(d_total, 50)),
-            "total_p99": ms(pct(gw_total, 99) - pct(d_total, 99)),
-            "direct_total_p50": ms(pct(d_total, 50)),
-            "gateway_total_p50": ms(pct(gw_total, 50)),
+            **added((gw_first, gw_total), (d_first, d_total)),
             # The gateway's own work per request, whatever else the machine runs.
             "gateway_cpu_ms_each": ms(request_cpu),
             "runs": args.runs,
             "tokens": args.tokens,
         },
+        "added_latency_concurrent_ms": {
+            **added(many, d_many),
+            "streams": args.streams,
+            "runs": per_stream * args.streams,
+        },
+        "steps_ms": step_costs,
         "rejections": {
             "per_second": round(statuses.get(429, 0) / elapsed, 1),
             # Robust to a shared machine: what one rejection costs the
