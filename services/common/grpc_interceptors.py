@@ -10,6 +10,7 @@ token (services.common.service_token) with every call, when it has one.
 
 import asyncio
 import contextlib
+import inspect
 import time
 
 import grpc
@@ -110,19 +111,24 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             metrics.latency.labels(*labels).observe(time.perf_counter() - started)
             _end_status(span, code, SERVER_ERRORS)
 
+        @contextlib.contextmanager
+        def observed(ctx):
+            started, error = time.perf_counter(), None
+            with span_for(full_method, parent) as span:
+                try:
+                    yield
+                except BaseException as exc:
+                    error = exc
+                    raise
+                finally:
+                    observe(span, ctx, error, started)
+
         if handler.unary_unary:
             inner = handler.unary_unary
 
             async def unary_unary(request, ctx):
-                started, error = time.perf_counter(), None
-                with span_for(full_method, parent) as span:
-                    try:
-                        return await inner(request, ctx)
-                    except BaseException as exc:
-                        error = exc
-                        raise
-                    finally:
-                        observe(span, ctx, error, started)
+                with observed(ctx):
+                    return await inner(request, ctx)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary, handler.request_deserializer, handler.response_serializer
@@ -131,19 +137,21 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             inner_stream = handler.unary_stream
 
             async def unary_stream(request, ctx):
-                started, error = time.perf_counter(), None
-                with span_for(full_method, parent) as span:
-                    try:
-                        async for message in inner_stream(request, ctx):
-                            yield message
-                    except BaseException as exc:
-                        error = exc
-                        raise
-                    finally:
-                        observe(span, ctx, error, started)
+                with observed(ctx):
+                    async for message in inner_stream(request, ctx):
+                        yield message
 
+            async def unary_stream_writer(request, ctx):
+                with observed(ctx):
+                    return await inner_stream(request, ctx)
+
+            # A handler that writes with ctx.write (grpc's Health.Watch) is a
+            # coroutine, not an async generator.
+            wrapped = (
+                unary_stream if inspect.isasyncgenfunction(inner_stream) else unary_stream_writer
+            )
             return grpc.unary_stream_rpc_method_handler(
-                unary_stream, handler.request_deserializer, handler.response_serializer
+                wrapped, handler.request_deserializer, handler.response_serializer
             )
         return handler
 

@@ -1,24 +1,30 @@
-"""The asyncio face of the engine.
+"""The asyncio face of the engine core, in the serving process.
 
-One dedicated thread owns the LLMEngine and runs its steps back to back while
-there is work; the event loop never touches engine state. Callers hand it
-commands through a thread-safe queue and read outputs from a per-request
-asyncio queue, fed with call_soon_threadsafe. A caller that stops reading
+The core (services/engine/core) owns the LLMEngine in its own process; this
+client binds the two ipc:// sockets it connects to, sends it one message per
+input (add, abort, KV snapshot, shutdown) and reads one StepBatch per step,
+fanning outputs out to per-request asyncio queues, KV events to their
+subscribers and the load snapshot to GetLoad. A caller that stops reading
 (client gone) turns into an abort, so blocks are freed at once.
 
 A request that made a step raise fails alone with RequestFailed (the engine
-isolates it, llm_engine.py); EngineFailed is left for a step failure that
-could not be pinned on one request, and fails every request in flight.
+isolates it, llm_engine.py), and so does one the core refused to add;
+EngineFailed is left for a step failure that could not be pinned on one
+request, and fails every request in flight. CoreDied ends every stream when
+the core process is gone: the server then reports NOT_SERVING and exits.
 """
 
 import asyncio
-import queue
-import threading
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+import zmq
+import zmq.asyncio
+
 from services.common.logging import get_logger
-from services.engine.llm_engine import LLMEngine, RequestRejected
+from services.engine.core import protocol
+from services.engine.core.addresses import CoreAddresses
 from services.engine.request import SeqOutput
 from services.engine.sampling_params import SamplingParams
 from services.engine.span_events import record_timeline
@@ -34,6 +40,10 @@ class RequestFailed(RuntimeError):
     """This request made the step raise (or could not be added); it alone failed."""
 
 
+class CoreDied(RuntimeError):
+    """The engine-core process exited while this engine was serving."""
+
+
 # Queued to a request's stream when it first enters a step.
 _SCHEDULED = object()
 
@@ -45,39 +55,77 @@ class KvEventBatch:
 
 
 class AsyncEngine:
-    def __init__(self, engine: LLMEngine):
-        self.engine = engine
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+    def __init__(self, addresses: CoreAddresses, on_metrics: Callable[[bytes], None] | None = None):
+        self._context = zmq.Context()
+        self._inputs = self._context.socket(zmq.PUSH)
+        # Never block the event loop on a send: inputs are small and few.
+        self._inputs.setsockopt(zmq.SNDHWM, 0)
+        self._inputs.bind(addresses.inputs)
+        self._async_context = zmq.asyncio.Context()
+        self._outputs = self._async_context.socket(zmq.PULL)
+        self._outputs.setsockopt(zmq.RCVHWM, 0)
+        self._outputs.bind(addresses.outputs)
+        self._on_metrics = on_metrics
         self._streams: dict[str, asyncio.Queue] = {}
         self._kv_subscribers: set[asyncio.Queue] = set()
-        self._kv_pending: list[tuple[str, list[int]]] = []
+        self._kv_waiting: dict[int, asyncio.Queue] = {}
+        self._kv_tokens = itertools.count()
         self._kv_sequence = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
-        engine.blocks.on_event = self._on_kv_event
-        engine.on_scheduled = self._on_scheduled
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = False
+        self.info: protocol.Ready | None = None
+        self.load = protocol.Load()
+        self.died = asyncio.Event()
+        self.death: str | None = None
 
-    # ---- event-loop side -------------------------------------------------
+    # ---- lifecycle -------------------------------------------------------
 
-    def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
-        self._thread.start()
+    async def start(self, core_exit: Awaitable[int] | None = None) -> None:
+        """Wait for the core's Ready; then, if given its exit, watch for its death."""
+        ready = asyncio.ensure_future(self._outputs.recv())
+        waits = {ready}
+        exited = asyncio.ensure_future(core_exit) if core_exit is not None else None
+        if exited is not None:
+            waits.add(exited)
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if not ready.done():
+            ready.cancel()
+            code = exited.result()
+            raise CoreDied(f"the engine core exited with code {code} before it was ready")
+        message = protocol.decode_output(ready.result())
+        assert isinstance(message, protocol.Ready), message
+        self.info = message
+        self._tasks.append(asyncio.create_task(self._read()))
+        if exited is not None:
+            self._tasks.append(asyncio.create_task(self._watch(exited)))
 
     async def stop(self) -> None:
-        self._stopping.set()
-        self._commands.put(("wake",))
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        self._stopping = True
+        self._send(protocol.Shutdown())
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._outputs.close(linger=0)
+        self._inputs.close(linger=1000)
+        self._async_context.term()
+        self._context.term()
+
+    async def _watch(self, exited: Awaitable[int]) -> None:
+        code = await exited
+        if self._stopping:
+            return
+        self.death = f"the engine core exited with code {code}; this engine-worker is restarting"
+        log.error("engine_core_died", exit_code=code, in_flight=len(self._streams))
+        error = CoreDied(self.death)
+        for queue in [*self._streams.values(), *self._kv_subscribers, *self._kv_waiting.values()]:
+            queue.put_nowait(error)
+        self.died.set()
+
+    # ---- requests --------------------------------------------------------
 
     @property
     def in_flight(self) -> int:
         return len(self._streams)
-
-    def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        # Reads only immutable configuration, so it is safe off the engine thread.
-        self.engine.validate(prompt_ids, params)
 
     async def generate(
         self,
@@ -94,15 +142,16 @@ class AsyncEngine:
         on_scheduled is awaited once, when the request first enters a step,
         before any of its outputs or its failure.
         """
+        if self.death is not None:
+            raise CoreDied(self.death)
         if request_id in self._streams:
-            raise RequestRejected(f"request {request_id!r} is already running")
-        self.validate(prompt_ids, params)
+            raise RequestFailed(f"request {request_id!r} is already running")
         outputs: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = outputs
-        self._commands.put(
-            ("add", request_id, prompt_ids, params, priority, tenant, share_prefix_cache)
+        self._send(
+            protocol.Add(request_id, prompt_ids, params, priority, tenant, share_prefix_cache)
         )
-        finished, last = 0, None
+        finished, last, ended = 0, None, False
         try:
             while finished < params.n:
                 item = await outputs.get()
@@ -111,8 +160,11 @@ class AsyncEngine:
                         await on_scheduled()
                     continue
                 if isinstance(item, BaseException):
+                    # The core has already forgotten the request (or is gone).
+                    ended = True
                     raise item
                 if item.error is not None:
+                    ended = True
                     raise RequestFailed(item.error)
                 # An abort ends every sample, even those not yet forked from
                 # a prompt still in prefill: nothing more will come.
@@ -124,115 +176,73 @@ class AsyncEngine:
             del self._streams[request_id]
             if last is not None:
                 record_timeline(last)
-            if finished < params.n:
-                self._commands.put(("abort", request_id))
+            if finished < params.n and not ended and self.death is None:
+                self._send(protocol.Abort(request_id))
 
     def abort(self, request_id: str) -> bool:
         if request_id not in self._streams:
             return False
-        self._commands.put(("abort", request_id))
+        self._send(protocol.Abort(request_id))
         return True
 
     async def kv_events(self) -> AsyncIterator[KvEventBatch]:
         """A snapshot of every cached block, then each change as it happens."""
+        if self.death is not None:
+            raise CoreDied(self.death)
         events: asyncio.Queue = asyncio.Queue()
-        self._kv_subscribers.add(events)
-        self._commands.put(("snapshot", events))
+        token = next(self._kv_tokens)
+        self._kv_waiting[token] = events
+        self._send(protocol.KvSnapshot(token))
         try:
             while True:
-                yield await events.get()
+                item = await events.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
         finally:
+            self._kv_waiting.pop(token, None)
             self._kv_subscribers.discard(events)
 
-    def _deliver(self, outputs: list[SeqOutput]) -> None:
-        for output in outputs:
-            stream = self._streams.get(output.request_id)
-            if stream is not None:
-                stream.put_nowait(output)
+    def _send(self, message) -> None:
+        self._inputs.send(protocol.encode(message))
 
-    def _fail(self, request_ids: list[str], error: BaseException) -> None:
-        for request_id in request_ids:
-            stream = self._streams.get(request_id)
-            if stream is not None:
-                stream.put_nowait(error)
+    # ---- what the core sends ---------------------------------------------
 
-    def _publish(self, batch: KvEventBatch, only: asyncio.Queue | None = None) -> None:
-        for subscriber in [only] if only else list(self._kv_subscribers):
-            subscriber.put_nowait(batch)
+    async def _read(self) -> None:
+        while True:
+            message = protocol.decode_output(await self._outputs.recv())
+            if isinstance(message, protocol.StepBatch):
+                self._deliver(message)
+            elif isinstance(message, protocol.KvHashes):
+                self._subscribe(message)
+            elif isinstance(message, protocol.Metrics) and self._on_metrics is not None:
+                self._on_metrics(message.text)
 
-    # ---- engine-thread side ----------------------------------------------
+    def _deliver(self, batch: protocol.StepBatch) -> None:
+        self.load = batch.load
+        for request_id in batch.scheduled:
+            self._put(request_id, _SCHEDULED)
+        for output in batch.outputs:
+            self._put(output.request_id, output)
+        for failure in batch.failures:
+            error = (EngineFailed if failure.engine else RequestFailed)(failure.message)
+            self._put(failure.request_id, error)
+        if batch.kv_events:
+            self._kv_sequence += 1
+            for subscriber in list(self._kv_subscribers):
+                subscriber.put_nowait(KvEventBatch(self._kv_sequence, batch.kv_events))
 
-    def _on_scheduled(self, request_id: str) -> None:
-        self._to_loop(self._deliver_scheduled, request_id)
-
-    def _deliver_scheduled(self, request_id: str) -> None:
+    def _put(self, request_id: str, item) -> None:
         stream = self._streams.get(request_id)
         if stream is not None:
-            stream.put_nowait(_SCHEDULED)
+            stream.put_nowait(item)
 
-    def _on_kv_event(self, kind: str, hashes: list[int]) -> None:
-        self._kv_pending.append((kind, hashes))
-
-    def _to_loop(self, callback, *args) -> None:
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(callback, *args)
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._take_commands(block=not self.engine.has_work)
-            if self.engine.has_work:
-                self._step()
-            self._flush_kv_events()
-
-    def _take_commands(self, block: bool) -> None:
-        try:
-            command = self._commands.get(timeout=0.5) if block else self._commands.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            self._apply(command)
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
-                return
-
-    def _apply(self, command: tuple) -> None:
-        kind = command[0]
-        if kind == "add":
-            _, request_id, prompt_ids, params, priority, tenant, share = command
-            try:
-                self.engine.add_request(request_id, prompt_ids, params, priority, tenant, share)
-            except RequestRejected as exc:
-                self._to_loop(self._fail, [request_id], exc)
-            except Exception as exc:  # what validation missed must not end this thread
-                log.exception("engine_add_failed", request_id=request_id)
-                self.engine.abort(request_id)
-                self._to_loop(self._fail, [request_id], RequestFailed(f"request not added: {exc}"))
-        elif kind == "abort":
-            self._to_loop(self._deliver, self.engine.abort(command[1]))
-        elif kind == "snapshot":
-            self._flush_kv_events()
-            self._kv_sequence += 1
-            snapshot = [("cleared", []), ("stored", list(self.engine.blocks.hash_to_block))]
-            self._to_loop(self._publish, KvEventBatch(self._kv_sequence, snapshot), command[1])
-
-    def _step(self) -> None:
-        try:
-            outputs = self.engine.step()
-        except Exception as exc:  # a model bug must not wedge every caller
-            log.exception("engine_step_failed")
-            failed = list(self.engine.requests)
-            for request_id in failed:
-                self.engine.abort(request_id)
-            self._to_loop(self._fail, failed, EngineFailed(f"engine step failed: {exc}"))
-            return
-        if outputs:
-            self._to_loop(self._deliver, outputs)
-
-    def _flush_kv_events(self) -> None:
-        if not self._kv_pending:
-            return
+    def _subscribe(self, snapshot: protocol.KvHashes) -> None:
+        events = self._kv_waiting.pop(snapshot.token, None)
+        if events is None:
+            return  # the subscriber left before its snapshot came
         self._kv_sequence += 1
-        batch = KvEventBatch(self._kv_sequence, self._kv_pending)
-        self._kv_pending = []
-        self._to_loop(self._publish, batch)
+        events.put_nowait(
+            KvEventBatch(self._kv_sequence, [("cleared", []), ("stored", snapshot.hashes)])
+        )
+        self._kv_subscribers.add(events)

@@ -1,102 +1,75 @@
-"""`maas serve engine`: load the model, size the KV cache, then serve maas.v1.Engine."""
+"""`maas serve engine`: the engine core in its own process, maas.v1.Engine served here.
+
+build_engine (load the model, size the KV cache) runs in the core process
+(services/engine/core); serve() starts that process, waits for it to be
+ready, and serves gRPC, the proto conversion and the metrics in this one.
+If the core dies, serve() reports NOT_SERVING and exits non-zero.
+"""
 
 import asyncio
-import dataclasses
-import time
+import tempfile
 
 import torch
+from prometheus_client import REGISTRY
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
 from services.common.grpc_server import GrpcService, run_until_signalled, start_server
 from services.common.logging import get_logger
 from services.common.model_files import resolve_model_path
 from services.common.tokenizer_loader import load_tokenizer
-from services.engine.async_engine import AsyncEngine
-from services.engine.device import resolve_device, resolve_dtype
-from services.engine.kv_budget import kv_cache_bytes, model_bytes, num_blocks
-from services.engine.kv_cache import PagedKVCache
-from services.engine.llm_engine import EngineConfig, LLMEngine
-from services.engine.loader import load_model
-from services.engine.model_runner import ModelRunner
-from services.engine.quantization.config import QuantizationConfig
+from services.engine.async_engine import AsyncEngine, CoreDied
+from services.engine.core.addresses import CoreAddresses
+from services.engine.core.launcher import CoreProcess
+from services.engine.core.metrics_relay import RelayedMetrics
 from services.engine.servicer import EngineServicer
 from services.engine.settings import EngineSettings
-from services.engine.spec.config import SpecConfig
 
 log = get_logger(__name__)
 SERVICE_NAME = engine_pb2.DESCRIPTOR.services_by_name["Engine"].full_name
-
-
-def build_engine(settings: EngineSettings) -> LLMEngine:
-    path = resolve_model_path(settings.model_path)
-    device = resolve_device(settings.device)
-    if settings.torch_threads:
-        torch.set_num_threads(settings.torch_threads)
-    elif device.type == "cpu":
-        # One core stays with the event loop that streams tokens out: with every
-        # core computing, gRPC writes waited out whole requests (seen on 2 cores).
-        torch.set_num_threads(max(1, torch.get_num_threads() - 1))
-    dtype = resolve_dtype(settings.dtype, device)
-    started = time.perf_counter()
-    quantization = QuantizationConfig(settings.quantization, settings.quantization_group_size)
-    model, config = load_model(path, dtype, device, progress=True, quantization=quantization)
-    max_model_len = min(settings.max_model_len or config.max_model_len, config.max_model_len)
-    config = dataclasses.replace(config, max_model_len=max_model_len)
-    tokenizer = load_tokenizer(path)
-    weight_bytes = model_bytes(model)
-    memory = kv_cache_bytes(settings, device, weight_bytes)
-    blocks = num_blocks(settings, config, dtype, memory)
-    cache = PagedKVCache.allocate(config, blocks, settings.block_size, dtype, device)
-    log.info(
-        "engine_ready",
-        path=str(path),
-        device=str(device),
-        dtype=str(dtype).removeprefix("torch."),
-        quantization=quantization.describe(),
-        weight_bytes=weight_bytes,
-        max_model_len=max_model_len,
-        kv_cache_bytes=memory,
-        kv_cache_blocks=blocks,
-        kv_cache_tokens=blocks * settings.block_size,
-        load_seconds=round(time.perf_counter() - started, 2),
-    )
-    engine_config = EngineConfig(
-        num_blocks=blocks,
-        max_model_len=max_model_len,
-        block_size=settings.block_size,
-        max_num_seqs=settings.max_num_seqs,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        enable_chunked_prefill=settings.enable_chunked_prefill,
-        cache_salt=settings.cache_salt or settings.model_id,
-        prefix_cache_sharing=settings.prefix_cache_sharing,
-        speculative=SpecConfig(
-            method=settings.speculative_method,
-            num_tokens=settings.num_speculative_tokens,
-            max_batch=settings.speculative_max_batch,
-            draft_model=settings.speculative_draft_model,
-            draft_context=settings.speculative_draft_context,
-        ),
-    )
-    runner = ModelRunner(model, config, cache, device)
-    return LLMEngine(engine_config, config, runner, tokenizer)
+CORE_DEATH_GRACE_SECONDS = 2.0
 
 
 async def serve(settings: EngineSettings) -> None:
-    engine = AsyncEngine(await asyncio.to_thread(build_engine, settings))
-    engine.start()
-    engine_id = settings.engine_id or f"{settings.host}:{settings.port}"
-    servicer = EngineServicer(settings.model_id, engine_id, engine)
-    handle = await start_server(
-        "engine",
-        settings,
-        [GrpcService(SERVICE_NAME, servicer, engine_pb2_grpc.add_EngineServicer_to_server)],
-    )
+    # The model computes in the core process; this one serves and does no model work.
+    torch.set_num_threads(1)
+    relay = RelayedMetrics()
+    REGISTRY.register(relay)
+    with tempfile.TemporaryDirectory(prefix="maas-engine-") as directory:
+        engine = AsyncEngine(CoreAddresses.under(directory), on_metrics=relay.update)
+        core = await CoreProcess.start(settings, directory)
+        try:
+            await engine.start(core.wait())
+        except CoreDied as exc:
+            log.error("engine_core_failed_to_start", error=str(exc))
+            raise SystemExit(1) from exc
+        # After the core is ready: the model cache it filled makes this quick.
+        tokenizer = await asyncio.to_thread(load_tokenizer, resolve_model_path(settings.model_path))
+        engine_id = settings.engine_id or f"{settings.host}:{settings.port}"
+        servicer = EngineServicer(settings.model_id, engine_id, engine, tokenizer)
+        handle = await start_server(
+            "engine",
+            settings,
+            [GrpcService(SERVICE_NAME, servicer, engine_pb2_grpc.add_EngineServicer_to_server)],
+        )
 
-    async def drain() -> None:
-        servicer.draining = True
+        async def drain() -> None:
+            servicer.draining = True
 
-    await run_until_signalled(handle, settings.shutdown_grace_seconds, on_stop=drain)
-    await engine.stop()
+        signalled = asyncio.create_task(
+            run_until_signalled(handle, settings.shutdown_grace_seconds, on_stop=drain)
+        )
+        died = asyncio.create_task(engine.died.wait())
+        await asyncio.wait({signalled, died}, return_when=asyncio.FIRST_COMPLETED)
+        if not signalled.done():
+            # Streams already ended with UNAVAILABLE; a short grace lets those
+            # statuses reach their clients. Kubernetes restarts the pod.
+            signalled.cancel()
+            await handle.set_serving(False)
+            await handle.server.stop(CORE_DEATH_GRACE_SECONDS)
+            raise SystemExit(1)
+        died.cancel()
+        await engine.stop()
+        await core.stop(settings.shutdown_grace_seconds)
 
 
 def main(settings: EngineSettings) -> None:

@@ -1,10 +1,11 @@
-"""maas.v1.Engine over the continuously batched AsyncEngine.
+"""maas.v1.Engine over the engine core, through its AsyncEngine client.
 
 Validation failures are INVALID_ARGUMENT (the message names the field or the
 limit), and so is a request that made a model step raise: the engine isolated
 it, and another replica would fail it the same way. A draining engine answers
 UNAVAILABLE so the gateway retries elsewhere; a step failure the engine could
-not pin on one request is INTERNAL for every request it carried. A request
+not pin on one request is INTERNAL for every request it carried, and a core
+that died is UNAVAILABLE for every open stream (the worker then exits). A request
 that enters a step is told so in initial metadata (common/engine_metadata.py),
 which is how the gateway knows whether a failed attempt may be retried.
 """
@@ -14,10 +15,9 @@ import grpc
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
 from services.common.engine_metadata import SCHEDULED
 from services.common.logging import get_logger
-from services.engine.async_engine import AsyncEngine, EngineFailed, RequestFailed
+from services.engine.async_engine import AsyncEngine, CoreDied, EngineFailed, RequestFailed
 from services.engine.grammar.proto import grammar_from_proto
 from services.engine.grammar.spec import GrammarError
-from services.engine.llm_engine import RequestRejected
 from services.engine.request import SeqOutput
 from services.engine.sampling_params import SamplingParams
 
@@ -100,10 +100,11 @@ def response_of(output: SeqOutput, tokenizer) -> engine_pb2.GenerateResponse:
 
 
 class EngineServicer(engine_pb2_grpc.EngineServicer):
-    def __init__(self, model_id: str, engine_id: str, engine: AsyncEngine):
+    def __init__(self, model_id: str, engine_id: str, engine: AsyncEngine, tokenizer):
         self._model_id = model_id
         self._engine_id = engine_id
         self._engine = engine
+        self._tokenizer = tokenizer  # for the text of logprobs' tokens
         self.draining = False
 
     async def Generate(self, request, context):
@@ -119,11 +120,10 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         prompt = list(request.prompt_token_ids)
         try:
             params = sampling_from_proto(
-                request.sampling, self._engine.engine.config.max_model_len - len(prompt)
+                request.sampling, self._engine.info.max_model_len - len(prompt)
             )
         except GrammarError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"grammar: {exc}")
-        tokenizer = self._engine.engine.tokenizer
         try:
             async for output in self._engine.generate(
                 request.request_id,
@@ -134,30 +134,33 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
                 request.share_prefix_cache,
                 on_scheduled=lambda: context.send_initial_metadata(SCHEDULED),
             ):
-                yield response_of(output, tokenizer)
-        except (RequestRejected, RequestFailed) as exc:
+                yield response_of(output, self._tokenizer)
+        except RequestFailed as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except EngineFailed as exc:
             await context.abort(grpc.StatusCode.INTERNAL, str(exc))
+        except CoreDied as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
     async def Abort(self, request, context):
         return engine_pb2.AbortResponse(found=self._engine.abort(request.request_id))
 
     async def GetLoad(self, request, context):
-        engine = self._engine.engine
+        # The load as of the core's latest step (it sends one with every step).
+        load, info = self._engine.load, self._engine.info
         return engine_pb2.LoadReport(
             model=self._model_id,
-            running=len(engine.scheduler.running),
-            waiting=len(engine.scheduler.waiting),
-            kv_cache_usage=engine.blocks.usage,
-            max_num_seqs=engine.config.max_num_seqs,
-            max_model_len=engine.config.max_model_len,
+            running=load.running,
+            waiting=load.waiting,
+            kv_cache_usage=load.kv_cache_usage,
+            max_num_seqs=info.max_num_seqs,
+            max_model_len=info.max_model_len,
             draining=self.draining,
             # What the router needs to compute this engine's block hashes.
-            block_size=engine.config.block_size,
-            cache_salt=engine.config.cache_salt,
-            prefix_cache_sharing=engine.config.prefix_cache_sharing,
-            kv_cache_blocks=engine.config.num_blocks,
+            block_size=info.block_size,
+            cache_salt=info.cache_salt,
+            prefix_cache_sharing=info.prefix_cache_sharing,
+            kv_cache_blocks=info.num_blocks,
         )
 
     async def Drain(self, request, context):
@@ -167,12 +170,15 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         return engine_pb2.DrainResponse(in_flight=self._engine.in_flight)
 
     async def StreamKvEvents(self, request, context):
-        async for batch in self._engine.kv_events():
-            yield engine_pb2.KvEventBatch(
-                sequence=batch.sequence,
-                engine_id=self._engine_id,
-                events=[
-                    engine_pb2.KvEvent(kind=KV_KINDS[kind], block_hashes=hashes)
-                    for kind, hashes in batch.events
-                ],
-            )
+        try:
+            async for batch in self._engine.kv_events():
+                yield engine_pb2.KvEventBatch(
+                    sequence=batch.sequence,
+                    engine_id=self._engine_id,
+                    events=[
+                        engine_pb2.KvEvent(kind=KV_KINDS[kind], block_hashes=hashes)
+                        for kind, hashes in batch.events
+                    ],
+                )
+        except CoreDied as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))

@@ -17,7 +17,10 @@ class EngineSettings(ServiceSettings):
     device: str = Field("auto", description="auto, cpu or cuda[:N]")
     max_model_len: int = Field(0, ge=0, description="cap the model's context length (0 = model's)")
     torch_threads: int = Field(
-        0, ge=0, description="intra-op threads; 0 = on CPU all cores but one, else torch's default"
+        0,
+        ge=0,
+        description="engine-core intra-op threads; 0 = on CPU every core the process may "
+        "run on (its CPU affinity), else torch's default",
     )
     block_size: int = Field(16, gt=0, description="tokens per KV-cache block")
     kv_cache_memory: int = Field(

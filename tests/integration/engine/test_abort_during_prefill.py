@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from services.engine.async_engine import AsyncEngine
+from tests.integration.engine.core_thread import core_on_thread
 from tests.integration.engine.test_llm_engine import greedy, make_engine
 
 pytestmark = pytest.mark.slow
@@ -48,12 +48,13 @@ def test_cache_hits_count_as_computed(model, tokenizer):
 
 
 async def test_aborting_n_samples_in_prefill_ends_the_stream(model, tokenizer):
-    engine = AsyncEngine(make_engine(model, tokenizer, max_num_batched_tokens=CHUNK))
-    engine.start()
-    try:
+    async with core_on_thread(
+        make_engine(model, tokenizer, max_num_batched_tokens=CHUNK)
+    ) as engine:
         stream = engine.generate("n2", PROMPT, greedy(n=2))
         pending = asyncio.ensure_future(anext(stream))
-        while not engine.engine.scheduler.running:
+        # The load the core reports after each step: the prompt is in prefill.
+        while not engine.load.running:
             await asyncio.sleep(0.01)
         assert engine.abort("n2")
         out = await pending
@@ -62,5 +63,3 @@ async def test_aborting_n_samples_in_prefill_ends_the_stream(model, tokenizer):
         # Bounded only so that a stream left open fails instead of hanging.
         with pytest.raises(StopAsyncIteration):
             await asyncio.wait_for(anext(stream), 60)
-    finally:
-        await engine.stop()

@@ -4,7 +4,9 @@ import asyncio
 import signal
 
 import grpc
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
 from services.common.block_hash import prefix_block_hashes, request_salt
@@ -37,6 +39,26 @@ async def test_stream_reports_usage_and_length(engine):
     assert responses[-1].finish_reason == common_pb2.FINISH_REASON_LENGTH
     assert responses[-1].usage.completion_tokens == 5
     assert responses[-1].usage.prompt_tokens == 8
+
+
+async def test_metrics_of_the_core_are_served_by_the_worker(engine):
+    process, address = engine
+    metrics_port = process.argv[process.argv.index("--metrics-port") + 1]
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        await read_all(stub.Generate(request("metrics", 5)))
+    async with httpx.AsyncClient() as client:
+        # The core sends its metrics once it is idle: bounded so a lost copy fails.
+        for _ in range(100):
+            text = (await client.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
+            families = {f.name: f for f in text_string_to_metric_families(text)}
+            tokens = families.get("maas_engine_generation_tokens")
+            if tokens and tokens.samples[0].value >= 5:
+                break
+            await asyncio.sleep(0.1)
+    assert tokens.samples[0].value >= 5
+    # Served once: the worker records none of its own.
+    assert text.count("# TYPE maas_engine_generation_tokens_total counter") == 1
 
 
 @pytest.mark.parametrize(

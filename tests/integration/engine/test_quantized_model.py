@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from services.common.chat_template import render_chat
+from services.engine.core.build import build_engine
 from services.engine.kv_cache import PagedKVCache
 from services.engine.llm_engine import EngineConfig, LLMEngine
 from services.engine.loader import load_model
@@ -14,7 +15,6 @@ from services.engine.quantization.config import QuantizationConfig
 from services.engine.quantization.int8 import Int8Linear
 from services.engine.quantization.quantize import quantize_model
 from services.engine.sampling_params import SamplingParams
-from services.engine.server import build_engine
 from services.engine.settings import EngineSettings
 from services.eval.perplexity import DEFAULT_TEXT, perplexity, window_logits
 

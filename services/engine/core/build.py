@@ -1,0 +1,81 @@
+"""Build the LLMEngine from settings: load the model, size the KV cache.
+
+Runs in the engine-core process (process.py), which computes on every core
+it may run on unless --torch-threads says otherwise.
+"""
+
+import dataclasses
+import os
+import time
+
+import torch
+
+from services.common.logging import get_logger
+from services.common.model_files import resolve_model_path
+from services.common.tokenizer_loader import load_tokenizer
+from services.engine.device import resolve_device, resolve_dtype
+from services.engine.kv_budget import kv_cache_bytes, model_bytes, num_blocks
+from services.engine.kv_cache import PagedKVCache
+from services.engine.llm_engine import EngineConfig, LLMEngine
+from services.engine.loader import load_model
+from services.engine.model_runner import ModelRunner
+from services.engine.quantization.config import QuantizationConfig
+from services.engine.settings import EngineSettings
+from services.engine.spec.config import SpecConfig
+
+log = get_logger(__name__)
+
+
+def build_engine(settings: EngineSettings) -> LLMEngine:
+    path = resolve_model_path(settings.model_path)
+    device = resolve_device(settings.device)
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    elif device.type == "cpu":
+        # Every core this process may run on: the serving loop that streams
+        # tokens out is another process now, and needs no core of its own.
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
+    dtype = resolve_dtype(settings.dtype, device)
+    started = time.perf_counter()
+    quantization = QuantizationConfig(settings.quantization, settings.quantization_group_size)
+    model, config = load_model(path, dtype, device, progress=True, quantization=quantization)
+    max_model_len = min(settings.max_model_len or config.max_model_len, config.max_model_len)
+    config = dataclasses.replace(config, max_model_len=max_model_len)
+    tokenizer = load_tokenizer(path)
+    weight_bytes = model_bytes(model)
+    memory = kv_cache_bytes(settings, device, weight_bytes)
+    blocks = num_blocks(settings, config, dtype, memory)
+    cache = PagedKVCache.allocate(config, blocks, settings.block_size, dtype, device)
+    log.info(
+        "engine_ready",
+        path=str(path),
+        device=str(device),
+        dtype=str(dtype).removeprefix("torch."),
+        quantization=quantization.describe(),
+        torch_threads=torch.get_num_threads(),
+        weight_bytes=weight_bytes,
+        max_model_len=max_model_len,
+        kv_cache_bytes=memory,
+        kv_cache_blocks=blocks,
+        kv_cache_tokens=blocks * settings.block_size,
+        load_seconds=round(time.perf_counter() - started, 2),
+    )
+    engine_config = EngineConfig(
+        num_blocks=blocks,
+        max_model_len=max_model_len,
+        block_size=settings.block_size,
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        enable_chunked_prefill=settings.enable_chunked_prefill,
+        cache_salt=settings.cache_salt or settings.model_id,
+        prefix_cache_sharing=settings.prefix_cache_sharing,
+        speculative=SpecConfig(
+            method=settings.speculative_method,
+            num_tokens=settings.num_speculative_tokens,
+            max_batch=settings.speculative_max_batch,
+            draft_model=settings.speculative_draft_model,
+            draft_context=settings.speculative_draft_context,
+        ),
+    )
+    runner = ModelRunner(model, config, cache, device)
+    return LLMEngine(engine_config, config, runner, tokenizer)

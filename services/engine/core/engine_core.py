@@ -1,0 +1,139 @@
+"""The engine core's loop: take inputs, step, send one StepBatch per step.
+
+It owns the LLMEngine and is the only thread that touches it. Inputs arrive
+on a PULL socket and are applied between steps; each step's outputs go back
+as one message on a PUSH socket (protocol.py). It runs as its own process in
+serving (process.py); tests may run it on a thread over the same sockets.
+"""
+
+import time
+
+import zmq
+
+from services.common.logging import get_logger
+from services.engine.core import protocol
+from services.engine.core.metrics_relay import engine_metrics_text
+from services.engine.llm_engine import LLMEngine, RequestRejected
+
+log = get_logger(__name__)
+
+IDLE_POLL_MS = 500
+# How often a busy core sends its metrics; an idle one sends them once, on going idle.
+METRICS_INTERVAL_SECONDS = 1.0
+
+
+class EngineCore:
+    def __init__(self, engine: LLMEngine, input_address: str, output_address: str):
+        self.engine = engine
+        self._context = zmq.Context()
+        self._inputs = self._context.socket(zmq.PULL)
+        self._inputs.connect(input_address)
+        self._outputs = self._context.socket(zmq.PUSH)
+        self._outputs.connect(output_address)
+        self._batch = self._new_batch()
+        self._metrics_sent = 0.0
+        self._metrics_dirty = False
+        self._stepped = False  # every step sends its batch, empty or not: it carries the load
+        self._running = True
+        engine.blocks.on_event = lambda kind, hashes: self._batch.kv_events.append((kind, hashes))
+        engine.on_scheduled = self._batch_scheduled
+
+    def run(self) -> None:
+        config = self.engine.config
+        self._send(
+            protocol.Ready(
+                max_model_len=config.max_model_len,
+                max_num_seqs=config.max_num_seqs,
+                block_size=config.block_size,
+                cache_salt=config.cache_salt,
+                prefix_cache_sharing=config.prefix_cache_sharing,
+                num_blocks=config.num_blocks,
+            )
+        )
+        try:
+            while self._running:
+                busy = self.engine.has_work
+                self._take_inputs(timeout_ms=0 if busy else IDLE_POLL_MS)
+                if self.engine.has_work:
+                    self._step()
+                self._flush()
+        finally:
+            self._outputs.close(linger=1000)
+            self._inputs.close(linger=0)
+            self._context.term()
+
+    def _take_inputs(self, timeout_ms: int) -> None:
+        if not self._inputs.poll(timeout_ms):
+            return
+        while self._running:
+            try:
+                message = self._inputs.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._apply(protocol.decode_input(message))
+
+    def _apply(self, message: protocol.Input) -> None:
+        batch = self._batch
+        if isinstance(message, protocol.Add):
+            try:
+                self.engine.add_request(
+                    message.request_id,
+                    message.prompt_ids,
+                    message.params,
+                    message.priority,
+                    message.tenant,
+                    message.share_prefix_cache,
+                )
+            except RequestRejected as exc:
+                batch.failures.append(protocol.Failure(message.request_id, str(exc)))
+            except Exception as exc:  # what validation missed must not end the core
+                log.exception("engine_add_failed", request_id=message.request_id)
+                self.engine.abort(message.request_id)
+                batch.failures.append(
+                    protocol.Failure(message.request_id, f"request not added: {exc}")
+                )
+        elif isinstance(message, protocol.Abort):
+            batch.outputs += self.engine.abort(message.request_id)
+        elif isinstance(message, protocol.KvSnapshot):
+            # What was sent before the snapshot precedes it; what follows, follows it.
+            self._flush(force=True)
+            self._send(protocol.KvHashes(message.token, list(self.engine.blocks.hash_to_block)))
+        elif isinstance(message, protocol.Shutdown):
+            self._running = False
+
+    def _step(self) -> None:
+        try:
+            self._batch.outputs += self.engine.step()
+        except Exception as exc:  # a model bug must not wedge every caller
+            log.exception("engine_step_failed")
+            failed = list(self.engine.requests)
+            for request_id in failed:
+                self.engine.abort(request_id)
+            self._batch.failures += [
+                protocol.Failure(r, f"engine step failed: {exc}", engine=True) for r in failed
+            ]
+        self._stepped = self._metrics_dirty = True
+
+    def _batch_scheduled(self, request_id: str) -> None:
+        self._batch.scheduled.append(request_id)
+
+    def _new_batch(self) -> protocol.StepBatch:
+        return protocol.StepBatch(load=protocol.Load())
+
+    def _flush(self, force: bool = False) -> None:
+        batch = self._batch
+        if force or self._stepped or batch.outputs or batch.failures or batch.kv_events:
+            scheduler = self.engine.scheduler
+            batch.load = protocol.Load(
+                len(scheduler.running), len(scheduler.waiting), self.engine.blocks.usage
+            )
+            self._send(batch)
+            self._batch, self._stepped = self._new_batch(), False
+        now = time.monotonic()
+        idle = not self.engine.has_work
+        if self._metrics_dirty and (idle or now - self._metrics_sent >= METRICS_INTERVAL_SECONDS):
+            self._send(protocol.Metrics(engine_metrics_text()))
+            self._metrics_sent, self._metrics_dirty = now, False
+
+    def _send(self, message) -> None:
+        self._outputs.send(protocol.encode(message))

@@ -1,0 +1,52 @@
+"""Start the engine-core process and stop it (process.py says what it runs)."""
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+
+from services.common.logging import get_logger
+from services.engine.settings import EngineSettings
+
+log = get_logger(__name__)
+
+
+@dataclass
+class CoreProcess:
+    process: asyncio.subprocess.Process
+
+    @classmethod
+    async def start(cls, settings: EngineSettings, directory: str) -> "CoreProcess":
+        # Spawned from the event loop's (main) thread: the parent-death signal
+        # fires when the thread that forked exits, and this one lives as long
+        # as the serving process.
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "services.local.guard",
+            str(os.getpid()),
+            sys.executable,
+            "-m",
+            "services.engine.core.process",
+            directory,
+            settings.model_dump_json(),
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        log.info("engine_core_spawned", pid=process.pid)
+        return cls(process)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    async def wait(self) -> int:
+        return await self.process.wait()
+
+    async def stop(self, timeout: float) -> None:
+        """After AsyncEngine.stop sent Shutdown: wait for the exit, then kill."""
+        try:
+            await asyncio.wait_for(self.process.wait(), timeout)
+        except TimeoutError:
+            log.warning("engine_core_killed", pid=self.pid)
+            self.process.kill()
+            await self.process.wait()

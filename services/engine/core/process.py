@@ -1,0 +1,40 @@
+"""The engine-core process: `python -m services.engine.core.process DIR SETTINGS_JSON`.
+
+Started by the serving process (launcher.py) through services.local.guard,
+so the kernel kills it when the serving process dies: no orphan core
+holding the model's memory. It loads the model, computes with every core it
+may run on (build.py picks the threads), and runs EngineCore
+until told to shut down. SIGINT is ignored: a terminal's Ctrl-C reaches the
+whole process group, and the serving process stops the core itself, after
+its in-flight requests have finished.
+"""
+
+import signal
+import sys
+import threading
+
+from services.common.logging import configure_logging, get_logger
+from services.engine.core.addresses import CoreAddresses
+from services.engine.core.build import build_engine
+from services.engine.core.engine_core import EngineCore
+from services.engine.settings import EngineSettings
+
+log = get_logger(__name__)
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    directory, settings_json = sys.argv[1], sys.argv[2]
+    settings = EngineSettings.model_validate_json(settings_json)
+    configure_logging("engine-core", settings.log_level, settings.log_format)
+    addresses = CoreAddresses.under(directory)
+    engine = build_engine(settings)
+    # Off the start path: the first request with a grammar would wait seconds for it.
+    threading.Thread(target=engine.grammar_compiler, name="grammar-compiler", daemon=True).start()
+    log.info("engine_core_started")
+    EngineCore(engine, addresses.inputs, addresses.outputs).run()
+    log.info("engine_core_stopped")
+
+
+if __name__ == "__main__":
+    main()

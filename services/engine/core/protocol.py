@@ -1,0 +1,92 @@
+"""The messages between the serving process and the engine core, and their codec.
+
+msgpack via msgspec. SamplingParams and SeqOutput are the engine's own
+dataclasses, encoded generically (by their fields, whatever fields they
+gain), so the wire format never lags the engine's types. Inputs are one
+message each; the core answers with one StepBatch per engine step.
+"""
+
+import msgspec
+
+from services.engine.request import SeqOutput
+from services.engine.sampling_params import SamplingParams
+
+
+class Add(msgspec.Struct, tag=True):
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    priority: int = 0
+    tenant: str = ""
+    share_prefix_cache: bool = False
+
+
+class Abort(msgspec.Struct, tag=True):
+    request_id: str
+
+
+class KvSnapshot(msgspec.Struct, tag=True):
+    """Asks for every cached block hash, for the subscriber named by token."""
+
+    token: int
+
+
+class Shutdown(msgspec.Struct, tag=True):
+    pass
+
+
+Input = Add | Abort | KvSnapshot | Shutdown
+
+
+class Ready(msgspec.Struct, tag=True):
+    """The model is loaded and the core takes requests: what the server reports of it."""
+
+    max_model_len: int
+    max_num_seqs: int
+    block_size: int
+    cache_salt: str
+    prefix_cache_sharing: str
+    num_blocks: int
+
+
+class Load(msgspec.Struct):
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+
+
+class Failure(msgspec.Struct):
+    request_id: str
+    message: str
+    # False: this request alone could not be added (INVALID_ARGUMENT). True: a
+    # step failed that could not be pinned on one request (INTERNAL).
+    engine: bool = False
+
+
+class StepBatch(msgspec.Struct, tag=True):
+    """Everything one step (and the inputs before it) produced, in delivery order:
+    requests that entered the step, outputs, failures, then KV-cache changes."""
+
+    load: Load
+    scheduled: list[str] = []
+    outputs: list[SeqOutput] = []
+    failures: list[Failure] = []
+    kv_events: list[tuple[str, list[int]]] = []
+
+
+class KvHashes(msgspec.Struct, tag=True):
+    token: int
+    hashes: list[int]
+
+
+class Metrics(msgspec.Struct, tag=True):
+    """The core's maas_engine_* metrics, in the Prometheus text format."""
+
+    text: bytes
+
+
+Output = Ready | StepBatch | KvHashes | Metrics
+
+encode = msgspec.msgpack.Encoder().encode
+decode_input = msgspec.msgpack.Decoder(Input).decode
+decode_output = msgspec.msgpack.Decoder(Output).decode
