@@ -2,6 +2,7 @@
 
 from operators.modeldeployment.defaults import defaulted_spec
 from operators.modeldeployment.policy import AutoscalingConfig
+from services.common.canary import canary_deployment
 
 
 def autoscaling_config(spec: dict) -> AutoscalingConfig:
@@ -31,7 +32,7 @@ def model_id(name: str, spec: dict) -> str:
 
 def canary_model_id(name: str, spec: dict) -> str:
     """The canary's own deployment (router pool, price, routes): `<model>-canary`."""
-    return f"{model_id(name, spec)}-canary"
+    return canary_deployment(model_id(name, spec))
 
 
 def track_model_id(name: str, spec: dict, track: str) -> str:

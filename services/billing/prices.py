@@ -2,8 +2,10 @@
 
 Prices are keyed by deployment, the ModelDeployment that served the request,
 not by the name the client sent: aliases and canary splits change which
-deployment serves a name, and it is the deployment that costs. A deployment the
-table does not list is billed at `default` and counted in
+deployment serves a name, and it is the deployment that costs. A canary
+(`<model>-canary`) the table does not list costs what its model costs
+(services/common/canary.py). Any other deployment the table does not list is
+billed at `default` and counted in
 maas_billing_unpriced_events_total (ledger.py): billing cannot know which
 deployments exist, so the alert on that counter is what catches a deployment
 rolled out without a price.
@@ -22,6 +24,8 @@ from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, Field
+
+from services.common.canary import canary_of
 
 NANO_PER_TOKEN_PER_USD_PER_MILLION = Decimal(1000)
 
@@ -45,10 +49,17 @@ class PriceTable(BaseModel):
     default: ModelPrice = Field(default_factory=ModelPrice)
 
     def for_deployment(self, deployment: str) -> ModelPrice:
-        return self.models.get(deployment, self.default)
+        listed = self._listed_as(deployment)
+        return self.models[listed] if listed else self.default
 
     def lists(self, deployment: str) -> bool:
-        return deployment in self.models
+        return self._listed_as(deployment) is not None
+
+    def _listed_as(self, deployment: str) -> str | None:
+        if deployment in self.models:
+            return deployment
+        model = canary_of(deployment)
+        return model if model in self.models else None
 
     @classmethod
     def load(cls, path: str) -> "PriceTable":

@@ -6,6 +6,7 @@ import yaml
 from pydantic import ValidationError
 
 from services.billing.prices import ModelPrice, PriceTable
+from services.common.canary import canary_deployment
 
 CHART_VALUES = Path(__file__).parents[3] / "charts" / "maas" / "values.yaml"
 
@@ -25,6 +26,18 @@ def test_unlisted_deployments_use_the_default_price():
     )
     assert table.for_deployment("b").cost_nano_usd(0, 0, 1) == 2000
     assert table.lists("a") and not table.lists("b")
+
+
+def test_a_canary_costs_its_models_price_until_it_is_listed_itself():
+    table = PriceTable(
+        models={"m": ModelPrice(output=Decimal(1)), "n-canary": ModelPrice(output=Decimal(3))},
+        default=ModelPrice(output=Decimal(2)),
+    )
+    assert table.for_deployment(canary_deployment("m")).cost_nano_usd(0, 0, 1) == 1000
+    assert table.lists("m-canary")
+    assert table.for_deployment("n-canary").cost_nano_usd(0, 0, 1) == 3000
+    # Only the operator's suffix names a canary, and only of a listed model.
+    assert not table.lists("x-canary") and not table.lists("-canary") and not table.lists("m-canar")
 
 
 def test_negative_prices_are_refused():
