@@ -215,11 +215,11 @@ class AsyncEngine:
                 self._deliver(message)
             elif isinstance(message, protocol.KvHashes):
                 self._subscribe(message)
-            elif isinstance(message, protocol.Metrics) and self._on_metrics is not None:
-                self._on_metrics(message.text)
 
     def _deliver(self, batch: protocol.StepBatch) -> None:
         self.load = batch.load
+        if batch.metrics and self._on_metrics is not None:
+            self._on_metrics(batch.metrics)
         for request_id in batch.scheduled:
             self._put(request_id, _SCHEDULED)
         for output in batch.outputs:

@@ -18,7 +18,7 @@ from services.engine.llm_engine import LLMEngine, RequestRejected
 log = get_logger(__name__)
 
 IDLE_POLL_MS = 500
-# How often a busy core sends its metrics; an idle one sends them once, on going idle.
+# How often a busy core sends its metrics; it sends them too with the batch that leaves it idle.
 METRICS_INTERVAL_SECONDS = 1.0
 
 
@@ -32,7 +32,6 @@ class EngineCore:
         self._outputs.connect(output_address)
         self._batch = self._new_batch()
         self._metrics_sent = 0.0
-        self._metrics_dirty = False
         self._stepped = False  # every step sends its batch, empty or not: it carries the load
         self._running = True
         engine.blocks.on_event = lambda kind, hashes: self._batch.kv_events.append((kind, hashes))
@@ -112,7 +111,7 @@ class EngineCore:
             self._batch.failures += [
                 protocol.Failure(r, f"engine step failed: {exc}", engine=True) for r in failed
             ]
-        self._stepped = self._metrics_dirty = True
+        self._stepped = True
 
     def _batch_scheduled(self, request_id: str) -> None:
         self._batch.scheduled.append(request_id)
@@ -122,18 +121,19 @@ class EngineCore:
 
     def _flush(self, force: bool = False) -> None:
         batch = self._batch
-        if force or self._stepped or batch.outputs or batch.failures or batch.kv_events:
-            scheduler = self.engine.scheduler
-            batch.load = protocol.Load(
-                len(scheduler.running), len(scheduler.waiting), self.engine.blocks.usage
-            )
-            self._send(batch)
-            self._batch, self._stepped = self._new_batch(), False
+        if not (force or self._stepped or batch.outputs or batch.failures or batch.kv_events):
+            return
+        scheduler = self.engine.scheduler
+        batch.load = protocol.Load(
+            len(scheduler.running), len(scheduler.waiting), self.engine.blocks.usage
+        )
         now = time.monotonic()
         idle = not self.engine.has_work
-        if self._metrics_dirty and (idle or now - self._metrics_sent >= METRICS_INTERVAL_SECONDS):
-            self._send(protocol.Metrics(engine_metrics_text()))
-            self._metrics_sent, self._metrics_dirty = now, False
+        if idle or now - self._metrics_sent >= METRICS_INTERVAL_SECONDS:
+            batch.metrics = engine_metrics_text()
+            self._metrics_sent = now
+        self._send(batch)
+        self._batch, self._stepped = self._new_batch(), False
 
     def _send(self, message) -> None:
         self._outputs.send(protocol.encode(message))

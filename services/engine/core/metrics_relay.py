@@ -1,7 +1,7 @@
 """The core's metrics, served by the serving process's /metrics.
 
 The engine records maas_engine_* where it runs, in the core process; the
-core sends their Prometheus text now and then (engine_core.py), and the
+core sends their Prometheus text with some step batches (engine_core.py), and the
 serving process re-exposes the latest copy through a collector, so one
 scrape of the worker's metrics port still sees every engine series. OpenMetrics
 text, because it keeps a counter's family (and its _created) whole.

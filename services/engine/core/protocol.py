@@ -65,13 +65,17 @@ class Failure(msgspec.Struct):
 
 class StepBatch(msgspec.Struct, tag=True):
     """Everything one step (and the inputs before it) produced, in delivery order:
-    requests that entered the step, outputs, failures, then KV-cache changes."""
+    metrics, requests that entered the step, outputs, failures, then KV-cache changes."""
 
     load: Load
     scheduled: list[str] = []
     outputs: list[SeqOutput] = []
     failures: list[Failure] = []
     kv_events: list[tuple[str, list[int]]] = []
+    # The core's maas_engine_* metrics in the Prometheus text format, now and
+    # then; applied before the outputs, so a client that got its last token
+    # finds that token counted.
+    metrics: bytes = b""
 
 
 class KvHashes(msgspec.Struct, tag=True):
@@ -79,13 +83,7 @@ class KvHashes(msgspec.Struct, tag=True):
     hashes: list[int]
 
 
-class Metrics(msgspec.Struct, tag=True):
-    """The core's maas_engine_* metrics, in the Prometheus text format."""
-
-    text: bytes
-
-
-Output = Ready | StepBatch | KvHashes | Metrics
+Output = Ready | StepBatch | KvHashes
 
 encode = msgspec.msgpack.Encoder().encode
 decode_input = msgspec.msgpack.Decoder(Input).decode
