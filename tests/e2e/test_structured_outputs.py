@@ -2,11 +2,13 @@
 
 import json
 
+import grpc
 import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from maas.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, tokenizer_pb2
 from services.common.model_files import DEFAULT_MODEL_ID
 
 pytestmark = pytest.mark.slow
@@ -108,3 +110,26 @@ def test_required_tool_calls_validate_whole_and_streamed(client):
     assert [tc.index for tc in streamed] == [0]
     assert streamed[0].function.arguments == call.function.arguments
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+async def test_the_grpc_front_carries_the_guided_fields(stack):
+    async with grpc.aio.insecure_channel(stack.gateway_grpc) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+
+        def chat(**options):
+            return stub.ChatCompletion(
+                gateway_pb2.ChatCompletionRequest(
+                    model=DEFAULT_MODEL_ID,
+                    messages=[tokenizer_pb2.ChatMessage(role="user", content="Is it raining?")],
+                    options=gateway_pb2.CompletionOptions(temperature=0, max_tokens=8, **options),
+                ),
+                metadata=[("authorization", f"Bearer {stack.api_key}")],
+            )
+
+        chunks = [c async for c in chat(guided_choice=["yes", "no"])]
+        assert "".join(c.text for c in chunks) in ("yes", "no")
+        assert chunks[-1].finish_reason == common_pb2.FINISH_REASON_STOP
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            _ = [c async for c in chat(guided_regex="[a-")]
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "invalid regex" in caught.value.details()
