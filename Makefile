@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PROTOS := $(wildcard proto/maas/v1/*.proto)
 
-.PHONY: run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel install install-test install-helm crd chart-lint chart-template clean
+.PHONY: run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel bench-structured install install-test install-helm crd chart-lint chart-template clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,9 @@ bench-billing-soak: $(BENCH_STAMP)
 
 bench-engine: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.engine_bench --output benchmarks/results/engine.json
+
+bench-structured: $(STAMP)
+	$(BIN)/python -m benchmarks.structured_bench --output benchmarks/results/structured_output.json
 
 bench-gateway: $(STAMP)
 	$(BIN)/python -m benchmarks.gateway_bench --output benchmarks/results/gateway.json

@@ -1,0 +1,154 @@
+"""Structured-output benchmark (#19): `make bench-structured`.
+
+- Output tokens/s of a 32-stream greedy batch where half the requests carry a
+  JSON schema, against the same batch with no schema (target: at most 10%
+  slower). The schema's one string must be longer than max_tokens allows, so
+  every row, constrained or free, produces exactly max_tokens tokens and the
+  two runs do the same model work; the difference is the grammar's cost
+  (mask fill, mask apply, matcher advance). Runs alternate and the best of
+  `--repeats` counts, since the machines are shared and noisy.
+- Compile time of the twenty test schemas (benchmarks/structured_schemas.py)
+  on a fresh compiler (cold) and again (cached), plus building the
+  vocabulary's tokenizer info once.
+"""
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.engine_bench import chat_prompt, drain, make_engine
+from benchmarks.structured_schemas import SCHEMAS
+from services.common.model_files import default_model_path
+from services.common.tokenizer_loader import load_tokenizer
+from services.engine.device import resolve_device, resolve_dtype
+from services.engine.grammar.compiler import GrammarCompiler
+from services.engine.grammar.spec import GrammarSpec
+from services.engine.grammar.vocab import tokenizer_info
+from services.engine.loader import load_model
+from services.engine.sampling_params import SamplingParams
+
+LONG_TEXT = {
+    "type": "object",
+    "properties": {"story": {"type": "string", "minLength": 2000, "maxLength": 4000}},
+    "required": ["story"],
+}
+
+
+def batch_tokens_per_s(
+    engine, tokenizer, streams: int, max_tokens: int, constrained: bool
+) -> float:
+    for i in range(streams):
+        grammar = (
+            GrammarSpec("json_schema", json.dumps(LONG_TEXT)) if constrained and i % 2 else None
+        )
+        params = SamplingParams(
+            temperature=0, max_tokens=max_tokens, ignore_eos=True, grammar=grammar
+        )
+        engine.add_request(f"r{i}", chat_prompt(tokenizer, f"Tell story {i} as JSON."), params)
+    started = time.perf_counter()
+    arrivals = drain(engine)
+    elapsed = time.perf_counter() - started
+    produced = sum(len(times) for times in arrivals.values())
+    assert produced == streams * max_tokens, produced
+    return produced / elapsed
+
+
+def compile_times(tokenizer, vocab_size: int, eos: list[int]) -> dict:
+    started = time.perf_counter()
+    info = tokenizer_info(tokenizer, vocab_size, eos)
+    info_s = time.perf_counter() - started
+    compiler = GrammarCompiler(info)
+    specs = [GrammarSpec("json_schema", json.dumps(schema)) for _, schema in SCHEMAS]
+    passes = []
+    for _ in range(2):
+        started = time.perf_counter()
+        for spec in specs:
+            compiler.compile(spec)
+        passes.append(time.perf_counter() - started)
+    return {
+        "tokenizer_info_seconds": round(info_s, 3),
+        "schemas": len(specs),
+        "cold_total_ms": round(passes[0] * 1000, 2),
+        "cached_total_ms": round(passes[1] * 1000, 3),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--output", type=Path, default=Path("benchmarks/results/structured_output.json")
+    )
+    parser.add_argument("--streams", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--dtype", default="auto")
+    args = parser.parse_args()
+
+    device = resolve_device("auto")
+    dtype = resolve_dtype(args.dtype, device)
+    path = default_model_path()
+    tokenizer = load_tokenizer(path)
+    model, config = load_model(path, dtype=dtype, device=device, progress=False)
+    compiled = compile_times(tokenizer, config.vocab_size, config.eos_token_ids)
+    engine = make_engine(
+        model,
+        config,
+        tokenizer,
+        dtype,
+        device,
+        max_num_seqs=args.streams,
+        max_num_batched_tokens=2048,
+    )
+    engine.grammar_compiler()  # built once at start, as the server does
+    batch_tokens_per_s(engine, tokenizer, 4, 4, constrained=True)  # warm-up
+    runs: dict[str, list[float]] = {"free": [], "half_constrained": []}
+    for _ in range(args.repeats):
+        for name, constrained in (("free", False), ("half_constrained", True)):
+            runs[name].append(
+                batch_tokens_per_s(engine, tokenizer, args.streams, args.max_tokens, constrained)
+            )
+    free, mixed = max(runs["free"]), max(runs["half_constrained"])
+    result = {
+        "machine": {
+            "cpu": _cpu_model(),
+            "threads": torch.get_num_threads(),
+            "device": str(device),
+            "dtype": str(dtype),
+            # Shared machines: a load above the core count makes the ratio noisy.
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        },
+        "batch": {
+            "streams": args.streams,
+            "constrained_streams": args.streams // 2,
+            "max_tokens": args.max_tokens,
+            "free_output_tok_s": round(free, 1),
+            "half_constrained_output_tok_s": round(mixed, 1),
+            "slowdown_percent": round(100 * (1 - mixed / free), 1),
+            "target_slowdown_percent": 10,
+            "runs_tok_s": {k: [round(v, 1) for v in vs] for k, vs in runs.items()},
+        },
+        "compile": compiled,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
