@@ -92,8 +92,11 @@ class Pipeline:
     async def _admit(self, principal: Principal, request: ParsedRequest) -> Ticket:
         tenant = principal.tenant
         check_caps(request, tenant)
-        await self.quotas.check(tenant.name)
         floor = request.n * (request.max_tokens or 1)
+        # Before the quota's Redis round trip: a tenant refused for RPM is
+        # refused until its Retry-After, whatever its quota says.
+        self.limiter.refuse_blocked(tenant, floor)
+        await self.quotas.check(tenant.name)
         limits = await self.limiter.admit(tenant, request.request_id, floor, request.n)
         try:
             deployments = await self._deployments()

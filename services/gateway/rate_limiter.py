@@ -125,10 +125,7 @@ class RateLimiter:
         that cannot fit the TPM is refused before it is tokenized."""
         if not tenant.limited:
             return LimitDecision(tenant, admitted=True)
-        blocked = self._rpm_blocked(tenant)
-        if blocked is not None:
-            REFUSED.labels("requests").inc()
-            raise blocked.error(floor)
+        self.refuse_blocked(tenant, floor)
         args = [
             request_id,
             tenant.rpm,
@@ -171,6 +168,14 @@ class RateLimiter:
             REFUSED.labels(decision.reason).inc()
             raise decision.error(need)
         return decision
+
+    def refuse_blocked(self, tenant: Tenant, floor: int) -> None:
+        """Raise the 429 of a tenant still refused for RPM (see _rpm_blocked):
+        free of Redis, so a flood is shed before any other store is asked."""
+        blocked = self._rpm_blocked(tenant)
+        if blocked is not None:
+            REFUSED.labels("requests").inc()
+            raise blocked.error(floor)
 
     def _rpm_blocked(self, tenant: Tenant) -> LimitDecision | None:
         """A refusal for RPM stays true until its Retry-After: nothing but time
