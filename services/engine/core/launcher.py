@@ -11,6 +11,18 @@ from services.engine.settings import EngineSettings
 log = get_logger(__name__)
 
 
+def core_environment() -> dict[str, str]:
+    """This process's environment, with OpenMP's idle threads sleeping unless told otherwise.
+
+    The core computes on every core, so whatever else runs (the serving
+    process streaming tokens, a neighbour) preempts one of its threads; with
+    OpenMP's default spin-waiting the others then spin at every barrier. On
+    the 2-core AMD EPYC (avx2) under load, one stream of the float32 SmolLM2
+    ran at 1.9 tokens/s on two threads spinning, 8.6 with PASSIVE, 8.1 on one thread.
+    """
+    return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
+
+
 @dataclass
 class CoreProcess:
     process: asyncio.subprocess.Process
@@ -31,6 +43,7 @@ class CoreProcess:
             directory,
             settings.model_dump_json(),
             stdin=asyncio.subprocess.DEVNULL,
+            env=core_environment(),
         )
         log.info("engine_core_spawned", pid=process.pid)
         return cls(process)
