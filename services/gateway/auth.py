@@ -3,7 +3,8 @@
 Every request needs its key checked, so verified keys are kept for
 `ttl` seconds (0.5 s by default): a revoked key or a disabled tenant stops
 working on every replica within that time, and a burst from one tenant costs
-Redis one lookup per replica per TTL instead of one per request.
+Redis one lookup per replica per TTL instead of one per request (requests that
+find the entry expired together share one lookup).
 
 When Redis cannot be reached, `fail_closed` answers 503: a replica cannot
 tell a revoked key from a good one. `fail_open` serves keys this replica
@@ -13,6 +14,7 @@ and keys it never saw, still get 503. A Redis that answers with an error
 (not an outage) gets 503 under either policy, see store_faults.
 """
 
+import asyncio
 import time
 from typing import Literal
 
@@ -55,6 +57,9 @@ class Authenticator:
         self._max_stale = max_stale
         # sha256 of the key -> (checked at, principal or None for a refused key)
         self._cache: dict[str, tuple[float, Principal | None]] = {}
+        # sha256 of the key -> the lookup under way: a burst that finds the
+        # entry expired waits for one lookup instead of each sending its own.
+        self._lookups: dict[str, asyncio.Task] = {}
 
     async def authenticate(self, authorization: str | None) -> Principal:
         token = bearer_token(authorization)
@@ -64,10 +69,25 @@ class Authenticator:
         if cached is not None and now - cached[0] < self._ttl:
             principal = cached[1]
         else:
-            principal = await self._lookup(token, digest, cached)
+            principal = await self._shared_lookup(token, digest, cached)
         if principal is None:
             raise unauthorized("Incorrect API key provided.")
         return principal
+
+    async def _shared_lookup(self, token: str, digest: str, cached) -> Principal | None:
+        lookup = self._lookups.get(digest)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._lookup(token, digest, cached))
+            self._lookups[digest] = lookup
+            lookup.add_done_callback(lambda done: self._forget(digest, done))
+        # Shielded: a caller that goes away must not cancel the others' answer.
+        return await asyncio.shield(lookup)
+
+    def _forget(self, digest: str, lookup: asyncio.Task) -> None:
+        self._lookups.pop(digest, None)
+        # Read here: a lookup whose callers all left must not log "never retrieved".
+        if not lookup.cancelled():
+            lookup.exception()
 
     async def _lookup(self, token: str, digest: str, cached) -> Principal | None:
         try:
