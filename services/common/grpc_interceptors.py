@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import inspect
 import time
+from dataclasses import dataclass
 
 import grpc
 from opentelemetry import trace
@@ -45,6 +46,9 @@ SERVER_ERRORS = frozenset(
         grpc.StatusCode.DATA_LOSS,
     }
 )
+
+# Any status but OK is a failed call from where the caller stands.
+CLIENT_ERRORS = frozenset(grpc.StatusCode) - {grpc.StatusCode.OK}
 
 
 def _split(full_method: str) -> tuple[str, str]:
@@ -156,19 +160,43 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
+@dataclass(frozen=True)
+class _Method:
+    """What a call's span and metrics need of its method, worked out once per method."""
+
+    full: str
+    attributes: dict[str, str]
+    labels: tuple[str, str]
+
+    @classmethod
+    def of(cls, raw: str | bytes) -> "_Method":
+        full = raw.decode() if isinstance(raw, bytes) else raw
+        return cls(full, _rpc_attributes(full), _split(full))
+
+
 class _ClientBase:
     def __init__(self, service: str, token: str = ""):
         self._metrics = grpc_metrics(service, "client")
         self._tracer = trace.get_tracer(f"maas.{service}")
         self._credentials = [(METADATA_KEY, token)] if token else []
+        # Every call of a request pays these lookups otherwise: the method's
+        # parsed name, and its labelled metric children per status code.
+        self._methods: dict[str | bytes, _Method] = {}
+        self._children: dict[tuple[str, grpc.StatusCode], tuple] = {}
+
+    def _method(self, details) -> _Method:
+        method = self._methods.get(details.method)
+        if method is None:
+            method = self._methods[details.method] = _Method.of(details.method)
+        return method
 
     def _begin(self, details) -> tuple[grpc.aio.ClientCallDetails, Span | None]:
         """The call's span (None for an untraced poll) and details carrying its context."""
-        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        method = self._method(details)
         span = None
-        if _traced(method):
+        if _traced(method.full):
             span = self._tracer.start_span(
-                method.lstrip("/"), kind=SpanKind.CLIENT, attributes=_rpc_attributes(method)
+                method.full.lstrip("/"), kind=SpanKind.CLIENT, attributes=method.attributes
             )
         ctx = trace.set_span_in_context(span) if span is not None else None
         details = grpc.aio.ClientCallDetails(
@@ -181,12 +209,17 @@ class _ClientBase:
         return details, span
 
     def _observe(self, details, started: float, code: grpc.StatusCode, span) -> None:
-        method = details.method.decode() if isinstance(details.method, bytes) else details.method
-        labels = (*_split(method), code.name)
-        self._metrics.handled.labels(*labels).inc()
-        self._metrics.latency.labels(*labels).observe(time.perf_counter() - started)
-        # Any status but OK is a failed call from where the caller stands.
-        _end_status(span, code, set(grpc.StatusCode) - {grpc.StatusCode.OK})
+        method = self._method(details)
+        children = self._children.get((method.full, code))
+        if children is None:
+            labels = (*method.labels, code.name)
+            children = self._children[(method.full, code)] = (
+                self._metrics.handled.labels(*labels),
+                self._metrics.latency.labels(*labels),
+            )
+        children[0].inc()
+        children[1].observe(time.perf_counter() - started)
+        _end_status(span, code, CLIENT_ERRORS)
         if span is not None:
             span.end()
 
