@@ -41,6 +41,15 @@ async def test_stream_reports_usage_and_length(engine):
     assert responses[-1].usage.prompt_tokens == 8
 
 
+async def test_greedy_through_the_core_equals_transformers(engine, hf_greedy):
+    _, address = engine
+    greedy = request("greedy", 8, temperature=0.0)
+    async with grpc.aio.insecure_channel(address) as channel:
+        responses = await read_all(engine_pb2_grpc.EngineStub(channel).Generate(greedy))
+    got = [t for r in responses for t in r.token_ids]
+    assert got == hf_greedy(list(greedy.prompt_token_ids), 8)
+
+
 async def test_metrics_of_the_core_are_served_by_the_worker(engine):
     process, address = engine
     metrics_port = process.argv[process.argv.index("--metrics-port") + 1]
