@@ -8,9 +8,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
+from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc, router_pb2, router_pb2_grpc
 from services.common.block_hash import prefix_block_hashes, request_salt
 from services.common.model_files import DEFAULT_MODEL_ID
+from services.local.ports import free_port
+from services.local.processes import ManagedProcess, serve_argv
+from services.local.readiness import wait_ready
 
 pytestmark = pytest.mark.slow
 
@@ -148,6 +151,43 @@ async def test_kv_events_report_exactly_the_cached_prompt_blocks(engine):
                     stored.update(event.block_hashes)
         events.cancel()
     assert len(expected) == 5
+
+
+async def test_a_router_indexes_and_loads_this_engine_across_the_core(engine, tmp_path):
+    _, address = engine
+    port = free_port()
+    router = ManagedProcess(
+        "router",
+        serve_argv(
+            "router", {"port": port, "metrics-port": free_port(), "engines": f"e0={address}"}
+        ),
+        tmp_path / "router.log",
+    )
+    router.start()
+    prompt = list(range(3000, 3000 + 16 * 6))  # six full blocks
+    try:
+        await wait_ready(router, f"127.0.0.1:{port}", timeout=60)
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = engine_pb2_grpc.EngineStub(channel)
+            generate = engine_pb2.GenerateRequest(
+                request_id="indexed",
+                prompt_token_ids=prompt,
+                sampling=engine_pb2.SamplingParams(max_tokens=1),
+            )
+            await read_all(stub.Generate(generate))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            pool = router_pb2_grpc.RouterStub(channel)
+            # Bounded only so that a router that never hears of the blocks fails.
+            for _ in range(300):
+                stats = await pool.GetPoolStats(router_pb2.PoolStatsRequest())
+                (replica,) = [r for d in stats.deployments for r in d.replicas]
+                if replica.kv_events_live and replica.indexed_blocks >= 6:
+                    break
+                await asyncio.sleep(0.1)
+    finally:
+        router.stop(timeout=10)
+    assert replica.kv_events_live and replica.indexed_blocks >= 6
+    assert (replica.ready, replica.max_num_seqs, replica.block_size) == (True, 2, 16)
 
 
 async def test_sigterm_finishes_in_flight_then_exits(engine):
