@@ -86,7 +86,7 @@ def create_app(gw: Gateway) -> FastAPI:
     app.state.gateway = gw
     app.add_middleware(BodyGuard, max_bytes=gw.max_body_bytes, read_timeout=gw.body_timeout_seconds)
     # Outside BodyGuard: the key is checked before the body is read.
-    app.add_middleware(AuthGate, auth=gw.auth)
+    app.add_middleware(AuthGate, auth=gw.auth, limiter=gw.pipeline.limiter)
     # Added last, so outermost: the span and the timings cover every byte.
     app.add_middleware(TracingMiddleware)
     app.add_exception_handler(APIError, _api_error)
