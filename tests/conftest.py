@@ -1,14 +1,30 @@
 """Shared fixtures: a real Redis and the whole stack, started as `maas up` does."""
 
 import asyncio
+import os
 from pathlib import Path
 
-import pytest
+# Before anything imports torch. `make test` runs a worker per core, each with
+# torch threads; OpenMP's default spin-wait then burns the cores the other
+# worker needs (the engine's own tests ran 7x slower). The engine core process
+# sets the same policy for itself.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
 
 from services.local.ports import free_port
 from services.local.readiness import wait_ready
 from services.local.redis_server import redis_process
 from services.local.stack import Stack, StackConfig
+
+
+def pytest_configure(config):
+    # Workers share the cores: torch in each computes on its share, not on all of them.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
 
 
 @pytest.fixture(scope="session")

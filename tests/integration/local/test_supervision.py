@@ -82,6 +82,7 @@ async def test_killed_billing_restarts_while_a_stream_completes_and_bills_once(s
             return (await ledger.totals(tenant))[0].requests == 1
 
         await eventually(first_billed, timeout=60, what="the first request billed")
+        before = (await redis.xinfo_stream(USAGE_STREAM))["last-generated-id"]
 
         stream = await client.chat.completions.create(
             model=DEFAULT_MODEL_ID,
@@ -102,6 +103,13 @@ async def test_killed_billing_restarts_while_a_stream_completes_and_bills_once(s
         await eventually(
             lambda: child(stack, "billing").restarts == 1, timeout=60, what="a restart"
         )
+
+        # The gateway writes usage after the response's last byte, so the client
+        # can be done before the event exists: wait for it, then for billing.
+        async def stream_event_written() -> bool:
+            return (await redis.xinfo_stream(USAGE_STREAM))["last-generated-id"] != before
+
+        await eventually(stream_event_written, timeout=30, what="the stream's usage event")
         await eventually(lambda: caught_up(redis), timeout=120, what="billing caught up")
         totals, _ = await ledger.totals(tenant)
         # Exactly once: the event billed before the kill is not billed again by
