@@ -11,7 +11,9 @@ from services.gateway.tenants import Tenant
 async def owed(cluster, redis, tenant: Tenant, request_id: str) -> tuple:
     """(released, usage events, tokens still reserved) for the request."""
     await asyncio.sleep(0.05)  # time for work that was not held back to run
-    events = [f for _, f in await redis.xrange(USAGE_STREAM) if f["request_id"] == request_id]
+    # The session's Redis is shared: other tests write other (and malformed) entries.
+    entries = await redis.xrange(USAGE_STREAM)
+    events = [f for _, f in entries if f.get("request_id") == request_id]
     reserved = await redis.hget(f"maas:rl:{{{tenant.name}}}:tokens", request_id)
     return request_id in cluster.router.releases, len(events), int(reserved or 0)
 
