@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from maas.v1 import engine_pb2, tokenizer_pb2
 from services.gateway.sampling import to_engine_sampling
 from services.gateway.schemas import ChatCompletionRequest, CompletionRequest
-from services.gateway.structured_output import grammar_param
+from services.gateway.structured_output import grammar_of
 from services.gateway.tool_calls import mode, prompt_messages
 
 
@@ -62,26 +62,35 @@ def _session(session_header: str | None, user: str | None) -> str:
 
 def chat_request(body: ChatCompletionRequest, session_header: str | None) -> ParsedRequest:
     messages = prompt_messages(body.messages, body.tools, body.tool_choice)
-    return ParsedRequest(
-        request_id=new_request_id("chatcmpl"),
-        model=body.model,
-        prompt=ChatPrompt(messages),
-        sampling=to_engine_sampling(body),
-        session_id=_session(session_header, body.user),
-        grammar_param=grammar_param(body),
-        tool_mode=mode(body.tools, body.tool_choice),
-    )
+    tool_mode = mode(body.tools, body.tool_choice)
+    return _parsed("chatcmpl", body, ChatPrompt(messages), session_header, tool_mode)
 
 
 def text_request(body: CompletionRequest, session_header: str | None) -> ParsedRequest:
     prompt = body.prompt
     if isinstance(prompt, list) and isinstance(prompt[0], str):
         prompt = prompt[0]  # the schema allows one string in a list
+    return _parsed("cmpl", body, TextPrompt(prompt), session_header)
+
+
+def _parsed(
+    prefix: str,
+    body: ChatCompletionRequest | CompletionRequest,
+    prompt: ChatPrompt | TextPrompt,
+    session_header: str | None,
+    tool_mode: str = "",
+) -> ParsedRequest:
+    # Once per request: the grammar's schema text is built (and size-checked) here only.
+    found = grammar_of(body)
+    sampling = to_engine_sampling(body)
+    if found is not None:
+        sampling.grammar.CopyFrom(found[0])
     return ParsedRequest(
-        request_id=new_request_id("cmpl"),
+        request_id=new_request_id(prefix),
         model=body.model,
-        prompt=TextPrompt(prompt),
-        sampling=to_engine_sampling(body),
+        prompt=prompt,
+        sampling=sampling,
         session_id=_session(session_header, body.user),
-        grammar_param=grammar_param(body),
+        grammar_param=found[1] if found else "",
+        tool_mode=tool_mode,
     )

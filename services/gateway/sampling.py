@@ -5,7 +5,6 @@ Unset fields take OpenAI's defaults (temperature 1, top_p 1), not greedy.
 
 from maas.v1 import engine_pb2
 from services.gateway.schemas import SamplingFields
-from services.gateway.structured_output import grammar_of
 
 
 def to_engine_sampling(req: SamplingFields) -> engine_pb2.SamplingParams:
@@ -28,7 +27,4 @@ def to_engine_sampling(req: SamplingFields) -> engine_pb2.SamplingParams:
     )
     if req.seed is not None:
         params.seed = req.seed
-    grammar = grammar_of(req)
-    if grammar is not None:
-        params.grammar.CopyFrom(grammar[0])
     return params

@@ -78,11 +78,6 @@ def grammar_of(req: StructuredFields) -> tuple[common_pb2.Grammar, str] | None:
     return found[0] if found else None
 
 
-def grammar_param(req: StructuredFields) -> str:
-    found = grammar_of(req)
-    return found[1] if found else ""
-
-
 def _candidates(req: StructuredFields):
     # Chat requests only have tools; "required" or a named function forces a call.
     tools, choice = getattr(req, "tools", None), getattr(req, "tool_choice", None)
