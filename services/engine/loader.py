@@ -71,12 +71,36 @@ def _load_gguf_cached(path: Path) -> tuple[ModelConfig, Mapping[str, torch.Tenso
     if (folder / _CONFIG).is_file():
         return load_safetensors(folder)
     config, lazy = load_gguf(path)
-    weights = {name: tensor.contiguous() for name, tensor in lazy.items()}
     # config.json goes last: its presence says the folder's weights are whole.
-    if publish(folder, "model.safetensors", lambda p: save_file(weights, p)):
-        hf_config = json.dumps(config.to_hf_config(), indent=2)
-        publish(folder, _CONFIG, lambda p: p.write_text(hf_config))
-    return config, weights
+    hf_config = json.dumps(config.to_hf_config(), indent=2)
+    if _write_shards(lazy, folder) and publish(folder, _CONFIG, lambda p: p.write_text(hf_config)):
+        return load_safetensors(folder)
+    return config, lazy
+
+
+_CONFIG = "config.json"
+# A shard is dequantized whole before it is written: this bounds the float32
+# held at once (a 7B model is 28 GB of it), as the lazy GGUF mapping does.
+_SHARD_BYTES = 1 << 30
+
+
+def _write_shards(weights: Mapping[str, torch.Tensor], folder: Path) -> bool:
+    shard: dict[str, torch.Tensor] = {}
+    size = written = 0
+    for name in weights:
+        tensor = weights[name].contiguous()
+        if shard and size + tensor.nbytes > _SHARD_BYTES:
+            written += 1
+            if not _publish_shard(folder, written, shard):
+                return False
+            shard, size = {}, 0
+        shard[name] = tensor
+        size += tensor.nbytes
+    return _publish_shard(folder, written + 1, shard)
+
+
+def _publish_shard(folder: Path, index: int, tensors: dict[str, torch.Tensor]) -> bool:
+    return publish(folder, f"model-{index:05d}.safetensors", lambda p: save_file(tensors, p))
 
 
 _CONFIG = "config.json"

@@ -50,14 +50,18 @@ def test_cached_tokenizer_encodes_and_describes_the_model_as_the_gguf_does(
 
 
 def test_cached_weights_are_the_dequantized_gguf_tensors(cache_dir, smollm_path, monkeypatch):
+    direct_config, direct = loader.load_gguf(smollm_path)
+    # Small shards, so the folder is several files as a large model's would be.
+    monkeypatch.setattr(loader, "_SHARD_BYTES", 64 << 20)
     cold_config, cold = loader._load_gguf_cached(smollm_path)
+    assert len(list(derived_folder(smollm_path).glob("model-*.safetensors"))) > 1
     monkeypatch.setattr(loader, "load_gguf", _unread)
     warm_config, warm = loader._load_gguf_cached(smollm_path)
 
-    assert warm_config == cold_config
-    assert sorted(warm) == sorted(cold)
-    for name in cold:
-        assert torch.equal(warm[name], cold[name]), name
+    assert warm_config == cold_config == direct_config
+    assert sorted(warm) == sorted(cold) == sorted(direct)
+    for name in direct:
+        assert torch.equal(warm[name], direct[name]), name
 
 
 def test_a_changed_source_file_gets_a_new_folder(cache_dir, tmp_path):
