@@ -190,11 +190,25 @@ class ToolCallStream:
         self.forced = forced
         self.calls = 0
         self._held = ""
+        # Per token, no copy of what is held: a forced output, or a call not yet
+        # closed, is kept in parts and joined once; only the end of a call's parts
+        # (_tail) is searched for CLOSE as each token comes.
+        self._parts: list[str] = []
+        self._tail = ""
 
     def push(self, text: str) -> tuple[str, list[dict]]:
-        self._held += text
         if self.forced:
+            self._parts.append(text)
             return "", []
+        if self._parts:  # inside a call: a new CLOSE ends in this text
+            self._parts.append(text)
+            window = self._tail + text
+            if CLOSE not in window:
+                self._tail = window[-(len(CLOSE) - 1) :]
+                return "", []
+            self._held, self._parts, self._tail = "".join(self._parts), [], ""
+        else:
+            self._held += text
         content, calls = "", []
         while True:
             start = self._held.find(OPEN)
@@ -206,7 +220,8 @@ class ToolCallStream:
             end = self._held.find(CLOSE, start)
             if end < 0:
                 content += self._held[:start]
-                self._held = self._held[start:]
+                call = self._held[start:]
+                self._held, self._parts, self._tail = "", [call], call[-(len(CLOSE) - 1) :]
                 return content, calls
             content += self._held[:start]
             body = self._held[start + len(OPEN) : end]
@@ -218,7 +233,8 @@ class ToolCallStream:
                 calls.append(self._numbered(*call))
 
     def finish(self) -> tuple[str, list[dict]]:
-        held, self._held = self._held, ""
+        held = self._held + "".join(self._parts)
+        self._held, self._parts, self._tail = "", [], ""
         if self.forced:
             call = _call_of(held)
             return ("", [self._numbered(*call)]) if call else (held, [])

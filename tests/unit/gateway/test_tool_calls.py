@@ -1,6 +1,7 @@
 """Tool calls: the forced-call schema, and parsing whole and streamed outputs."""
 
 import json
+import time
 
 import jsonschema
 import pytest
@@ -105,3 +106,22 @@ def test_history_calls_are_written_in_the_prompt_format():
     assert parse_output(history_text("", [call]), forced=False)[1][0]["function"]["name"] == (
         "get_weather"
     )
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_a_long_call_costs_linear_time_per_token(forced):
+    # Worst case for the per-token path: one call 200k tokens long, held until
+    # it closes (auto) or the output ends (forced). Rescanning or copying what
+    # is held on each token would be quadratic (~40 GB of copies here).
+    stream = ToolCallStream(forced)
+    started = time.perf_counter()
+    opening = '{"name": "f", "arguments": {"a": "'
+    assert stream.push(opening if forced else "<tool_call>" + opening) == ("", [])
+    for _ in range(200_000):
+        assert stream.push("xy") == ("", [])
+    content, calls = stream.push('"}}' + ("" if forced else "</tool_call>"))
+    tail, more = stream.finish()
+    assert time.perf_counter() - started < 2.0
+    assert content == tail == ""
+    ((call,),) = [calls + more]
+    assert json.loads(call["function"]["arguments"]) == {"a": "xy" * 200_000}
