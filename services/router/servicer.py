@@ -8,7 +8,7 @@ from prometheus_client import Counter, Histogram
 from maas.v1 import router_pb2, router_pb2_grpc
 from services.common.logging import get_logger
 from services.common.metrics import LATENCY_BUCKETS
-from services.router.held import HeldRequests
+from services.router.held import HeldReportRefused, HeldRequests
 from services.router.plugin import PickContext
 from services.router.pool import EnginePool
 from services.router.scheduler import Scheduler
@@ -85,7 +85,10 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         return self.pool_stats(request.model)
 
     async def ReportHeld(self, request, context):
-        self._held.report(request.gateway_id, dict(request.held), request.ttl_seconds)
+        try:
+            self._held.report(request.gateway_id, dict(request.held), request.ttl_seconds)
+        except HeldReportRefused as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return router_pb2.HeldReportResponse()
 
     def pool_stats(self, model: str = "") -> router_pb2.PoolStats:
