@@ -50,12 +50,13 @@ def completion_logprobs(logprobs: list[engine_pb2.TokenLogprob], offset: int) ->
 class Choices:
     """Deltas gathered per choice index, for a non-streamed response."""
 
-    text: dict[int, str] = field(default_factory=lambda: defaultdict(str))
+    # Each choice's text in pieces, joined once: no copy of the text per token.
+    parts: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
     finish: dict[int, str | None] = field(default_factory=dict)
     logprobs: dict[int, list] = field(default_factory=lambda: defaultdict(list))
 
     def add(self, delta: Delta) -> None:
-        self.text[delta.index] += delta.text
+        self.parts[delta.index].append(delta.text)
         self.finish[delta.index] = delta.finish_reason
         self.logprobs[delta.index] += delta.logprobs
 
@@ -109,8 +110,8 @@ class ResponseShape:
 
     def full(self, choices: Choices, last: Delta) -> dict:
         bodies = []
-        for index in sorted(choices.text):
-            text, finish = choices.text[index], choices.finish[index]
+        for index in sorted(choices.parts):
+            text, finish = "".join(choices.parts[index]), choices.finish[index]
             if self.chat and self.tool_mode:
                 content, calls = parse_output(text, self.tool_mode == "forced")
                 message = {"role": "assistant", "content": content}
