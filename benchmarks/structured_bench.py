@@ -15,13 +15,13 @@
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
 import torch
 
 from benchmarks.engine_bench import chat_prompt, drain, make_engine
+from benchmarks.machine import cpu_model
 from benchmarks.structured_schemas import SCHEMAS
 from services.common.model_files import default_model_path
 from services.common.tokenizer_loader import load_tokenizer
@@ -78,17 +78,6 @@ def compile_times(tokenizer, vocab_size: int, eos: list[int]) -> dict:
     }
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
@@ -126,7 +115,7 @@ def main() -> None:
     free, mixed = max(runs["free"]), max(runs["half_constrained"])
     result = {
         "machine": {
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "threads": torch.get_num_threads(),
             "device": str(device),
             "dtype": str(dtype),
