@@ -124,14 +124,21 @@ def _guided(json_, regex, choice, grammar, prefix: str):
     if name == "regex":
         return Kind(kind=Kind.KIND_REGEX, text=value), param(name)
     if name == "choice":
-        return Kind(kind=Kind.KIND_CHOICE, text=json.dumps(value)), param(name)
+        return Kind(kind=Kind.KIND_CHOICE, text=_capped(json.dumps(value), param(name))), param(
+            name
+        )
     return Kind(kind=Kind.KIND_EBNF, text=value), param(name)
 
 
 def _json_schema(schema: dict | str, param: str):
     text = schema if isinstance(schema, str) else json.dumps(schema)
+    return Kind(kind=Kind.KIND_JSON_SCHEMA, text=_capped(text, param, "the JSON schema")), param
+
+
+def _capped(text: str, param: str, what: str = "the choice list") -> str:
+    # The tokenizer's cap (spec.py), here so that no oversized grammar is sent on.
     if len(text) > MAX_GRAMMAR_CHARS:
         raise bad_request(
-            f"the JSON schema is {len(text)} characters; at most {MAX_GRAMMAR_CHARS}", param=param
+            f"{what} is {len(text)} characters; at most {MAX_GRAMMAR_CHARS}", param=param
         )
-    return Kind(kind=Kind.KIND_JSON_SCHEMA, text=text), param
+    return text

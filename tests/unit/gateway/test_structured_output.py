@@ -104,5 +104,14 @@ def test_sizes_are_bounded_before_anything_compiles():
     assert caught.value.param == "guided_json"
     with pytest.raises(ValidationError):
         body(guided_choice=["a"] * 2000)
+    # The worst list the schema admits (1024 strings of 1024) is ~1 MB as a
+    # grammar: refused here, not sent on to the tokenizer to refuse.
+    for field, param in [
+        ({"guided_choice": ["x" * 1024] * 1024}, "guided_choice"),
+        ({"structured_outputs": {"choice": ["x" * 1024] * 1024}}, "structured_outputs.choice"),
+    ]:
+        with pytest.raises(APIError, match="choice list is .* at most 65536") as caught:
+            grammar(**field)
+        assert caught.value.param == param
     with pytest.raises(ValidationError, match="needs json_schema"):
         body(response_format={"type": "json_schema"})
