@@ -1,7 +1,6 @@
 """`maas serve operator`: the ModelDeployment operator process."""
 
 import asyncio
-from pathlib import Path
 
 import kopf
 
@@ -12,18 +11,15 @@ from operators.modeldeployment.handlers import OperatorContext, build_registry
 from operators.modeldeployment.kube import Credentials, KubeApi
 from operators.modeldeployment.routes import RoutesConfigMap
 from operators.modeldeployment.settings import OperatorSettings
+from services.common.kubernetes_client import own_namespace
 from services.common.metrics import start_metrics_server
-
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 def routes_configmap(settings: OperatorSettings) -> RoutesConfigMap | None:
     if not settings.routes_configmap:
         return None
-    namespace = settings.routes_namespace
-    if not namespace and SERVICE_ACCOUNT_NAMESPACE.exists():
-        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-    return RoutesConfigMap(namespace or "default", settings.routes_configmap)
+    namespace = settings.routes_namespace or own_namespace()
+    return RoutesConfigMap(namespace, settings.routes_configmap)
 
 
 async def serve(settings: OperatorSettings) -> None:
