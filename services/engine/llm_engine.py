@@ -125,8 +125,8 @@ class LLMEngine:
         """The grammar compiler for this engine's vocabulary, built once.
 
         Lazily, because building it imports xgrammar and reads the whole
-        vocabulary (seconds); the server builds it at start (server.py).
-        Thread-safe: validate() compiles off the engine thread.
+        vocabulary (seconds); the core process starts building it on a thread
+        of its own (core/process.py), hence the lock.
         """
         with self._grammars_lock:
             if self._grammars is None:
@@ -147,8 +147,11 @@ class LLMEngine:
         except GrammarError as exc:
             raise RequestRejected(f"grammar: {exc}") from exc
 
-    def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        """Refuse, at admission, anything that could never complete."""
+    def validate(self, prompt_ids: list[int], params: SamplingParams):
+        """Refuse, at admission, anything that could never complete.
+
+        Returns the compiled grammar (None without one), for add_request.
+        """
         if not prompt_ids:
             raise RequestRejected("prompt_token_ids is empty")
         vocab = self.model_config.vocab_size
@@ -166,7 +169,7 @@ class LLMEngine:
                 f"prompt + max_tokens needs {needed} KV slots but this engine's cache holds "
                 f"{self.capacity_tokens}; lower max_tokens or shorten the prompt"
             )
-        self._compile(params)
+        return self._compile(params)
 
     def add_request(
         self,
@@ -179,13 +182,12 @@ class LLMEngine:
     ) -> None:
         if request_id in self.requests:
             raise RequestRejected(f"request {request_id!r} is already running")
-        self.validate(prompt_ids, params)
+        grammar = self.validate(prompt_ids, params)
         salt = request_salt(
             self.config.cache_salt, self.config.prefix_cache_sharing, tenant, share_prefix_cache
         )
         request = Request(request_id, list(prompt_ids), params, priority, cache_salt=salt)
-        # A cache hit: validate() compiled it.
-        request.grammar = self._compile(params)
+        request.grammar = grammar
         self.requests[request_id] = request
         self._add_sample(request, 0, parent=None)
         metrics.REQUESTS_WAITING.set(len(self.scheduler.waiting))
