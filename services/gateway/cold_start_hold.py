@@ -7,7 +7,9 @@ reads, so the watermarks start a replica at once. The request goes on as soon
 as the catalog lists a ready replica. Past the hold limit it is answered 503
 with Retry-After set from the cold start this gateway last observed (how long
 a hold took to end in a ready replica), less what this cold start has already
-run; with none observed yet, the hold limit itself.
+run; with none observed yet, the hold limit itself. One tenant may fill only a
+share of a deployment's holds (`max_held_per_tenant`), so a tenant with a high
+concurrency limit cannot make every other tenant's first request a 503.
 
 Reports repeat while anything is held, each with a TTL, so a gateway that dies
 stops counting at the router instead of keeping a replica up.
@@ -46,6 +48,7 @@ Reporter = Callable[[router_pb2.HeldReport], Awaitable[object]]
 @dataclass(frozen=True)
 class HoldLimits:
     max_held: int = 64  # per deployment, on this gateway replica
+    max_held_per_tenant: int = 16  # of those, by one tenant
     timeout_seconds: float = 120.0
     poll_seconds: float = 0.5
     report_ttl_seconds: float = 10.0
@@ -70,22 +73,28 @@ class ColdStartHold:
         self._clock = clock
         self.gateway_id = f"{socket.gethostname()}-{os.getpid()}"
         self.held: Counter[str] = Counter()
+        self._held_by: Counter[tuple[str, str]] = Counter()  # (deployment, tenant)
         self._since: dict[str, float] = {}  # deployment -> when its oldest current hold began
         self._cold_start: dict[str, float] = {}  # deployment -> last observed, seconds
         self._changed = asyncio.Event()
         self._reporter: asyncio.Task | None = None
 
-    async def until_ready(self, deployment: str) -> dict[str, router_pb2.DeploymentStats]:
+    async def until_ready(
+        self, deployment: str, tenant: str
+    ) -> dict[str, router_pb2.DeploymentStats]:
         """The catalog once `deployment` has a ready replica; APIError 503 past the limits."""
-        if self.held[deployment] >= self._limits.max_held:
+        mine = self._held_by[deployment, tenant]
+        if self.held[deployment] >= self._limits.max_held or (
+            mine >= self._limits.max_held_per_tenant
+        ):
             HOLD_SECONDS.labels(deployment, "full").observe(0)
             raise unavailable(
-                f"{self.held[deployment]} requests already wait for a replica of "
-                f"'{deployment}' to start",
+                f"{self.held[deployment]} requests ({mine} of them yours) already wait "
+                f"for a replica of '{deployment}' to start",
                 self.retry_after(deployment),
             )
         started = self._clock()
-        self._enter(deployment, started)
+        self._enter(deployment, tenant, started)
         try:
             while True:
                 catalog = await self._catalog()
@@ -105,7 +114,7 @@ class ColdStartHold:
                     )
                 await asyncio.sleep(self._limits.poll_seconds)
         finally:
-            self._leave(deployment)
+            self._leave(deployment, tenant)
 
     def retry_after(self, deployment: str) -> int:
         """Seconds until the cold start under way should be done, at least 1."""
@@ -115,15 +124,19 @@ class ColdStartHold:
         running = self._clock() - self._since.get(deployment, self._clock())
         return max(math.ceil(observed - running), 1)
 
-    def _enter(self, deployment: str, now: float) -> None:
+    def _enter(self, deployment: str, tenant: str, now: float) -> None:
         self._since.setdefault(deployment, now)
         self.held[deployment] += 1
+        self._held_by[deployment, tenant] += 1
         HELD.labels(deployment).set(self.held[deployment])
         self._changed.set()
         if self._reporter is None or self._reporter.done():
             self._reporter = asyncio.get_running_loop().create_task(self._report_loop())
 
-    def _leave(self, deployment: str) -> None:
+    def _leave(self, deployment: str, tenant: str) -> None:
+        self._held_by[deployment, tenant] -= 1
+        if self._held_by[deployment, tenant] <= 0:
+            del self._held_by[deployment, tenant]
         self.held[deployment] -= 1
         HELD.labels(deployment).set(self.held[deployment])
         if self.held[deployment] <= 0:

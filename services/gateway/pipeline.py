@@ -112,7 +112,7 @@ class Pipeline:
             limits = await self.limiter.reserve(limits, request.request_id, need)
             if route.scales_to_zero and not ready(deployments.get(route.deployment)):
                 # Before the queue, which is sized from the replicas that are ready.
-                deployments = await self.hold.until_ready(route.deployment)
+                deployments = await self.hold.until_ready(route.deployment, tenant.name)
             queue = self.queues.queue(route, deployments[route.deployment])
             await queue.acquire(tenant.name, route.tier.weight, request.n)
         except (QueueFullError, QueueTimeoutError) as exc:

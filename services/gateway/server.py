@@ -90,7 +90,11 @@ def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, route
         hold=ColdStartHold(
             catalog.models,
             upstreams.router.ReportHeld,
-            HoldLimits(settings.hold_max_requests, settings.hold_timeout_seconds),
+            HoldLimits(
+                max_held=settings.hold_max_requests,
+                max_held_per_tenant=settings.hold_max_requests_per_tenant,
+                timeout_seconds=settings.hold_timeout_seconds,
+            ),
         ),
     )
 

@@ -35,6 +35,9 @@ class GatewaySettings(ServiceSettings):
     hold_max_requests: int = Field(
         64, ge=0, description="requests held per deployment at most; more get 503"
     )
+    hold_max_requests_per_tenant: int = Field(
+        16, ge=0, description="of those, held for one tenant at most; more get 503"
+    )
     hold_timeout_seconds: float = Field(
         120.0, gt=0, description="how long a request waits for a replica to start, then 503"
     )

@@ -60,7 +60,7 @@ async def test_held_requests_are_reported_and_served_once_a_replica_is_ready(rou
     catalog = Catalog()
     hold = ColdStartHold(catalog, router.ReportHeld, HoldLimits(poll_seconds=0.02))
     try:
-        waiting = [asyncio.create_task(hold.until_ready("cold")) for _ in range(3)]
+        waiting = [asyncio.create_task(hold.until_ready("cold", "t")) for _ in range(3)]
         await wait_for(lambda: _eq(held_at_router(router), 3), "3 held at the router")
         assert not any(task.done() for task in waiting)
         catalog.ready_replicas = 1
@@ -77,18 +77,18 @@ async def test_past_the_limits_503_with_retry_after_from_the_observed_cold_start
     limits = HoldLimits(max_held=1, timeout_seconds=30, poll_seconds=0.01)
     hold = ColdStartHold(catalog, router.ReportHeld, limits, clock=lambda: now[0])
     try:
-        first = asyncio.create_task(hold.until_ready("cold"))
+        first = asyncio.create_task(hold.until_ready("cold", "t"))
         await wait_for(lambda: _eq(held_at_router(router), 1), "one held")
         # The queue for this deployment is full: refused at once, no cold start seen yet.
         with pytest.raises(APIError) as full:
-            await hold.until_ready("cold")
+            await hold.until_ready("cold", "t")
         assert full.value.status == 503 and full.value.headers["Retry-After"] == "30"
         now[0] = 45.0  # the replica took 45 s
         catalog.ready_replicas = 1
         await first
 
         catalog.ready_replicas = 0  # scaled to zero again; the next cold start is as slow
-        second = asyncio.create_task(hold.until_ready("cold"))
+        second = asyncio.create_task(hold.until_ready("cold", "t"))
         await wait_for(lambda: _eq(held_at_router(router), 1), "held again")
         now[0] = 75.0  # 30 s in: past the hold limit
         with pytest.raises(APIError) as late:
@@ -97,6 +97,26 @@ async def test_past_the_limits_503_with_retry_after_from_the_observed_cold_start
         # 45 s observed, 30 s of it already run: try again in 15.
         assert late.value.headers["Retry-After"] == "15"
     finally:
+        await hold.close()
+
+
+async def test_one_tenant_fills_only_its_share_of_the_holds(router):
+    limits = HoldLimits(max_held=4, max_held_per_tenant=2, poll_seconds=0.01)
+    hold = ColdStartHold(Catalog(), router.ReportHeld, limits)
+    try:
+        greedy = [asyncio.create_task(hold.until_ready("cold", "greedy")) for _ in range(2)]
+        await wait_for(lambda: _eq(held_at_router(router), 2), "the greedy tenant's two")
+        # The worst case: it keeps asking; each extra request is refused at once.
+        for _ in range(10):
+            with pytest.raises(APIError) as refused:
+                await hold.until_ready("cold", "greedy")
+            assert refused.value.status == 503 and "2 of them yours" in refused.value.message
+        other = asyncio.create_task(hold.until_ready("cold", "other"))
+        await wait_for(lambda: _eq(held_at_router(router), 3), "the other tenant held")
+        assert not other.done()
+    finally:
+        for task in [*greedy, other]:
+            task.cancel()
         await hold.close()
 
 
