@@ -1,7 +1,6 @@
 """Tool calls: the forced-call schema, and parsing whole and streamed outputs."""
 
 import json
-import time
 
 import jsonschema
 import pytest
@@ -109,19 +108,17 @@ def test_history_calls_are_written_in_the_prompt_format():
 
 
 @pytest.mark.parametrize("forced", [False, True])
-def test_a_long_call_costs_linear_time_per_token(forced):
-    # Worst case for the per-token path: one call 200k tokens long, held until
-    # it closes (auto) or the output ends (forced). Rescanning or copying what
-    # is held on each token would be quadratic (~40 GB of copies here).
+def test_a_call_200k_tokens_long_is_held_whole_and_parsed_once(forced):
+    # The worst case for the per-token path: one call held until it closes
+    # (auto) or the output ends (forced). Its speed is not asserted here (no
+    # timed tests); held text kept in parts made it 0.35 s, a copy per token 22 s.
     stream = ToolCallStream(forced)
-    started = time.perf_counter()
     opening = '{"name": "f", "arguments": {"a": "'
     assert stream.push(opening if forced else "<tool_call>" + opening) == ("", [])
     for _ in range(200_000):
         assert stream.push("xy") == ("", [])
     content, calls = stream.push('"}}' + ("" if forced else "</tool_call>"))
     tail, more = stream.finish()
-    assert time.perf_counter() - started < 2.0
     assert content == tail == ""
     ((call,),) = [calls + more]
     assert json.loads(call["function"]["arguments"]) == {"a": "xy" * 200_000}
