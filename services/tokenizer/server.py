@@ -14,6 +14,7 @@ from services.common.model_files import resolve_model_path
 from services.common.text_tokenizer import TextTokenizer
 from services.common.tokenizer_loader import load_tokenizer
 from services.tokenizer.encode_pool import EncodePool
+from services.tokenizer.registry import Deployment, TokenizerRegistry
 from services.tokenizer.servicer import TokenizerServicer
 from services.tokenizer.settings import TokenizerSettings
 
@@ -24,18 +25,24 @@ SERVICE_NAME = tokenizer_pb2.DESCRIPTOR.services_by_name["Tokenizer"].full_name
 async def start_tokenizer(
     settings: TokenizerSettings, tokenizer: TextTokenizer
 ) -> tuple[ServerHandle, EncodePool]:
-    """Serve `tokenizer`; the caller stops the server, then shuts the pool down."""
-    max_model_len = settings.max_model_len or tokenizer.max_model_len
-    pool = EncodePool(settings.encode_threads, settings.encode_queue)
-    servicer = TokenizerServicer(
-        settings.model_id, tokenizer, max_model_len, pool, settings.grammar_timeout_s
+    """Serve `tokenizer` as the default deployment and settings.tokenizer_models
+    beside it; the caller stops the server, then shuts the pool down."""
+    default = Deployment.of(
+        settings.model_id, tokenizer, settings.max_model_len or tokenizer.max_model_len
     )
+    registry = TokenizerRegistry(
+        default, settings.tokenizer_models, settings.max_resident_tokenizers, load_tokenizer
+    )
+    pool = EncodePool(settings.encode_threads, settings.encode_queue)
+    servicer = TokenizerServicer(registry, pool, settings.grammar_timeout_s)
     log.info(
         "tokenizer_loaded",
+        deployment=settings.model_id,
         vocab=tokenizer.vocab_size,
-        max_model_len=max_model_len,
-        max_token_chars=tokenizer.max_token_chars,
+        max_model_len=default.max_model_len,
+        max_token_chars=default.max_token_chars,
         encode_threads=settings.encode_threads,
+        more_deployments=sorted(settings.tokenizer_models),
     )
     handle = await start_server(
         "tokenizer",

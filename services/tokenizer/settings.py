@@ -1,15 +1,34 @@
 import os
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.settings import ServiceSettings
 
 
+class TokenizerSource(BaseModel):
+    """Where one deployment's tokenizer is: a GGUF file or a Hugging Face folder."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(min_length=1)
+    max_model_len: int = Field(0, ge=0, description="override the model's context length")
+
+
 class TokenizerSettings(ServiceSettings):
-    model_id: str = Field(DEFAULT_MODEL_ID, description="model name clients use")
+    model_id: str = Field(
+        DEFAULT_MODEL_ID, description="the default deployment: requests that name none get it"
+    )
     model_path: str = Field("", description="GGUF file or HF folder; empty = bundled SmolLM2")
     max_model_len: int = Field(0, ge=0, description="override the model's context length")
+    tokenizer_models: dict[str, TokenizerSource] = Field(
+        {},
+        description='more deployments, JSON: {"qwen": {"path": "/models/qwen", "max_model_len": 0}}'
+        " (docs/tokenizer.md)",
+    )
+    max_resident_tokenizers: int = Field(
+        4, ge=1, description="--tokenizer-models loaded at once; the least recently used goes"
+    )
     encode_threads: int = Field(
         default_factory=lambda: min(4, os.cpu_count() or 1),
         ge=1,
