@@ -5,27 +5,18 @@ than float32, so "auto" serves in bfloat16 there and on CUDA; float32 stays
 the exactness reference for tests against transformers.
 """
 
-from pathlib import Path
-
 import torch
 
+# Imported by name elsewhere (services.distill).
+from services.common.cpu_flags import has_native_bf16 as cpu_has_native_bf16
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_BF16_CPU_FLAGS = {"amx_bf16", "avx512_bf16"}
 
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def cpu_has_native_bf16() -> bool:
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    flags = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "")
-    return bool(_BF16_CPU_FLAGS & set(flags.split()))
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

@@ -64,6 +64,14 @@ def load_model(
     return model, config
 
 
+def derive_hf_folder(path: Path) -> Path:
+    """The GGUF's weights and config.json in its model-cache folder, written if missing
+    (what a peer that cannot read GGUF, vLLM, loads); the folder may lack them if
+    the cache is unwritable."""
+    _load_gguf_cached(path)
+    return derived_folder(path)
+
+
 def _load_gguf_cached(path: Path) -> tuple[ModelConfig, Mapping[str, torch.Tensor]]:
     # The float32 Hugging Face folder this writes loads the same tensors (tested)
     # without parsing the GGUF's metadata or dequantizing it again.

@@ -9,6 +9,7 @@ died): the same command line, ports and log file, which it appends to.
 """
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -34,11 +35,17 @@ class ManagedProcess:
     # holds while Redis is down, where readiness would count a Redis outage as a
     # failed start and end the stack (kubelet's startup probe, for the same reason).
     restart_probe: str = ""
+    # Stop the child's whole process group: for children that start processes of
+    # their own which outlive them (vLLM's engine core holds the port and the KV
+    # memory), including ones left by a child that died.
+    stop_group: bool = False
     process: subprocess.Popen | None = None
     started_at: float = 0.0  # time.monotonic() of the latest start
     restarts: int = 0
 
     def start(self) -> None:
+        if self.stop_group and self.process is not None:
+            self._signal_group(signal.SIGKILL)
         self.started_at = time.monotonic()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
@@ -67,14 +74,31 @@ class ManagedProcess:
         return code
 
     def stop(self, timeout: float) -> None:
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return
-        self.process.send_signal(signal.SIGTERM)
+        if self.process.poll() is not None:
+            if self.stop_group:
+                self._signal_group(signal.SIGKILL)
+            return
+        self._signal(signal.SIGTERM)
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            self._signal(signal.SIGKILL)
             self.process.wait()
+        if self.stop_group:
+            self._signal_group(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        if self.stop_group:
+            self._signal_group(sig)
+        else:
+            self.process.send_signal(sig)
+
+    def _signal_group(self, sig: int) -> None:
+        # The child leads its group (process_group=0), so its pid names the group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
 
     def log_tail(self, lines: int = 20) -> str:
         try:

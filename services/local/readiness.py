@@ -64,4 +64,7 @@ async def wait_ready(process: ManagedProcess, probe: str, timeout: float) -> Non
         if await check(probe):
             return
         await asyncio.sleep(0.2)
-    raise StartupError(f"{process.name} not ready after {timeout:.0f}s; see {process.log_path}")
+    raise StartupError(
+        f"{process.name} not ready after {timeout:.0f}s; last lines of {process.log_path}:\n"
+        f"{process.log_tail()}"
+    )

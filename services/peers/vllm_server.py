@@ -1,0 +1,153 @@
+"""Starting and stopping one vLLM OpenAI server (the CPU build, or a GPU one).
+
+`vllm_process()` gives the command as a supervised child of `maas up`
+(services.local.processes: logs to a file, dies with its parent, its process
+group stopped with it: vLLM's engine core is a process of its own). `VllmServer`
+runs one for tests and benchmarks: started, ready on /health, stopped.
+
+Defaults for the CPU build, from issue #14's quirks: `--dtype float32` unless
+the CPU has native bf16 (emulated bf16 ran at a third of float32's speed on
+an AVX2 EPYC), `VLLM_CPU_KVCACHE_SPACE` in GiB (unset, it reserves 92% of the
+machine and refuses to start beside anything), `--enforce-eager` on request
+(first start compiles for about two minutes without it), the OpenMP threads
+bound to the cores it is given, and the hub off (no internet here; a local
+folder needs none).
+"""
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.common.cpu_flags import has_native_bf16
+from services.local.ports import free_port
+from services.local.processes import ManagedProcess
+from services.local.readiness import wait_ready
+
+ENTRYPOINT = "vllm.entrypoints.openai.api_server"
+
+
+def default_dtype() -> str:
+    return "bfloat16" if has_native_bf16() else "float32"
+
+
+@dataclass
+class VllmConfig:
+    python: Path
+    # A Hugging Face folder (services.peers.model_folder.hf_model_folder).
+    model: Path
+    # The name clients ask for; vLLM answers 404 to any other.
+    served_model_name: str = ""
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free one
+    dtype: str = field(default_factory=default_dtype)
+    enforce_eager: bool = True
+    kv_cache_gib: float = 1.0
+    # None: no KV events; 0: a free port. ZeroMQ PUB on tcp://host:port, topic "kv-events".
+    kv_events_port: int | None = None
+    # CPUs its OpenMP threads are bound to, e.g. "0-1" or "1"; "" leaves vLLM's default.
+    cpus: str = ""
+    max_model_len: int = 0  # 0: the model's own
+    extra_args: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.port:
+            self.port = free_port(self.host)
+        if self.kv_events_port == 0:
+            self.kv_events_port = free_port(self.host)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def kv_events_endpoint(self) -> str:
+        """Where a subscriber connects; empty without KV events."""
+        return f"tcp://{self.host}:{self.kv_events_port}" if self.kv_events_port else ""
+
+    def argv(self) -> list[str]:
+        argv = [str(self.python), "-m", ENTRYPOINT, "--model", str(self.model)]
+        argv += ["--host", self.host, "--port", str(self.port), "--dtype", self.dtype]
+        # Usage then carries cached prompt tokens, which the adapter reports as ours does.
+        argv.append("--enable-prompt-tokens-details")
+        if self.served_model_name:
+            argv += ["--served-model-name", self.served_model_name]
+        if self.enforce_eager:
+            argv.append("--enforce-eager")
+        if self.max_model_len:
+            argv += ["--max-model-len", str(self.max_model_len)]
+        if self.kv_events_port:
+            events = {
+                "enable_kv_cache_events": True,
+                "publisher": "zmq",
+                "endpoint": f"tcp://{self.host}:{self.kv_events_port}",
+                "topic": "kv-events",
+            }
+            argv += ["--kv-events-config", json.dumps(events)]
+        return argv + self.extra_args
+
+    def env(self) -> dict[str, str]:
+        env = {
+            "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
+        if self.cpus:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpus
+        return env
+
+
+def vllm_process(config: VllmConfig, name: str, log_path: Path) -> ManagedProcess:
+    """vLLM as a child process, ready once /health answers 200."""
+    return ManagedProcess(
+        name,
+        config.argv(),
+        log_path,
+        env=config.env(),
+        probe=f"{config.url}/health",
+        stop_group=True,
+    )
+
+
+@dataclass
+class VllmServer:
+    """One vLLM server for a test session or a benchmark: `with VllmServer(...).start():`."""
+
+    config: VllmConfig
+    log_path: Path
+    name: str = "vllm"
+    startup_timeout: float = 600.0
+    stop_timeout: float = 30.0
+    process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return self.config.url
+
+    def start(self) -> "VllmServer":
+        """Start it and wait for /health; StartupError with the log tail if it dies or is late."""
+        self.process = vllm_process(self.config, self.name, self.log_path)
+        self.process.start()
+        try:
+            # In a thread of its own: callers may be inside an event loop already.
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(asyncio.run, self.ready()).result()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def ready(self) -> None:
+        await wait_ready(self.process, self.process.probe, self.startup_timeout)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop(self.stop_timeout)
+
+    def __enter__(self) -> "VllmServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
