@@ -3,6 +3,7 @@ A `maas serve <component>` gRPC service: Deployment + Service.
 Params: root, component, v (its values), env (extra env entries, YAML),
 config (optional: a ConfigMap component name, mounted at /etc/maas/<config>),
 apiAccess (optional: mount the ServiceAccount token, for a component that calls the API server).
+Its values may add volumes and volumeMounts (the tokenizer's model folders).
 */}}
 {{- define "maas.grpcService" -}}
 {{- $ctx := dict "root" .root "component" .component }}
@@ -54,6 +55,9 @@ spec:
             {{- toYaml $root.Values.securityContext | nindent 12 }}
           volumeMounts:
             {{- include "maas.tmpMount" $root | nindent 12 }}
+            {{- with .v.volumeMounts }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
             {{- with .config }}
             - name: {{ . }}
               mountPath: /etc/maas/{{ . }}
@@ -61,6 +65,9 @@ spec:
             {{- end }}
       volumes:
         {{- include "maas.tmpVolume" $root | nindent 8 }}
+        {{- with .v.volumes }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
         {{- with .config }}
         - name: {{ . }}
           configMap:
