@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client import Counter
+
 from services.common.logging import get_logger
 from services.common.text_tokenizer import TextTokenizer
 from services.tokenizer.grammar_check import GrammarChecker
@@ -29,6 +31,13 @@ from services.tokenizer.settings import TokenizerSource
 log = get_logger(__name__)
 
 Loader = Callable[[Path], TextTokenizer]
+
+# Names come from the service's own configuration, never from a request: a bounded label.
+LOADS = Counter(
+    "maas_tokenizer_loads_total",
+    "Tokenizers loaded on first use (or again after eviction), by deployment and outcome",
+    ["deployment", "outcome"],
+)
 
 
 class UnknownDeploymentError(LookupError):
@@ -89,6 +98,8 @@ class TokenizerRegistry:
         task = self._loading.get(name)
         if task is None:
             task = asyncio.create_task(self._load_one(name, source))
+            # Every waiter may be gone by the time a load fails: the failure is logged, not lost.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._loading[name] = task
         # Shielded: one caller's cancelled RPC must not cancel the load the others wait on.
         return await asyncio.shield(task)
@@ -99,10 +110,13 @@ class TokenizerRegistry:
             try:
                 deployment = await asyncio.to_thread(self._open, name, source)
             except Exception as exc:
+                LOADS.labels(name, "failed").inc()
                 log.error("tokenizer_load_failed", deployment=name, error=str(exc)[:300])
+                # The detail (paths, file contents) is for the log, not for tenants.
                 raise DeploymentLoadError(
-                    f"the tokenizer of {name!r} could not be loaded: {exc}"
+                    f"the tokenizer of {name!r} could not be loaded; retry later"
                 ) from exc
+            LOADS.labels(name, "loaded").inc()
             self._resident[name] = deployment
             while len(self._resident) > self._max_resident:
                 evicted, _ = self._resident.popitem(last=False)

@@ -4,6 +4,7 @@ import asyncio
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
 
 from maas.v1 import common_pb2, tokenizer_pb2, tokenizer_pb2_grpc
 from services.common.tokenizer_loader import load_tokenizer
@@ -117,12 +118,15 @@ def registry(tokenizer, sources: dict[str, str], max_resident: int = 4):
 
 
 async def test_concurrent_first_requests_share_one_load(tokenizer, toy_model):
-    tokenizers, load = registry(tokenizer, {TOY: str(toy_model)})
+    tokenizers, load = registry(tokenizer, {"shared": str(toy_model)})
+    loads = {"deployment": "shared", "outcome": "loaded"}
+    before = REGISTRY.get_sample_value("maas_tokenizer_loads_total", loads) or 0
     # Every get is running before the load finishes: it needs a thread, and so the loop.
-    first = await asyncio.gather(*(tokenizers.get(TOY) for _ in range(8)))
+    first = await asyncio.gather(*(tokenizers.get("shared") for _ in range(8)))
     assert load.loads == [toy_model.name]
+    assert REGISTRY.get_sample_value("maas_tokenizer_loads_total", loads) == before + 1
     assert all(d is first[0] for d in first) and first[0].max_model_len == MAX_MODEL_LEN
-    assert await tokenizers.get(TOY) is first[0]
+    assert await tokenizers.get("shared") is first[0]
     assert load.loads == [toy_model.name]
 
 
