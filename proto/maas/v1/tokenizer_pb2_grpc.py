@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class TokenizerStub:
-    """Chat templates, encode, decode and length checks for one model.
+    """Chat templates, encode, decode and length checks, one tokenizer per deployment:
+    every request's `model` names the deployment whose vocabulary, template and
+    context length apply (empty: the service's default; unknown: NOT_FOUND).
     """
 
     def __init__(self, channel):
@@ -63,7 +65,9 @@ class TokenizerStub:
 
 
 class TokenizerServicer:
-    """Chat templates, encode, decode and length checks for one model.
+    """Chat templates, encode, decode and length checks, one tokenizer per deployment:
+    every request's `model` names the deployment whose vocabulary, template and
+    context length apply (empty: the service's default; unknown: NOT_FOUND).
     """
 
     def RenderChat(self, request, context):
@@ -136,7 +140,9 @@ def add_TokenizerServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Tokenizer:
-    """Chat templates, encode, decode and length checks for one model.
+    """Chat templates, encode, decode and length checks, one tokenizer per deployment:
+    every request's `model` names the deployment whose vocabulary, template and
+    context length apply (empty: the service's default; unknown: NOT_FOUND).
     """
 
     @staticmethod
