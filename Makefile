@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PROTOS := $(wildcard proto/maas/v1/*.proto)
 
-.PHONY: run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel bench-structured install install-test install-helm crd chart-lint chart-template clean
+.PHONY: run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel bench-structured bench-peers install install-test install-helm crd chart-lint chart-template clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -110,6 +110,11 @@ $(DRAFT)/model.safetensors: $(STAMP)
 bench-accel: $(STAMP) $(DRAFT)/model.safetensors
 	$(BIN)/python -m benchmarks.quant_bench --output benchmarks/results/accel.json
 	$(BIN)/python -m benchmarks.spec_bench --draft $(DRAFT) --output benchmarks/results/accel.json
+
+# maas against vLLM's CPU build and llama.cpp's server, each alone in turn on the same
+# workload (each peer's venv is built once, minutes). ARGS for a small run: --levels 1,8.
+bench-peers: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.peers_bench --output benchmarks/results/peers.json $(ARGS)
 
 clean:
 	rm -rf $(VENV) .maas .pytest_cache

@@ -1,4 +1,4 @@
-"""One streamed chat completion over the OpenAI HTTP API, timed as a client sees it."""
+"""One streamed completion (chat or text) over the OpenAI HTTP API, timed as a client sees it."""
 
 import json
 import time
@@ -47,8 +47,11 @@ class ChatClient:
         model: str,
         timeout: float,
         transport: httpx.AsyncBaseTransport | None = None,  # tests: a canned server
+        # Fields for one server's dialect, in every request (llama.cpp's min_tokens).
+        extra_body: dict | None = None,
     ):
-        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._base = base_url.rstrip("/")
+        self._extra = extra_body or {}
         self._model = model
         self._http = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {api_key}"},
@@ -61,24 +64,38 @@ class ChatClient:
         await self._http.aclose()
 
     async def chat(self, messages: list[dict], max_tokens: int, session: str = "") -> RequestResult:
-        body = {
+        body = {"messages": messages, **self._generation(max_tokens)}
+        headers = {}
+        if session:
+            body["user"] = session
+            headers["x-session-id"] = session
+        return await self._stream("/chat/completions", body, headers)
+
+    async def complete(self, prompt: str, max_tokens: int) -> RequestResult:
+        """A streamed text completion (/v1/completions): the raw prompt, no chat template."""
+        return await self._stream(
+            "/completions", {"prompt": prompt, **self._generation(max_tokens)}
+        )
+
+    def _generation(self, max_tokens: int) -> dict:
+        return {
             "model": self._model,
-            "messages": messages,
             "max_tokens": max_tokens,
             "temperature": 0,
             "stream": True,
             "stream_options": {"include_usage": True},
             # vLLM's extra, so every request generates exactly max_tokens.
             "ignore_eos": True,
+            **self._extra,
         }
-        headers = {}
-        if session:
-            body["user"] = session
-            headers["x-session-id"] = session
+
+    async def _stream(self, path: str, body: dict, headers: dict | None = None) -> RequestResult:
         started = time.perf_counter()
         result = RequestResult(sent_at=started)
         try:
-            async with self._http.stream("POST", self._url, json=body, headers=headers) as reply:
+            async with self._http.stream(
+                "POST", self._base + path, json=body, headers=headers
+            ) as reply:
                 if reply.status_code != 200:
                     await reply.aread()
                     result.error = f"http_{reply.status_code}"
@@ -105,7 +122,8 @@ class ChatClient:
                 result.error = "stream_error"
                 return
             for choice in chunk.get("choices") or []:
-                content = (choice.get("delta") or {}).get("content")
+                # A chat chunk's delta, or a text completion's text.
+                content = (choice.get("delta") or {}).get("content") or choice.get("text")
                 if content:
                     now = time.perf_counter()
                     if last is None:

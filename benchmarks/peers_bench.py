@@ -1,0 +1,311 @@
+"""maas against the servers a user would run instead: `make bench-peers`.
+
+One client (maas bench's own, services.bench.client), one seeded workload
+(story prompts, streaming /v1/completions, `--max-tokens` output tokens with
+ignore_eos, N streams in a closed loop), and each server alone on the machine
+in turn, started and stopped here:
+- maas through the gateway, as `maas up` runs it (each --maas-variant too);
+- vLLM's CPU build in its own venv (services.peers), in float32 and in its
+  default bf16 (emulated, and slow, on CPUs without native bf16: measured at
+  --bf16-levels only);
+- llama.cpp's server on the same GGUF file, one request at a time (measured at
+  --llamacpp-levels).
+Writes benchmarks/results/peers.json (rows, ratios, targets, the machine's CPU
+model, flags and load average) and a PNG beside it.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shlex
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks import peers_report
+from benchmarks.machine import machine
+from services.bench.client import ChatClient, RequestResult
+from services.bench.loops import closed_loop
+from services.bench.runner import state_dir
+from services.bench.stats import summarize
+from services.bench.text import words
+from services.common.model_files import DEFAULT_MODEL_ID
+
+SUBJECTS = (
+    "a lighthouse keeper",
+    "a lost robot",
+    "two rival bakers",
+    "a dragon who fears heights",
+    "a girl who maps rivers",
+    "an old train driver",
+    "a city of bees",
+    "a chess player",
+)
+PLACES = ("a frozen harbour", "the desert", "a floating market", "the moon", "a quiet village")
+
+# A request's worth of output is what varies between levels; prompts stay short.
+STORY_WORDS = 12
+
+
+def story_prompts(seed: int, level: int, count: int) -> list[str]:
+    """The same prompts for every server at a level; no two alike, so no cache serves one whole."""
+    rng = random.Random(f"{seed}-{level}")
+    return [
+        f"Write a long story about {rng.choice(SUBJECTS)} in {rng.choice(PLACES)}, "
+        f"using the words {words(rng, STORY_WORDS)}.\n\nOnce upon a time,"
+        for _ in range(count)
+    ]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str  # .../v1
+    api_key: str
+    model: str
+    # Request fields in the server's dialect, given the run's max_tokens.
+    extra_body: Callable[[int], dict] = lambda max_tokens: {}
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    levels: tuple[int, ...]
+    # Starts the server and yields where it answers; stops it on exit.
+    open: Callable[[], contextlib.AbstractAsyncContextManager[Endpoint]]
+    setup: dict
+
+
+async def measure_level(
+    client: ChatClient, prompts: list[str], level: int, max_tokens: int
+) -> tuple[dict, list[RequestResult]]:
+    results: list[RequestResult] = []
+
+    async def fire(prompt: str) -> None:
+        result = await client.complete(prompt, max_tokens)
+        # llama.cpp's server streams no usage: each of its chunks is one token.
+        result.completion_tokens = result.completion_tokens or len(result.chunk_times)
+        results.append(result)
+
+    started = time.perf_counter()
+    await closed_loop(prompts, level, fire)
+    return summarize(results, time.perf_counter() - started), results
+
+
+async def measure_server(server: Server, args) -> dict:
+    print(f"--- {server.name}: starting", flush=True)
+    started = time.perf_counter()
+    load_before = round(os.getloadavg()[0], 2)
+    async with server.open() as endpoint:
+        ready_s = round(time.perf_counter() - started, 1)
+        extra = endpoint.extra_body(args.max_tokens)
+        client = ChatClient(
+            endpoint.base_url, endpoint.api_key, endpoint.model, args.timeout, extra_body=extra
+        )
+        try:
+            # First-request costs (and compiled shapes) off the clock, at the widest level.
+            warm = story_prompts(args.seed + 1, 0, max(server.levels))
+            await closed_loop(warm, max(server.levels), lambda p: client.complete(p, 4))
+            levels = {}
+            for level in server.levels:
+                prompts = story_prompts(args.seed, level, level * args.rounds)
+                summary, _ = await measure_level(client, prompts, level, args.max_tokens)
+                row = peers_report.level_row(summary, args.max_tokens)
+                print(
+                    f"{server.name} x{level}: {row['output_tokens_per_s']} output tok/s, "
+                    f"TTFT p50 {row['ttft_ms']['p50']} ms, ITL p50 {row['itl_ms']['p50']} ms, "
+                    f"errors {row['errors'] or 0}",
+                    flush=True,
+                )
+                levels[str(level)] = row
+        finally:
+            await client.close()
+    return {
+        "setup": server.setup,
+        "ready_seconds": ready_s,
+        "load_average_1m": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
+        "levels": levels,
+    }
+
+
+def maas_server(name: str, flags: list[str], levels: tuple[int, ...]) -> Server:
+    @contextlib.asynccontextmanager
+    async def open_maas() -> AsyncIterator[Endpoint]:
+        from services.bench.local_stack import local_stack
+
+        async with local_stack("prefix_affinity", 1, flags, f"peers-{name}") as stack:
+            yield Endpoint(f"{stack.gateway_url}/v1", stack.api_key, DEFAULT_MODEL_ID)
+
+    return Server(name, levels, open_maas, {"engine_args": flags, "engine_replicas": 1})
+
+
+def vllm_server(dtype: str, levels: tuple[int, ...], args) -> Server:
+    from services.peers.venv import VLLM, ensure
+
+    def config():
+        from services.peers.model_folder import hf_model_folder
+        from services.peers.vllm_server import VllmConfig
+
+        return VllmConfig(
+            python=ensure(VLLM),
+            model=hf_model_folder(None),
+            served_model_name=DEFAULT_MODEL_ID,
+            dtype=dtype,
+            enforce_eager=args.vllm_enforce_eager,
+            kv_cache_gib=args.vllm_kv_cache_gib,
+        )
+
+    @contextlib.asynccontextmanager
+    async def open_vllm() -> AsyncIterator[Endpoint]:
+        from services.peers.vllm_server import VllmServer
+
+        log = state_dir() / "bench" / f"peers-vllm-{dtype}" / "vllm.log"
+        server = VllmServer(config(), log)
+        await asyncio.to_thread(server.start)
+        try:
+            yield Endpoint(f"{server.url}/v1", "none", DEFAULT_MODEL_ID)
+        finally:
+            server.stop()
+
+    setup = {
+        "version": VLLM.version,
+        "dtype": dtype,
+        "enforce_eager": args.vllm_enforce_eager,
+        "kv_cache_gib": args.vllm_kv_cache_gib,
+    }
+    return Server(f"vllm-{dtype}", levels, open_vllm, setup)
+
+
+def llamacpp_server(levels: tuple[int, ...], threads: int) -> Server:
+    from services.peers.llamacpp_server import LlamaCppConfig, llamacpp_server
+    from services.peers.venv import llama_peer
+
+    config = LlamaCppConfig(
+        log_path=state_dir() / "bench" / "peers-llama.cpp" / "llama.log", threads=threads
+    )
+
+    @contextlib.asynccontextmanager
+    async def open_llama() -> AsyncIterator[Endpoint]:
+        async with llamacpp_server(config) as base_url:
+            # It ignores ignore_eos; min_tokens holds its end-of-text off just as well.
+            yield Endpoint(base_url, "none", config.alias, lambda n: {"min_tokens": n})
+
+    peer = llama_peer()
+    setup = {
+        "version": peer.version,
+        "model": config.model.name,
+        "threads": threads,
+        "context": config.context,
+        "build_env": dict(peer.build_env),
+        "serves": "one request at a time",
+    }
+    return Server(peers_report.LLAMACPP, levels, open_llama, setup)
+
+
+def level_list(text: str) -> tuple[int, ...]:
+    return tuple(sorted({int(part) for part in text.split(",") if part}))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", type=level_list, default=(1, 8, 32, 64), help="streams")
+    parser.add_argument("--bf16-levels", type=level_list, default=(1, 8))
+    parser.add_argument("--llamacpp-levels", type=level_list, default=(1,))
+    parser.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
+    parser.add_argument("--rounds", type=int, default=2, help="requests per stream at a level")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per request")
+    parser.add_argument(
+        "--servers",
+        default="maas,vllm-float32,vllm-bfloat16,llama.cpp",
+        help="which to run, in order (each --maas-variant runs after maas)",
+    )
+    parser.add_argument(
+        "--maas-variant",
+        action="append",
+        default=[],
+        metavar="NAME=FLAGS",
+        help="another maas run with these engine flags, e.g. "
+        "'int4=--quantization int4 --quantization-group-size 32' (repeat)",
+    )
+    parser.add_argument(
+        "--variant-levels", type=level_list, help="streams for --maas-variant runs (default: all)"
+    )
+    parser.add_argument("--maas-args", default="", help="engine flags of the maas run")
+    parser.add_argument("--vllm-enforce-eager", action="store_true", help="skip its compile")
+    parser.add_argument("--vllm-kv-cache-gib", type=float, default=2.0)
+    parser.add_argument("--llamacpp-threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--output", type=Path, default=Path("benchmarks/results/peers.json"))
+    return parser
+
+
+def servers_from(args) -> list[Server]:
+    chosen = []
+    for name in args.servers.split(","):
+        if name == "maas":
+            chosen.append(maas_server("maas", shlex.split(args.maas_args), args.levels))
+            for variant in args.maas_variant:
+                label, sep, flags = variant.partition("=")
+                if not sep or not label:
+                    raise SystemExit(f"--maas-variant wants NAME=FLAGS, got {variant!r}")
+                levels = args.variant_levels or args.levels
+                chosen.append(maas_server(f"maas-{label}", shlex.split(flags), levels))
+        elif name == "vllm-float32":
+            chosen.append(vllm_server("float32", args.levels, args))
+        elif name == "vllm-bfloat16":
+            chosen.append(vllm_server("bfloat16", args.bf16_levels, args))
+        elif name == peers_report.LLAMACPP:
+            chosen.append(llamacpp_server(args.llamacpp_levels, args.llamacpp_threads))
+        else:
+            raise SystemExit(f"unknown server {name!r}")
+    return chosen
+
+
+async def run(args, argv: list[str]) -> dict:
+    servers = servers_from(args)
+    report = {
+        "benchmark": "bench-peers",
+        "command": " ".join(["python -m benchmarks.peers_bench", *map(shlex.quote, argv)]),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "params": {
+            "levels": list(args.levels),
+            "max_tokens": args.max_tokens,
+            "rounds": args.rounds,
+            "seed": args.seed,
+            "api": "POST /v1/completions, stream, ignore_eos, temperature 0",
+            "prompt": story_prompts(args.seed, 1, 1)[0],
+        },
+        "servers": {},
+    }
+    for server in servers:
+        report["servers"][server.name] = await measure_server(server, args)
+    maas_runs = [name for name in report["servers"] if name.startswith("maas")]
+    report["ratios"] = peers_report.ratios(report["servers"], maas_runs, list(args.levels))
+    return report
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    report = asyncio.run(run(args, sys.argv[1:]))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    plot = args.output.with_suffix(".png")
+    peers_report.plot(report, plot)
+    for run_name, per_level in report["ratios"].items():
+        for level, entry in per_level.items():
+            for side, ratio in entry.items():
+                print(
+                    f"{run_name} x{level} {side}: {ratio['ratio']}x {ratio['peer']} "
+                    f"(target {ratio['target']}, met {ratio['met']})"
+                )
+    print(f"wrote {args.output} and {plot}")
+
+
+if __name__ == "__main__":
+    main()

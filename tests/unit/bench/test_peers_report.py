@@ -1,0 +1,93 @@
+import json
+
+import httpx
+import pytest
+
+from benchmarks import peers_report
+from benchmarks.peers_bench import build_parser, measure_level, servers_from, story_prompts
+from services.bench.client import ChatClient
+
+
+def row(tokens_per_s: float, succeeded: int = 2) -> dict:
+    return {"output_tokens_per_s": tokens_per_s, "succeeded": succeeded}
+
+
+SERVERS = {
+    "maas": {"levels": {"1": row(30.0), "8": row(150.0), "32": row(200.0)}},
+    # bf16 measured only at one stream, where it beats float32.
+    "vllm-float32": {"levels": {"1": row(20.0), "8": row(100.0), "32": row(160.0)}},
+    "vllm-bfloat16": {"levels": {"1": row(25.0)}},
+    "llama.cpp": {"levels": {"1": row(60.0)}},
+}
+
+
+def test_ratios_take_vllms_better_dtype_per_level_and_judge_the_targets():
+    ratios = peers_report.ratios(SERVERS, ["maas"], [1, 8, 32, 64])["maas"]
+    assert ratios["1"]["vs_vllm"] == {
+        "peer": "vllm-bfloat16",
+        "peer_output_tokens_per_s": 25.0,
+        "ratio": 1.2,
+        "target": 1.2,
+        "met": True,
+    }
+    assert ratios["8"]["vs_vllm"]["peer"] == "vllm-float32"
+    assert ratios["8"]["vs_vllm"]["ratio"] == 1.5 and ratios["8"]["vs_vllm"]["met"]
+    assert ratios["32"]["vs_vllm"]["ratio"] == 1.25 and not ratios["32"]["vs_vllm"]["met"]
+    assert ratios["1"]["vs_llamacpp"]["ratio"] == 0.5 and not ratios["1"]["vs_llamacpp"]["met"]
+    # llama.cpp serves one at a time: no ratio where it was not measured; nothing at 64.
+    assert "vs_llamacpp" not in ratios["8"] and "64" not in ratios
+
+
+def test_a_level_where_every_request_failed_is_not_compared():
+    servers = {"maas": {"levels": {"1": row(30.0)}}, "vllm-float32": {"levels": {"1": row(0, 0)}}}
+    assert peers_report.ratios(servers, ["maas"], [1]) == {"maas": {}}
+
+
+async def test_a_level_counts_streamed_chunks_when_the_server_reports_no_usage():
+    bodies = []
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        # llama.cpp's text completion stream: a token a chunk, no usage chunk.
+        chunks = [{"choices": [{"text": t, "finish_reason": None}]} for t in ("a", "b", "c")]
+        chunks.append({"choices": [{"text": "", "finish_reason": "length"}]})
+        sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        return httpx.Response(200, content=sse.encode())
+
+    client = ChatClient(
+        "http://peer/v1", "k", "m", 5.0, httpx.MockTransport(reply), extra_body={"min_tokens": 3}
+    )
+    prompts = story_prompts(0, 2, 4)
+    summary, results = await measure_level(client, prompts, level=2, max_tokens=3)
+    await client.close()
+    assert [r.text for r in results] == ["abc"] * 4
+    assert sorted(b["prompt"] for b in bodies) == sorted(prompts)
+    assert all(b["ignore_eos"] and b["min_tokens"] == 3 and b["stream"] for b in bodies)
+    reported = peers_report.level_row(summary, max_tokens=3)
+    assert reported["succeeded"] == 4 and reported["completion_tokens_mean"] == 3.0
+    assert reported["ttft_ms"]["p50"] > 0 and set(reported["itl_ms"]) == {"p50", "p99"}
+
+
+def test_story_prompts_are_seeded_distinct_and_differ_by_level():
+    prompts = story_prompts(0, 8, 16)
+    assert prompts == story_prompts(0, 8, 16) and len(set(prompts)) == 16
+    assert prompts[0].endswith("Once upon a time,")
+    assert story_prompts(0, 1, 1) != story_prompts(0, 8, 1) != story_prompts(1, 8, 1)
+
+
+def test_servers_are_chosen_with_their_levels_and_maas_variants():
+    args = build_parser().parse_args(
+        ["--levels", "8,1", "--maas-variant", "int4=--quantization int4", "--variant-levels", "1"]
+    )
+    servers = servers_from(args)
+    assert [s.name for s in servers] == [
+        "maas",
+        "maas-int4",
+        "vllm-float32",
+        "vllm-bfloat16",
+        "llama.cpp",
+    ]
+    assert [s.levels for s in servers] == [(1, 8), (1,), (1, 8), (1, 8), (1,)]
+    assert servers[1].setup["engine_args"] == ["--quantization", "int4"]
+    with pytest.raises(SystemExit):
+        servers_from(build_parser().parse_args(["--servers", "sglang"]))
