@@ -175,6 +175,7 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
         dep = await self._deployment(request.model, context)
         try:
             spec = grammar_from_proto(request.grammar)
+            await self._pool.run(dep.grammars.prepare)
             await asyncio.wait_for(
                 self._pool.run(dep.grammars.check, spec), self._grammar_timeout_s
             )

@@ -34,8 +34,9 @@ async def stub(tokenizer, toy_model):
     settings = TokenizerSettings(
         model_id=SMOL,
         tokenizer_models={TOY: TokenizerSource(path=str(toy_model))},
-        # The first grammar imports xgrammar and torch: tens of seconds on a loaded machine.
-        grammar_timeout_s=120,
+        # Less than the compiler's first build (xgrammar, torch, the vocabulary: tens
+        # of seconds on a loaded machine), far more than two words' grammar takes.
+        grammar_timeout_s=5,
     )
     handle, pool = await start_tokenizer(settings, tokenizer)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{handle.port}") as channel:
