@@ -3,13 +3,14 @@
 The operator creates engine pods with its own rights, so whoever may write a
 ModelDeployment could otherwise run any image there, or hand any Secret of the
 namespace (the Redis password, a service token) to a container of their
-choosing. The spec's images (`image`, `canary.image`, `model.source.fetchImage`)
-must match the allow-list, and `model.source.credentialsSecret` the name
-pattern; a spec that does not is refused whole and nothing is created for it.
+choosing. The spec's images (`image`, `canary.image`, `model.source.fetchImage`,
+`engine.vllm.image`) must match the allow-list, and
+`model.source.credentialsSecret` the name pattern; a spec that does not is
+refused whole and nothing is created for it.
 
-The operator's own defaults (its --engine-image, the curl and AWS CLI fetch
-images) are its configuration, not the spec's, and are not checked. Image
-patterns are shell-style and case-sensitive (fnmatch); `*` crosses `/`, so
+The operator's own defaults (its --engine-image and --vllm-image, the curl and
+AWS CLI fetch images) are its configuration, not the spec's, and are not
+checked. Image patterns are shell-style and case-sensitive (fnmatch); `*` crosses `/`, so
 `registry.example.com/team/*` allows a whole tree and `repo:*` any tag.
 """
 
@@ -39,6 +40,7 @@ class AdmissionPolicy:
             "spec.image": spec.get("image"),
             "spec.canary.image": spec["canary"].get("image"),
             "spec.model.source.fetchImage": source.get("fetchImage"),
+            "spec.engine.vllm.image": spec["engine"]["vllm"].get("image"),
         }
         for field, image in named.items():
             if image and not self.image_allowed(image):

@@ -12,6 +12,9 @@ from services.engine.quantization.config import METHODS as QUANTIZATION_METHODS
 from services.router.policies import DEFAULT_POLICY, POLICIES
 from services.router.registry import SCORERS
 
+# What `maas serve engine --backend` takes; the first is the default.
+ENGINE_BACKENDS = ("native", "vllm")
+
 GROUP = "maas.io"
 VERSION = "v1alpha1"
 KIND = "ModelDeployment"
@@ -139,10 +142,48 @@ ENGINE = _obj(
         "extraArgs": {
             "type": "array",
             "items": {"type": "string"},
-            "description": "passed verbatim to `maas serve engine`",
+            "description": "passed verbatim to `maas serve engine` (backend vllm: the adapter)",
         },
+        "backend": _str(
+            "native = our engine; vllm = a vLLM server in the pod behind the maas adapter, "
+            "which the router and gateway talk to as to a native engine",
+            enum=list(ENGINE_BACKENDS),
+            default=ENGINE_BACKENDS[0],
+        ),
+        "enforceEager": {
+            "type": "boolean",
+            "default": False,
+            "description": "skip compiling the forward (faster start, slower steps): the "
+            "engine's --enforce-eager, and vLLM's",
+        },
+        "vllm": _obj(
+            {
+                "image": _str(
+                    "vLLM server image; defaults to the operator's --vllm-image "
+                    "(the chart's engine.vllm.image)"
+                ),
+                "args": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "passed verbatim to vLLM's OpenAI server after the "
+                    "operator's own flags (e.g. --max-lora-rank=64)",
+                },
+                "env": _string_map("extra environment of the vLLM container (VLLM_* settings)"),
+            },
+            "the vLLM container, for backend vllm; the engine fields above map to vLLM's flags",
+        ),
     },
     "engine arguments",
+    **{
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.backend != 'vllm' || "
+                "(self.quantization == 'none' && self.speculative.method == 'none')",
+                "message": "quantization and speculative are the native engine's; "
+                "give vLLM its own in vllm.args",
+            }
+        ]
+    },
 )
 
 TOLERATION = {
@@ -253,6 +294,20 @@ CANARY = _obj(
 
 SPEC = {
     "type": "object",
+    # Rules across spec.engine and the fields a vLLM pod needs elsewhere.
+    "x-kubernetes-validations": [
+        {
+            "rule": "self.engine.backend != 'vllm' || has(self.model.source.uri)",
+            "message": "backend vllm needs model.source.uri: the bundled model is only in "
+            "the maas image",
+        },
+        {
+            "rule": "self.engine.backend != 'vllm' || self.resources.gpus > 0 || "
+            "self.engine.kvCacheMemory != '0'",
+            "message": "backend vllm on CPU needs engine.kvCacheMemory, or vLLM reserves "
+            "most of the node's memory",
+        },
+    ],
     "properties": {
         "model": MODEL,
         "image": _str("engine image; defaults to the operator's --engine-image"),

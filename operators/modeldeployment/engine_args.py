@@ -1,4 +1,4 @@
-"""`maas serve engine` arguments from spec.engine.
+"""`maas serve engine` arguments from spec.engine (vLLM's own: vllm_pod.py).
 
 Flags for optional features (quantization, speculative decoding, prefix-cache
 sharing across tenants) are only passed when the spec turns them on, so the
@@ -21,34 +21,53 @@ def quantity_bytes(quantity: str) -> int:
     return int(match.group(1)) * _UNITS[match.group(2) or ""]
 
 
-def engine_args(
-    model_id: str, model_path: str, engine: dict, shutdown_grace_seconds: int
-) -> list[str]:
+def serving_args(model_id: str, shutdown_grace_seconds: int) -> list[str]:
+    """What every `maas serve engine` gets, whichever backend it fronts."""
     # The image's entrypoint is `maas serve`.
-    args = [
+    return [
         "engine",
         "--host=0.0.0.0",
         f"--port={GRPC_PORT}",
         f"--metrics-port={METRICS_PORT}",
         f"--model-id={model_id}",
+        f"--shutdown-grace-seconds={shutdown_grace_seconds}",
+    ]
+
+
+def prefix_cache_args(engine: dict) -> list[str]:
+    if engine["prefixCacheSharing"] == "tenant":
+        return []
+    return [f"--prefix-cache-sharing={engine['prefixCacheSharing']}"]
+
+
+def common_args(engine: dict) -> list[str]:
+    """Flags our engine and vLLM's server spell alike."""
+    args = [
         f"--dtype={engine['dtype']}",
         f"--gpu-memory-utilization={engine['gpuMemoryUtilization']}",
         f"--max-num-seqs={engine['maxNumSeqs']}",
         f"--max-num-batched-tokens={engine['maxNumBatchedTokens']}",
         f"--block-size={engine['blockSize']}",
-        f"--shutdown-grace-seconds={shutdown_grace_seconds}",
     ]
-    if model_path:
-        args.append(f"--model-path={model_path}")
     if engine["maxModelLen"]:
         args.append(f"--max-model-len={engine['maxModelLen']}")
+    if engine["enforceEager"]:
+        args.append("--enforce-eager")
+    return args
+
+
+def engine_args(
+    model_id: str, model_path: str, engine: dict, shutdown_grace_seconds: int
+) -> list[str]:
+    args = [*serving_args(model_id, shutdown_grace_seconds), *common_args(engine)]
+    if model_path:
+        args.append(f"--model-path={model_path}")
     kv_bytes = quantity_bytes(engine["kvCacheMemory"])
     if kv_bytes:
         args.append(f"--kv-cache-memory={kv_bytes}")
     if engine["quantization"] != "none":
         args.append(f"--quantization={engine['quantization']}")
-    if engine["prefixCacheSharing"] != "tenant":
-        args.append(f"--prefix-cache-sharing={engine['prefixCacheSharing']}")
+    args += prefix_cache_args(engine)
     speculative = engine["speculative"]
     if speculative["method"] != "none":
         args.append(f"--speculative-method={speculative['method']}")

@@ -24,6 +24,7 @@ from operators.modeldeployment.reconcile import delete_owned, reconcile
 from operators.modeldeployment.resources import selector_string
 from operators.modeldeployment.routes import RoutesConfigMap
 from operators.modeldeployment.status import merge_conditions, ready
+from operators.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
 
 FINALIZER = "maas.io/cleanup"
 
@@ -36,6 +37,8 @@ class OperatorContext:
     admission: AdmissionPolicy
     # The Secret whose service-token the engines demand (docs/security.md); empty: none.
     service_token_secret: str = ""
+    # vLLM's image for backend-vllm specs that name none.
+    vllm_image: str = DEFAULT_VLLM_IMAGE
     # Where the gateway's routes of every ModelDeployment go; None: nowhere (no gateway watches).
     routes: RoutesConfigMap | None = None
     login: Callable[..., kopf.ConnectionInfo | None] = kopf.login_via_client
@@ -101,6 +104,7 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
             image,
             _initial_replicas(spec, dict(status)),
             ctx.service_token_secret,
+            ctx.vllm_image,
         )
         changed = {k: v for k, v in outcomes.items() if v != "unchanged"}
         if changed:

@@ -29,12 +29,13 @@ async def serve(settings: OperatorSettings) -> None:
     ctx = OperatorContext(
         deps=Dependencies(api=api, pool_stats=router.pool_stats, drain_engine=drain_engine),
         engine_image=settings.engine_image,
+        vllm_image=settings.vllm_image,
         interval_seconds=settings.interval_seconds,
         service_token_secret=settings.service_token_secret,
         routes=routes_configmap(settings),
         admission=AdmissionPolicy(
-            # A spec may name the default image outright.
-            allowed_images=(*settings.allowed_images, settings.engine_image),
+            # A spec may name the default images outright.
+            allowed_images=(*settings.allowed_images, settings.engine_image, settings.vllm_image),
             credentials_secret_pattern=settings.credentials_secret_pattern,
         ),
     )

@@ -10,6 +10,7 @@ import json
 
 from operators.modeldeployment import resources
 from operators.modeldeployment.kube import KubeApi, object_path
+from operators.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
 
 HASH_ANNOTATION = "maas.io/desired-hash"
 # The autoscaler owns Deployment replicas; selectors are immutable.
@@ -72,16 +73,21 @@ async def reconcile(
     image: str,
     initial_replicas: int,
     token_secret: str = "",
+    vllm_image: str = DEFAULT_VLLM_IMAGE,
 ) -> dict[str, str]:
     """Bring every owned object to what spec asks; returns object name -> outcome."""
     name, namespace = owner["metadata"]["name"], owner["metadata"]["namespace"]
     objects = [
-        resources.deployment(owner, spec, image, initial_replicas, token_secret=token_secret),
+        resources.deployment(
+            owner, spec, image, initial_replicas, "main", token_secret, vllm_image
+        ),
         resources.service(owner, spec),
         resources.pod_disruption_budget(owner, spec),
     ]
     if resources.canary_wanted(spec):
-        objects.append(resources.deployment(owner, spec, image, 1, "canary", token_secret))
+        objects.append(
+            resources.deployment(owner, spec, image, 1, "canary", token_secret, vllm_image)
+        )
         objects.append(resources.service(owner, spec, "canary"))
     outcomes = {}
     for obj in objects:

@@ -12,8 +12,15 @@ import json
 
 from operators.modeldeployment.crd_schema import GROUP, KIND, VERSION
 from operators.modeldeployment.engine_args import GRPC_PORT, METRICS_PORT, engine_args
-from operators.modeldeployment.model_source import model_mount
+from operators.modeldeployment.model_source import ModelMount, model_mount
 from operators.modeldeployment.spec import track_model_id
+from operators.modeldeployment.vllm_pod import (
+    ADAPTER_RESOURCES,
+    DEFAULT_VLLM_IMAGE,
+    STARTUP_SECONDS,
+    adapter_args,
+    vllm_container,
+)
 
 OWNER_LABEL = "maas.io/model-deployment"
 TRACK_LABEL = "maas.io/track"  # main or canary
@@ -22,6 +29,8 @@ DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 RUN_AS = 10001
 # Beyond the drain timeout, time for the engine to exit after its grace ends.
 EXIT_MARGIN_SECONDS = 15
+# Writable in every engine container (the root is read-only): MAAS_CACHE_DIR, vLLM's caches.
+CACHE_DIR = "/var/cache/maas"
 
 
 def names(name: str) -> dict[str, str]:
@@ -106,46 +115,79 @@ def _service_token_env(token_secret: str) -> list[dict]:
     return [{"name": "MAAS_SERVICE_TOKEN", "valueFrom": ref}]
 
 
-def pod_template(
-    owner: dict, spec: dict, image: str, track: str, version: str, token_secret: str = ""
-) -> dict:
-    name = owner["metadata"]["name"]
+def _containers(
+    spec: dict, model_id: str, mount: ModelMount, image: str, token_secret: str, vllm_image: str
+) -> list[dict]:
+    """The engine container, and for backend vllm the vLLM server it fronts."""
     drain_timeout = spec["autoscaling"]["drainTimeoutSeconds"]
-    mount = model_mount(spec["model"]["source"])
-    resources = spec["resources"]
+    engine = spec["engine"]
+    vllm = engine["backend"] == "vllm"
+    if vllm:
+        args = adapter_args(model_id, mount.model_path, engine, drain_timeout)
+        resources = ADAPTER_RESOURCES
+    else:
+        args = engine_args(model_id, mount.model_path, engine, drain_timeout)
+        resources = _container_resources(spec["resources"])
     container = {
         "name": "engine",
         "image": image,
-        "args": engine_args(
-            track_model_id(name, spec, track), mount.model_path, spec["engine"], drain_timeout
-        ),
+        "args": args,
         "env": [
             {"name": "MAAS_ENGINE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "MAAS_LOG_FORMAT", "value": "json"},
-            # Writable caches (torch, triton) under the one writable mount.
+            # Writable caches (torch, triton) under a writable mount.
             {"name": "HOME", "value": "/tmp"},
+            # Derived model files and compiled kernels: a restart of the container reuses them.
+            {"name": "MAAS_CACHE_DIR", "value": CACHE_DIR},
             *_service_token_env(token_secret),
         ],
         "ports": [
             {"name": "grpc", "containerPort": GRPC_PORT},
             {"name": "metrics", "containerPort": METRICS_PORT},
         ],
-        # Loading weights takes minutes: the startup probe allows 20 before liveness applies.
-        "startupProbe": _grpc_probe(10, 120),
+        # Loading weights takes minutes: the startup probe allows 20 (a vLLM
+        # server's start more) before liveness applies.
+        "startupProbe": _grpc_probe(10, STARTUP_SECONDS // 10 if vllm else 120),
         "readinessProbe": _grpc_probe(5, 2),
         "livenessProbe": _grpc_probe(10, 6),
-        "resources": _container_resources(resources),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        "volumeMounts": [
-            {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "dshm", "mountPath": "/dev/shm"},
-            *mount.volume_mounts,
-        ],
+        "resources": resources,
     }
+    containers = [container]
+    if vllm:
+        server = vllm_container(spec, vllm_image, model_id, mount, CACHE_DIR)
+        server["resources"] = _container_resources(spec["resources"])
+        containers.append(server)
+    return [
+        {
+            **c,
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"]},
+            },
+            "volumeMounts": [
+                {"name": "tmp", "mountPath": "/tmp"},
+                {"name": "dshm", "mountPath": "/dev/shm"},
+                {"name": "cache", "mountPath": CACHE_DIR},
+                *(dict(m) for m in mount.volume_mounts),
+            ],
+        }
+        for c in containers
+    ]
+
+
+def pod_template(
+    owner: dict,
+    spec: dict,
+    image: str,
+    track: str,
+    version: str,
+    token_secret: str = "",
+    vllm_image: str = DEFAULT_VLLM_IMAGE,
+) -> dict:
+    drain_timeout = spec["autoscaling"]["drainTimeoutSeconds"]
+    mount = model_mount(spec["model"]["source"])
+    resources = spec["resources"]
     pod_spec = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -157,10 +199,18 @@ def pod_template(
             "fsGroup": RUN_AS,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [container],
+        "containers": _containers(
+            spec,
+            track_model_id(owner["metadata"]["name"], spec, track),
+            mount,
+            image,
+            token_secret,
+            vllm_image,
+        ),
         "volumes": [
             {"name": "tmp", "emptyDir": {}},
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            {"name": "cache", "emptyDir": {}},
             *mount.volumes,
         ],
     }
@@ -185,7 +235,13 @@ def pod_template(
 
 
 def deployment(
-    owner: dict, spec: dict, image: str, replicas: int, track: str = "main", token_secret: str = ""
+    owner: dict,
+    spec: dict,
+    image: str,
+    replicas: int,
+    track: str = "main",
+    token_secret: str = "",
+    vllm_image: str = DEFAULT_VLLM_IMAGE,
 ) -> dict:
     name = owner["metadata"]["name"]
     version = spec["canary"]["version"] if track == "canary" else spec["version"]
@@ -206,7 +262,7 @@ def deployment(
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
             },
-            "template": pod_template(owner, spec, image, track, version, token_secret),
+            "template": pod_template(owner, spec, image, track, version, token_secret, vllm_image),
         },
     }
 

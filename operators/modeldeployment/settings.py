@@ -2,6 +2,7 @@ import re
 
 from pydantic import Field, field_validator
 
+from operators.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
 from services.common.settings import ServiceSettings
 
 
@@ -15,9 +16,13 @@ class OperatorSettings(ServiceSettings):
     engine_image: str = Field(
         "ghcr.io/maas-dev/maas:0.1.0", description="engine image when a spec names none"
     )
+    vllm_image: str = Field(
+        DEFAULT_VLLM_IMAGE, description="vLLM image when a backend-vllm spec names none"
+    )
     allowed_images: list[str] = Field(
         default_factory=list,
-        description="image patterns (fnmatch) a spec may name, besides --engine-image",
+        description="image patterns (fnmatch) a spec may name, besides --engine-image "
+        "and --vllm-image",
     )
     credentials_secret_pattern: str = Field(
         "model-credentials-[a-z0-9][a-z0-9.-]*",

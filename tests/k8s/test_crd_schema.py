@@ -39,9 +39,10 @@ def test_examples_are_valid(path):
     assert validate(yaml.safe_load(path.read_text())) == []
 
 
-def test_examples_cover_cpu_and_one_gpu():
-    specs = [yaml.safe_load(p.read_text())["spec"] for p in EXAMPLES]
-    assert sorted(s.get("resources", {}).get("gpus", 0) for s in specs) == [0, 1]
+def test_examples_cover_cpu_and_one_gpu_on_each_backend():
+    specs = [defaulted_spec(yaml.safe_load(p.read_text())["spec"]) for p in EXAMPLES]
+    found = sorted((s["engine"]["backend"], s["resources"]["gpus"]) for s in specs)
+    assert found == [("native", 0), ("native", 1), ("vllm", 1)]
 
 
 @pytest.mark.parametrize(

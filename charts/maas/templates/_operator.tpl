@@ -23,11 +23,19 @@ operator.clusterWide opts in.
 
 {{/*
 Image patterns a ModelDeployment may name, as a JSON list: the release's own
-image at any tag or digest, the engine image the values name, and the extra
-patterns in operator.allowedImages.
+image and the vLLM image's repository, each at any tag or digest, the engine
+image the values name, and the extra patterns in operator.allowedImages.
 */}}
 {{- define "maas.allowedImages" -}}
 {{- $v := .Values.operator }}
-{{- $own := list (printf "%s:*" .Values.image.repository) (printf "%s@*" .Values.image.repository) }}
+{{- $own := list }}
+{{- range list .Values.image.repository .Values.engine.vllm.image.repository }}
+{{- $own = concat $own (list (printf "%s:*" .) (printf "%s@*" .)) }}
+{{- end }}
 {{- toJson (concat $own (compact (list $v.engineImage)) $v.allowedImages | uniq) -}}
+{{- end -}}
+
+{{/* The vLLM image backend-vllm ModelDeployments get when they name none. */}}
+{{- define "maas.vllmImage" -}}
+{{- printf "%s:%s" .Values.engine.vllm.image.repository .Values.engine.vllm.image.tag -}}
 {{- end -}}
