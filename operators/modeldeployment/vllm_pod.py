@@ -66,6 +66,8 @@ def adapter_args(
         f"--vllm-startup-timeout={STARTUP_SECONDS}",
         # The adapter refuses to serve when vLLM's tokenizer is not this model's.
         f"--model-path={model_path}",
+        # vLLM does not publish its batch limit; the adapter reports this one as its load's.
+        f"--max-num-seqs={engine['maxNumSeqs']}",
         *prefix_cache_args(engine),
         *(engine.get("extraArgs") or []),
     ]

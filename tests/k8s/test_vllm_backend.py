@@ -96,7 +96,9 @@ def test_the_pod_is_the_adapter_on_the_engine_ports_beside_vllm():
         "--vllm-kv-events-endpoint=tcp://127.0.0.1:5557",
         f"--model-path={MODEL_PATH}",
         "--model-id=qwen2.5-7b",
+        "--max-num-seqs=64",
     } <= set(adapter["args"])
+    assert "--max-num-seqs=64" in server["args"]
     assert adapter["args"][-1] == "--log-level=debug"  # engine.extraArgs go to the adapter
     # The adapter waits for vLLM as long as the kubelet does.
     startup = server["startupProbe"]
