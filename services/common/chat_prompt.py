@@ -9,6 +9,9 @@ prompt is cut at them. Those pieces become their ids; every piece between them,
 placeholders put back, is encoded with special-token matching off, so a
 user's "<|im_end|>" costs the tokens of its characters and means nothing.
 
+Tools and tool calls (chat_tools) are text from users too: they are escaped
+the same way, at any depth of the values the template is given.
+
 For a conversation without special-token text this encodes exactly what the
 whole rendered prompt does: the tokenizer itself encodes the text between two
 special tokens apart from the rest, after a token marked lstrip/rstrip has
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from tokenizers import Tokenizer
 
 from services.common.chat_template import render_chat
+from services.common.chat_tools import chat_input
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class ChatPrompt:
 
     text: str
     pieces: tuple[str, ...]
+    # The parser for the answer's tool calls (services/gateway/tool_parsers).
+    tool_format: str = ""
 
     @property
     def plain(self) -> tuple[str, ...]:
@@ -78,8 +84,9 @@ def render_prompt(
     bos_token: str | None,
     eos_token: str | None,
     specials: SpecialTokens,
+    tools: list[dict] | None = None,
 ) -> ChatPrompt:
-    """Render `messages` (see chat_template.render_chat) so that none can write a special token."""
+    """Render `messages` and `tools` (see chat_tools) so that none can write a special token."""
     # A fresh tag per render: no message can contain a placeholder of its own.
     tag = secrets.token_hex(8)
     order = list(specials.ids)
@@ -87,12 +94,23 @@ def render_prompt(
     restore = re.compile(f"\ue000{tag}:(\\d+)\ue001")
 
     def escape(value):
-        if not isinstance(value, str):
-            return value
-        return specials.pattern.sub(lambda match: placeholder[match.group()], value)
+        if isinstance(value, str):
+            return specials.pattern.sub(lambda match: placeholder[match.group()], value)
+        if isinstance(value, dict):
+            return {escape(key): escape(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [escape(item) for item in value]
+        return value
 
-    escaped = [{key: escape(value) for key, value in m.items()} for m in messages]
-    rendered = render_chat(template, escaped, add_generation_prompt, bos_token, eos_token)
+    given = chat_input(template, messages, tools)
+    rendered = render_chat(
+        template,
+        escape(given.messages),
+        add_generation_prompt,
+        bos_token,
+        eos_token,
+        tools=escape(given.tools),
+    )
     cut = specials.pattern.split(rendered)
     cut[::2] = [restore.sub(lambda match: order[int(match.group(1))], p) for p in cut[::2]]
     text = "".join(cut)
@@ -101,4 +119,4 @@ def render_prompt(
             cut[index - 1] = cut[index - 1].rstrip()
         if cut[index] in specials.rstrip:
             cut[index + 1] = cut[index + 1].lstrip()
-    return ChatPrompt(text=text, pieces=tuple(cut))
+    return ChatPrompt(text=text, pieces=tuple(cut), tool_format=given.tool_format)

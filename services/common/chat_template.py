@@ -41,11 +41,13 @@ def render_chat(
     add_generation_prompt: bool = True,
     bos_token: str | None = None,
     eos_token: str | None = None,
+    tools: list[dict] | None = None,
 ) -> str:
     """Render `messages` with `template`, or with FALLBACK_CHAT_TEMPLATE when it is None.
 
     Each message is a dict with a `role` from ALLOWED_ROLES, a string `content`
     and optionally a string `name`; other keys are passed through untouched.
+    `tools` is what Hugging Face hands a template as `tools` (None for none).
     Raises ChatTemplateError for an invalid conversation and for any failure of
     the template itself: syntax errors, sandbox violations, `raise_exception`.
     """
@@ -57,6 +59,7 @@ def render_chat(
             add_generation_prompt=add_generation_prompt,
             bos_token=bos_token or "",
             eos_token=eos_token or "",
+            tools=tools,
         )
     except ChatTemplateError:
         raise

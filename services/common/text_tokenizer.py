@@ -49,8 +49,13 @@ class TextTokenizer:
         encoded = self.tokenizer.encode_batch_fast([text], add_special_tokens=add_special_tokens)
         return encoded[0].ids
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> ChatPrompt:
-        """`messages` in this model's chat template, special-token text in them made inert."""
+    def render_chat(
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+    ) -> ChatPrompt:
+        """`messages` and `tools` in this model's chat template, special-token text made inert."""
         return render_prompt(
             self.chat_template,
             messages,
@@ -58,6 +63,7 @@ class TextTokenizer:
             self.bos_token,
             self.eos_token,
             self.special_tokens,
+            tools,
         )
 
     def encode_prompt(self, prompt: ChatPrompt) -> list[int]:

@@ -43,6 +43,7 @@ async def respond(
         chat=chat,
         with_logprobs=body.top_logprobs_count is not None,
         tool_mode=parsed.tool_mode,
+        tool_format=completion.ticket.prompt.tool_format,
     )
     try:
         return await _answer(request, shape, body, completion)

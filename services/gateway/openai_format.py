@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from maas.v1 import engine_pb2
 from services.gateway.delta import Delta
-from services.gateway.tool_calls import ToolCallStream, parse_output
+from services.gateway.tool_parsers import ToolParser, parser_for
 
 
 def usage_body(delta: Delta) -> dict:
@@ -69,12 +69,14 @@ class ResponseShape:
     model: str
     chat: bool
     with_logprobs: bool = False
-    # Chat with tools: "auto" or "forced" (tool_calls.py), read for calls.
+    # Chat with tools: "auto" or "forced" (tool_calls.py), read for calls
+    # in the format the prompt asked for (tool_parsers/).
     tool_mode: str = ""
+    tool_format: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     # Streamed text emitted so far per choice, for the legacy text_offset field.
     _emitted: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-    _tool_streams: dict[int, ToolCallStream] = field(default_factory=dict)
+    _tool_streams: dict[int, ToolParser] = field(default_factory=dict)
 
     @property
     def object(self) -> str:
@@ -113,7 +115,7 @@ class ResponseShape:
         for index in sorted(choices.parts):
             text, finish = "".join(choices.parts[index]), choices.finish[index]
             if self.chat and self.tool_mode:
-                content, calls = parse_output(text, self.tool_mode == "forced")
+                content, calls = parser_for(self.tool_mode, self.tool_format).whole(text)
                 message = {"role": "assistant", "content": content}
                 if calls:
                     message["tool_calls"], finish = calls, "tool_calls"
@@ -146,15 +148,11 @@ class ResponseShape:
 
     def _tool_delta(self, delta: Delta) -> tuple[dict, str | None]:
         """Content outside calls as it comes, each call whole once it closes."""
-        stream = self._tool_streams.setdefault(
-            delta.index, ToolCallStream(self.tool_mode == "forced")
+        if delta.index not in self._tool_streams:
+            self._tool_streams[delta.index] = parser_for(self.tool_mode, self.tool_format)
+        content, calls, finish = self._tool_streams[delta.index].feed(
+            delta.text, delta.finish_reason
         )
-        content, calls = stream.push(delta.text)
-        finish = delta.finish_reason
-        if finish is not None:
-            tail, more = stream.finish()
-            content, calls = content + tail, calls + more
-            finish = "tool_calls" if stream.calls else finish
         body = {"content": content} if content else {}
         if calls:
             body["tool_calls"] = calls

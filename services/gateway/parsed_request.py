@@ -14,12 +14,14 @@ from maas.v1 import engine_pb2, tokenizer_pb2
 from services.gateway.sampling import to_engine_sampling
 from services.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from services.gateway.structured_output import grammar_of
-from services.gateway.tool_calls import mode, prompt_messages
+from services.gateway.tool_calls import mode, prompt_messages, tools_text
 
 
 @dataclass(frozen=True)
 class ChatPrompt:
     messages: list[tokenizer_pb2.ChatMessage]
+    # The tools offered, as JSON text (tool_calls.tools_text); "" for none.
+    tools: str = ""
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,9 @@ def _session(session_header: str | None, user: str | None) -> str:
 
 
 def chat_request(body: ChatCompletionRequest, session_header: str | None) -> ParsedRequest:
-    messages = prompt_messages(body.messages, body.tools, body.tool_choice)
+    prompt = ChatPrompt(prompt_messages(body.messages), tools_text(body.tools, body.tool_choice))
     tool_mode = mode(body.tools, body.tool_choice)
-    return _parsed("chatcmpl", body, ChatPrompt(messages), session_header, tool_mode)
+    return _parsed("chatcmpl", body, prompt, session_header, tool_mode)
 
 
 def text_request(body: CompletionRequest, session_header: str | None) -> ParsedRequest:

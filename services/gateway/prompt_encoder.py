@@ -18,6 +18,8 @@ from services.gateway.parsed_request import ChatPrompt, TextPrompt
 class Prompt:
     token_ids: list[int]
     max_model_len: int
+    # How the prompt asked for tool calls: the parser for the answer (tool_parsers/).
+    tool_format: str = ""
 
 
 class PromptEncoder:
@@ -32,6 +34,7 @@ class PromptEncoder:
             request = tokenizer_pb2.RenderChatRequest(
                 model=model,
                 messages=prompt.messages,
+                tools=prompt.tools,
                 add_generation_prompt=True,
                 max_tokens=max_tokens or 0,
             )
@@ -48,7 +51,7 @@ class PromptEncoder:
             encoded = await self._call(self._tokenizer.Encode, request, model, "prompt")
             if not encoded.token_ids:
                 raise APIError(400, "prompt must not be empty", param="prompt")
-        return Prompt(list(encoded.token_ids), encoded.max_model_len)
+        return Prompt(list(encoded.token_ids), encoded.max_model_len, encoded.tool_format)
 
     async def check_grammar(self, model: str, grammar, param: str) -> None:
         """The tokenizer compiles it: a 400 naming `param` if it cannot be used."""

@@ -22,6 +22,7 @@ import grpc
 from prometheus_client import Histogram
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
+from services.common.chat_messages import decoded_tools, message_dict
 from services.common.chat_template import ChatTemplateError
 from services.common.length_check import ContextLengthError, check_chars, check_length
 from services.common.metrics import LATENCY_BUCKETS
@@ -97,12 +98,14 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
         check_chars(len(text), max_tokens, dep.max_model_len, dep.max_token_chars)
 
     def _render_and_encode(
-        self, dep: Deployment, messages, add_generation_prompt: bool, max_tokens: int
+        self, dep: Deployment, messages, add_generation_prompt: bool, max_tokens: int, tools: str
     ):
-        prompt = dep.tokenizer.render_chat(messages, add_generation_prompt)
+        prompt = dep.tokenizer.render_chat(messages, add_generation_prompt, decoded_tools(tools))
         # The template may add or drop text: only the rendered prompt's length counts.
         self._check_chars(dep, prompt.text, max_tokens)
-        return self._encoded(dep, prompt.text, dep.tokenizer.encode_prompt(prompt), max_tokens)
+        encoded = self._encoded(dep, prompt.text, dep.tokenizer.encode_prompt(prompt), max_tokens)
+        encoded.tool_format = prompt.tool_format
+        return encoded
 
     def _encode(self, dep: Deployment, text: str, add_special_tokens: bool, max_tokens: int):
         ids = dep.tokenizer.encode(text, add_special_tokens)
@@ -110,10 +113,7 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
 
     async def RenderChat(self, request, context):
         dep = await self._deployment(request.model, context)
-        messages = [
-            {"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})}
-            for m in request.messages
-        ]
+        messages = [message_dict(m) for m in request.messages]
         if not messages:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "messages must not be empty")
         return await self._run(
@@ -124,6 +124,7 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
             messages,
             request.add_generation_prompt,
             request.max_tokens,
+            request.tools,
         )
 
     async def Encode(self, request, context):

@@ -72,14 +72,16 @@ class EncodeRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ..., text: _Optional[str] = ..., add_special_tokens: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EncodeResponse(_message.Message):
-    __slots__ = ("token_ids", "prompt", "max_model_len")
+    __slots__ = ("token_ids", "prompt", "max_model_len", "tool_format")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FORMAT_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     prompt: str
     max_model_len: int
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., prompt: _Optional[str] = ..., max_model_len: _Optional[int] = ...) -> None: ...
+    tool_format: str
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., prompt: _Optional[str] = ..., max_model_len: _Optional[int] = ..., tool_format: _Optional[str] = ...) -> None: ...
 
 class DecodeRequest(_message.Message):
     __slots__ = ("model", "token_ids", "skip_special_tokens")
