@@ -20,14 +20,23 @@ from google.protobuf.message import DecodeError, Message
 from pydantic import ValidationError
 
 from maas.v1 import common_pb2, gateway_pb2
+from services.common.chat_messages import message_dict
 from services.common.grpc_server import GrpcService, ServerHandle, start_server
 from services.gateway.auth import Authenticator
 from services.gateway.errors import APIError
+from services.gateway.grpc_chat import (
+    FieldError,
+    call_deltas,
+    response_format_dict,
+    tool_choice_value,
+    tool_dicts,
+)
 from services.gateway.parsed_request import ParsedRequest, chat_request, text_request
 from services.gateway.pipeline import Pipeline, with_headers
 from services.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from services.gateway.settings import GatewaySettings
 from services.gateway.tenants import Principal
+from services.gateway.tool_parsers import parser_for
 
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
 STATUS_CODES = {
@@ -46,6 +55,7 @@ FINISH_CODES = {
     "length": common_pb2.FINISH_REASON_LENGTH,
     "abort": common_pb2.FINISH_REASON_ABORT,
     "content_filter": common_pb2.FINISH_REASON_CONTENT_FILTER,
+    "tool_calls": common_pb2.FINISH_REASON_TOOL_CALLS,
 }
 
 
@@ -57,6 +67,8 @@ def session_header(context) -> str | None:
 def options_dict(options: gateway_pb2.CompletionOptions) -> dict:
     fields = {f.name: v for f, v in options.ListFields()}
     fields["stop"] = list(options.stop) or None
+    if options.HasField("response_format"):
+        fields["response_format"] = response_format_dict(options.response_format)
     return fields
 
 
@@ -96,13 +108,15 @@ class GatewayServicer:
         try:
             body = ChatCompletionRequest(
                 model=request.model,
-                # A generator: pydantic stops at the schema's max_length instead
+                # Generators: pydantic stops at the schema's max_length instead
                 # of first building a dict for every message the caller sent.
-                messages=({"role": m.role, "content": m.content} for m in request.messages),
+                messages=(message_dict(m, lazy_calls=True) for m in request.messages),
+                tools=tool_dicts(request.tools) if request.tools else None,
+                tool_choice=tool_choice_value(request.tool_choice),
                 stream=True,
                 **options_dict(request.options),
             )
-        except ValidationError as exc:
+        except (ValidationError, FieldError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         parsed = chat_request(body, session_header(context))
         async for chunk in self._stream(principal, parsed, context):
@@ -116,7 +130,7 @@ class GatewayServicer:
                 stream=True,
                 **options_dict(request.options),
             )
-        except ValidationError as exc:
+        except (ValidationError, FieldError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         parsed = text_request(body, session_header(context))
         async for chunk in self._stream(principal, parsed, context):
@@ -141,16 +155,25 @@ class GatewayServicer:
         except APIError as exc:
             await self._abort(context, with_headers(exc, headers))
         await context.send_initial_metadata(tuple(headers.items()))
+        # Tools on: the answer is read for calls as it streams, as over HTTP.
+        tool_format = completion.ticket.prompt.tool_format
+        calls = parser_for(parsed.tool_mode, tool_format) if parsed.tool_mode else None
         try:
             delta = first
             while True:
                 if delta.finish_reason == "error":
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "the model stopped mid-stream")
+                text, found, finish = delta.text, [], delta.finish_reason
+                if calls is not None:
+                    text, found, finish = calls.feed(text, finish)
                 chunk = gateway_pb2.CompletionChunk(
-                    id=parsed.request_id, model=parsed.model, text=delta.text
+                    id=parsed.request_id,
+                    model=parsed.model,
+                    text=text,
+                    tool_calls=call_deltas(found),
                 )
-                if delta.finish_reason:
-                    chunk.finish_reason = FINISH_CODES.get(delta.finish_reason, 0)
+                if finish:
+                    chunk.finish_reason = FINISH_CODES.get(finish, 0)
                     chunk.usage.CopyFrom(
                         common_pb2.Usage(
                             prompt_tokens=delta.prompt_tokens,

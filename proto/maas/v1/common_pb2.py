@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14maas/v1/common.proto\x12\x07maas.v1\"W\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\x05\"\xb6\x01\n\x07Grammar\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.maas.v1.Grammar.Kind\x12\x0c\n\x04text\x18\x02 \x01(\t\"x\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10KIND_JSON_SCHEMA\x10\x01\x12\x14\n\x10KIND_JSON_OBJECT\x10\x02\x12\x0e\n\nKIND_REGEX\x10\x03\x12\x0f\n\x0bKIND_CHOICE\x10\x04\x12\r\n\tKIND_EBNF\x10\x05*\x9a\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x12 \n\x1c\x46INISH_REASON_CONTENT_FILTER\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14maas/v1/common.proto\x12\x07maas.v1\"W\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\x05\"\xb6\x01\n\x07Grammar\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.maas.v1.Grammar.Kind\x12\x0c\n\x04text\x18\x02 \x01(\t\"x\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10KIND_JSON_SCHEMA\x10\x01\x12\x14\n\x10KIND_JSON_OBJECT\x10\x02\x12\x0e\n\nKIND_REGEX\x10\x03\x12\x0f\n\x0bKIND_CHOICE\x10\x04\x12\r\n\tKIND_EBNF\x10\x05*\xb8\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x12 \n\x1c\x46INISH_REASON_CONTENT_FILTER\x10\x04\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'maas.v1.common_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FINISHREASON']._serialized_start=308
-  _globals['_FINISHREASON']._serialized_end=462
+  _globals['_FINISHREASON']._serialized_end=492
   _globals['_USAGE']._serialized_start=33
   _globals['_USAGE']._serialized_end=120
   _globals['_GRAMMAR']._serialized_start=123

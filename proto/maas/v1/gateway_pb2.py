@@ -26,7 +26,7 @@ from maas.v1 import common_pb2 as maas_dot_v1_dot_common__pb2
 from maas.v1 import tokenizer_pb2 as maas_dot_v1_dot_tokenizer__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15maas/v1/gateway.proto\x12\x07maas.v1\x1a\x14maas/v1/common.proto\x1a\x17maas/v1/tokenizer.proto\"\xaf\x04\n\x11\x43ompletionOptions\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x12\n\x05min_p\x18\x05 \x01(\x02H\x04\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\x06 \x01(\x02H\x05\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x07 \x01(\x02H\x06\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x08 \x01(\x02H\x07\x88\x01\x01\x12\x11\n\x04seed\x18\t \x01(\x04H\x08\x88\x01\x01\x12\x0c\n\x04stop\x18\n \x03(\t\x12\x17\n\nmin_tokens\x18\x0b \x01(\x05H\t\x88\x01\x01\x12\x12\n\nignore_eos\x18\x0c \x01(\x08\x12\x0c\n\x04user\x18\r \x01(\t\x12\x13\n\x0bguided_json\x18\x0e \x01(\t\x12\x14\n\x0cguided_regex\x18\x0f \x01(\t\x12\x15\n\rguided_choice\x18\x10 \x03(\t\x12\x16\n\x0eguided_grammar\x18\x11 \x01(\tB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penaltyB\x07\n\x05_seedB\r\n\x0b_min_tokens\"{\n\x15\x43hatCompletionRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.maas.v1.ChatMessage\x12+\n\x07options\x18\x03 \x01(\x0b\x32\x1a.maas.v1.CompletionOptions\"_\n\x11\x43ompletionRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12+\n\x07options\x18\x03 \x01(\x0b\x32\x1a.maas.v1.CompletionOptions\"\x87\x01\n\x0f\x43ompletionChunk\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12,\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x15.maas.v1.FinishReason\x12\x1d\n\x05usage\x18\x05 \x01(\x0b\x32\x0e.maas.v1.Usage\"\x13\n\x11ListModelsRequest\"M\n\x05Model\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08owned_by\x18\x02 \x01(\t\x12\x0f\n\x07\x63reated\x18\x03 \x01(\x03\x12\x15\n\rmax_model_len\x18\x04 \x01(\x05\"4\n\x12ListModelsResponse\x12\x1e\n\x06models\x18\x01 \x03(\x0b\x32\x0e.maas.v1.Model2\xe4\x01\n\x07Gateway\x12L\n\x0e\x43hatCompletion\x12\x1e.maas.v1.ChatCompletionRequest\x1a\x18.maas.v1.CompletionChunk0\x01\x12\x44\n\nCompletion\x12\x1a.maas.v1.CompletionRequest\x1a\x18.maas.v1.CompletionChunk0\x01\x12\x45\n\nListModels\x12\x1a.maas.v1.ListModelsRequest\x1a\x1b.maas.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15maas/v1/gateway.proto\x12\x07maas.v1\x1a\x14maas/v1/common.proto\x1a\x17maas/v1/tokenizer.proto\"\xe1\x04\n\x11\x43ompletionOptions\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x12\n\x05min_p\x18\x05 \x01(\x02H\x04\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\x06 \x01(\x02H\x05\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x07 \x01(\x02H\x06\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x08 \x01(\x02H\x07\x88\x01\x01\x12\x11\n\x04seed\x18\t \x01(\x04H\x08\x88\x01\x01\x12\x0c\n\x04stop\x18\n \x03(\t\x12\x17\n\nmin_tokens\x18\x0b \x01(\x05H\t\x88\x01\x01\x12\x12\n\nignore_eos\x18\x0c \x01(\x08\x12\x0c\n\x04user\x18\r \x01(\t\x12\x13\n\x0bguided_json\x18\x0e \x01(\t\x12\x14\n\x0cguided_regex\x18\x0f \x01(\t\x12\x15\n\rguided_choice\x18\x10 \x03(\t\x12\x16\n\x0eguided_grammar\x18\x11 \x01(\t\x12\x30\n\x0fresponse_format\x18\x12 \x01(\x0b\x32\x17.maas.v1.ResponseFormatB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penaltyB\x07\n\x05_seedB\r\n\x0b_min_tokens\"N\n\x0eResponseFormat\x12\x0c\n\x04type\x18\x01 \x01(\t\x12.\n\x0bjson_schema\x18\x02 \x01(\x0b\x32\x19.maas.v1.JsonSchemaFormat\"U\n\x10JsonSchemaFormat\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x0e\n\x06schema\x18\x03 \x01(\t\x12\x0e\n\x06strict\x18\x04 \x01(\x08\"C\n\x04Tool\x12\x0c\n\x04type\x18\x01 \x01(\t\x12-\n\x08\x66unction\x18\x02 \x01(\x0b\x32\x1b.maas.v1.FunctionDefinition\"K\n\x12\x46unctionDefinition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x12\n\nparameters\x18\x03 \x01(\t\":\n\nToolChoice\x12\x0e\n\x04mode\x18\x01 \x01(\tH\x00\x12\x12\n\x08\x66unction\x18\x02 \x01(\tH\x00\x42\x08\n\x06\x63hoice\"\xc3\x01\n\x15\x43hatCompletionRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.maas.v1.ChatMessage\x12+\n\x07options\x18\x03 \x01(\x0b\x32\x1a.maas.v1.CompletionOptions\x12\x1c\n\x05tools\x18\x04 \x03(\x0b\x32\r.maas.v1.Tool\x12(\n\x0btool_choice\x18\x05 \x01(\x0b\x32\x13.maas.v1.ToolChoice\"_\n\x11\x43ompletionRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12+\n\x07options\x18\x03 \x01(\x0b\x32\x1a.maas.v1.CompletionOptions\"\xb3\x01\n\x0f\x43ompletionChunk\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12,\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x15.maas.v1.FinishReason\x12\x1d\n\x05usage\x18\x05 \x01(\x0b\x32\x0e.maas.v1.Usage\x12*\n\ntool_calls\x18\x06 \x03(\x0b\x32\x16.maas.v1.ToolCallDelta\"Y\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x11\n\targuments\x18\x05 \x01(\t\"\x13\n\x11ListModelsRequest\"M\n\x05Model\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08owned_by\x18\x02 \x01(\t\x12\x0f\n\x07\x63reated\x18\x03 \x01(\x03\x12\x15\n\rmax_model_len\x18\x04 \x01(\x05\"4\n\x12ListModelsResponse\x12\x1e\n\x06models\x18\x01 \x03(\x0b\x32\x0e.maas.v1.Model2\xe4\x01\n\x07Gateway\x12L\n\x0e\x43hatCompletion\x12\x1e.maas.v1.ChatCompletionRequest\x1a\x18.maas.v1.CompletionChunk0\x01\x12\x44\n\nCompletion\x12\x1a.maas.v1.CompletionRequest\x1a\x18.maas.v1.CompletionChunk0\x01\x12\x45\n\nListModels\x12\x1a.maas.v1.ListModelsRequest\x1a\x1b.maas.v1.ListModelsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,19 +34,31 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'maas.v1.gateway_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_COMPLETIONOPTIONS']._serialized_start=82
-  _globals['_COMPLETIONOPTIONS']._serialized_end=641
-  _globals['_CHATCOMPLETIONREQUEST']._serialized_start=643
-  _globals['_CHATCOMPLETIONREQUEST']._serialized_end=766
-  _globals['_COMPLETIONREQUEST']._serialized_start=768
-  _globals['_COMPLETIONREQUEST']._serialized_end=863
-  _globals['_COMPLETIONCHUNK']._serialized_start=866
-  _globals['_COMPLETIONCHUNK']._serialized_end=1001
-  _globals['_LISTMODELSREQUEST']._serialized_start=1003
-  _globals['_LISTMODELSREQUEST']._serialized_end=1022
-  _globals['_MODEL']._serialized_start=1024
-  _globals['_MODEL']._serialized_end=1101
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1103
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1155
-  _globals['_GATEWAY']._serialized_start=1158
-  _globals['_GATEWAY']._serialized_end=1386
+  _globals['_COMPLETIONOPTIONS']._serialized_end=691
+  _globals['_RESPONSEFORMAT']._serialized_start=693
+  _globals['_RESPONSEFORMAT']._serialized_end=771
+  _globals['_JSONSCHEMAFORMAT']._serialized_start=773
+  _globals['_JSONSCHEMAFORMAT']._serialized_end=858
+  _globals['_TOOL']._serialized_start=860
+  _globals['_TOOL']._serialized_end=927
+  _globals['_FUNCTIONDEFINITION']._serialized_start=929
+  _globals['_FUNCTIONDEFINITION']._serialized_end=1004
+  _globals['_TOOLCHOICE']._serialized_start=1006
+  _globals['_TOOLCHOICE']._serialized_end=1064
+  _globals['_CHATCOMPLETIONREQUEST']._serialized_start=1067
+  _globals['_CHATCOMPLETIONREQUEST']._serialized_end=1262
+  _globals['_COMPLETIONREQUEST']._serialized_start=1264
+  _globals['_COMPLETIONREQUEST']._serialized_end=1359
+  _globals['_COMPLETIONCHUNK']._serialized_start=1362
+  _globals['_COMPLETIONCHUNK']._serialized_end=1541
+  _globals['_TOOLCALLDELTA']._serialized_start=1543
+  _globals['_TOOLCALLDELTA']._serialized_end=1632
+  _globals['_LISTMODELSREQUEST']._serialized_start=1634
+  _globals['_LISTMODELSREQUEST']._serialized_end=1653
+  _globals['_MODEL']._serialized_start=1655
+  _globals['_MODEL']._serialized_end=1732
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1734
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1786
+  _globals['_GATEWAY']._serialized_start=1789
+  _globals['_GATEWAY']._serialized_end=2017
 # @@protoc_insertion_point(module_scope)
