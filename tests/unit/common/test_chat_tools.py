@@ -1,4 +1,8 @@
-"""Tools in the prompt: a template's own tool format (Qwen2.5's), or the fallback (SmolLM2's)."""
+"""Tools in the prompt: a template's own tool format, or the fallback (SmolLM2's ChatML).
+
+The two template files are written after the tool parts of Qwen2.5's and
+Llama 3.1's published chat templates (data for these tests).
+"""
 
 import dataclasses
 import json
@@ -9,6 +13,7 @@ import pytest
 from services.common.chat_tools import template_tool_format
 
 QWEN_TEMPLATE = (Path(__file__).parent / "qwen2_5_chat_template.jinja").read_text()
+LLAMA_TEMPLATE = (Path(__file__).parent / "llama3_1_chat_template.jinja").read_text()
 WEATHER = {
     "type": "function",
     "function": {
@@ -42,6 +47,7 @@ def qwen(tokenizer):
 
 def test_formats_are_read_from_the_template(tokenizer):
     assert template_tool_format(QWEN_TEMPLATE) == "hermes"
+    assert template_tool_format(LLAMA_TEMPLATE) == "llama3_json"
     assert template_tool_format(tokenizer.chat_template) == ""  # SmolLM2: no tools
     assert template_tool_format(None) == ""
     llama = '{% if tools %}{{ \'{"name": "\' + c.name + \'", "parameters": \' }}{% endif %}'
@@ -65,7 +71,17 @@ def test_a_template_with_a_tool_format_renders_tools_and_calls_itself(qwen):
     assert "You may call these functions" not in prompt.text
 
 
-def test_the_rendering_is_transformers_own(qwen):
+@pytest.mark.parametrize(
+    ("template", "written"),
+    [
+        (
+            QWEN_TEMPLATE,
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>',
+        ),
+        (LLAMA_TEMPLATE, '{"name": "get_weather", "parameters": {"city": "Oslo"}}<|eot_id|>'),
+    ],
+)
+def test_the_rendering_is_transformers_own(tokenizer, template, written):
     # transformers' renderer, without loading a model: the reference for templates.
     chat_template_utils = pytest.importorskip("transformers.utils.chat_template_utils")
     decoded = [
@@ -73,9 +89,19 @@ def test_the_rendering_is_transformers_own(qwen):
         for m in HISTORY
     ]
     rendered, _ = chat_template_utils.render_jinja_template(
-        [decoded], tools=[WEATHER], chat_template=QWEN_TEMPLATE, add_generation_prompt=True
+        [decoded],
+        tools=[WEATHER],
+        chat_template=template,
+        add_generation_prompt=True,
+        bos_token=tokenizer.bos_token,
+        eos_token=tokenizer.eos_token,
     )
-    assert qwen.render_chat(HISTORY, tools=[WEATHER]).text == rendered[0]
+    ours = dataclasses.replace(tokenizer, chat_template=template).render_chat(
+        HISTORY, tools=[WEATHER]
+    )
+    assert ours.text == rendered[0]
+    # The call in the history is written the way the format's parser reads answers.
+    assert written in ours.text
 
 
 def _decoded(call: dict) -> dict:
