@@ -43,15 +43,21 @@ class VllmConfig:
     port: int = 0  # 0: a free one
     dtype: str = field(default_factory=default_dtype)
     enforce_eager: bool = True
-    kv_cache_gib: float = 1.0
+    # Whole GiB: vLLM reads VLLM_CPU_KVCACHE_SPACE as an integer.
+    kv_cache_gib: int = 1
     # None: no KV events; 0: a free port. ZeroMQ PUB on tcp://host:port, topic "kv-events".
     kv_events_port: int | None = None
     # CPUs its OpenMP threads are bound to, e.g. "0-1" or "1"; "" leaves vLLM's default.
     cpus: str = ""
     max_model_len: int = 0  # 0: the model's own
+    # 0: vLLM's default; the adapter in front is told the same (vLLM does not publish it).
+    max_num_seqs: int = 0
     extra_args: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if self.kv_cache_gib != int(self.kv_cache_gib) or self.kv_cache_gib < 1:
+            raise ValueError(f"kv_cache_gib must be a whole number of GiB, got {self.kv_cache_gib}")
+        self.kv_cache_gib = int(self.kv_cache_gib)
         if not self.port:
             self.port = free_port(self.host)
         if self.kv_events_port == 0:
@@ -77,11 +83,14 @@ class VllmConfig:
             argv.append("--enforce-eager")
         if self.max_model_len:
             argv += ["--max-model-len", str(self.max_model_len)]
+        if self.max_num_seqs:
+            argv += ["--max-num-seqs", str(self.max_num_seqs)]
         if self.kv_events_port:
             events = {
                 "enable_kv_cache_events": True,
                 "publisher": "zmq",
-                "endpoint": f"tcp://{self.host}:{self.kv_events_port}",
+                # vLLM's publisher binds only a wildcard endpoint.
+                "endpoint": f"tcp://*:{self.kv_events_port}",
                 "topic": "kv-events",
             }
             argv += ["--kv-events-config", json.dumps(events)]
@@ -89,7 +98,7 @@ class VllmConfig:
 
     def env(self) -> dict[str, str]:
         env = {
-            "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}",
+            "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
             "HF_HUB_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",

