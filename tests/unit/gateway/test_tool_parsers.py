@@ -5,6 +5,8 @@ import json
 import pytest
 
 from services.common.chat_tools import FALLBACK_FORMAT, TEMPLATE_FORMATS
+from services.gateway.delta import Delta
+from services.gateway.openai_format import Choices, ResponseShape
 from services.gateway.tool_parsers import PARSERS, parser_for
 from services.gateway.tool_parsers.llama3_json import PYTHON_TAG
 
@@ -106,3 +108,22 @@ def test_a_call_200k_tokens_long_is_held_whole_and_parsed_once(forced):
 def test_every_format_the_tokenizer_names_has_a_parser():
     named = {name for _, name in TEMPLATE_FORMATS if name} | {FALLBACK_FORMAT}
     assert named <= set(PARSERS)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_openai_answer_is_read_in_the_format_the_prompt_asked_for(stream):
+    shape = ResponseShape("chatcmpl-1", "m", chat=True, tool_mode="auto", tool_format="llama3_json")
+    deltas = [Delta(LLAMA_CALL[:9]), Delta(LLAMA_CALL[9:], finish_reason="stop")]
+    if stream:
+        bodies = [shape.chunk(d, include_usage=False)["choices"][0] for d in deltas]
+        calls = [c for body in bodies for c in body["delta"].get("tool_calls", [])]
+        finish = bodies[-1]["finish_reason"]
+    else:
+        choices = Choices()
+        for delta in deltas:
+            choices.add(delta)
+        (choice,) = shape.full(choices, deltas[-1])["choices"]
+        calls, finish = choice["message"]["tool_calls"], choice["finish_reason"]
+        assert choice["message"]["content"] is None
+    assert [c["function"]["name"] for c in calls] == ["get_weather"]
+    assert finish == "tool_calls"
