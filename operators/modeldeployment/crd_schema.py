@@ -153,8 +153,9 @@ ENGINE = _obj(
         "enforceEager": {
             "type": "boolean",
             "default": False,
-            "description": "skip compiling the forward (faster start, slower steps): the "
-            "engine's --enforce-eager, and vLLM's",
+            "description": "true = never compile the forward (a faster start): "
+            "--enforce-eager to our engine and to vLLM; false = each engine's own default "
+            "(vLLM compiles; ours runs eagerly, compiling with --no-enforce-eager in extraArgs)",
         },
         "vllm": _obj(
             {
