@@ -284,7 +284,12 @@ async def run(args, argv: list[str]) -> dict:
         "servers": {},
     }
     for server in servers:
-        report["servers"][server.name] = await measure_server(server, args)
+        try:
+            report["servers"][server.name] = await measure_server(server, args)
+        except (RuntimeError, OSError) as error:
+            # A peer that will not build or start costs its rows, not the others' (a long run).
+            print(f"--- {server.name} failed: {error}", flush=True)
+            report["servers"][server.name] = {"setup": server.setup, "error": str(error)}
     maas_runs = [name for name in report["servers"] if name.startswith("maas")]
     report["ratios"] = peers_report.ratios(report["servers"], maas_runs, list(args.levels))
     return report

@@ -103,6 +103,8 @@ def plot(report: dict, path: Path) -> None:
     figure, axes = plt.subplots(1, 3, figsize=(16, 5))
     for axis, (metric, percentile, title) in zip(axes, panels, strict=True):
         for index, (name, server) in enumerate(report["servers"].items()):
+            if not server.get("levels"):
+                continue  # it failed to start: its error is in the JSON
             levels = sorted(int(level) for level in server["levels"])
             rows = [server["levels"][str(level)] for level in levels]
             for p, dash in ((percentile, "-"), ("p99", "--")) if percentile else ((None, "-"),):

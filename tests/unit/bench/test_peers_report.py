@@ -38,8 +38,12 @@ def test_ratios_take_vllms_better_dtype_per_level_and_judge_the_targets():
     assert "vs_llamacpp" not in ratios["8"] and "64" not in ratios
 
 
-def test_a_level_where_every_request_failed_is_not_compared():
-    servers = {"maas": {"levels": {"1": row(30.0)}}, "vllm-float32": {"levels": {"1": row(0, 0)}}}
+def test_a_level_where_every_request_failed_or_a_server_that_never_started_is_not_compared():
+    servers = {
+        "maas": {"levels": {"1": row(30.0)}},
+        "vllm-float32": {"levels": {"1": row(0, 0)}},
+        "vllm-bfloat16": {"setup": {}, "error": "vllm exited with code 1"},
+    }
     assert peers_report.ratios(servers, ["maas"], [1]) == {"maas": {}}
 
 
