@@ -115,3 +115,21 @@ async def test_a_bad_tool_is_invalid_argument_naming_the_problem(chat, tool, cho
         await chat(tools=[tool], tool_choice=gateway_pb2.ToolChoice(mode=choice))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert problem in caught.value.details()
+
+
+async def test_auto_answers_stream_as_text_or_calls(chat):
+    chunks = await chat(
+        messages=[{"role": "user", "content": "Say hello."}],
+        options=gateway_pb2.CompletionOptions(temperature=0, max_tokens=16),
+        tools=[proto_tool(WEATHER)],
+    )
+    calls = [call for chunk in chunks for call in chunk.tool_calls]
+    if calls:  # the model may choose to call; then every call is whole JSON
+        assert chunks[-1].finish_reason == common_pb2.FINISH_REASON_TOOL_CALLS
+        assert all(isinstance(json.loads(c.arguments), dict) for c in calls)
+    else:
+        assert "".join(c.text for c in chunks).strip()
+        assert chunks[-1].finish_reason in (
+            common_pb2.FINISH_REASON_STOP,
+            common_pb2.FINISH_REASON_LENGTH,
+        )
