@@ -158,6 +158,7 @@ def vllm_server(dtype: str, levels: tuple[int, ...], args) -> Server:
             dtype=dtype,
             enforce_eager=args.vllm_enforce_eager,
             kv_cache_gib=args.vllm_kv_cache_gib,
+            cpus=args.vllm_cpus,
         )
 
     @contextlib.asynccontextmanager
@@ -177,6 +178,7 @@ def vllm_server(dtype: str, levels: tuple[int, ...], args) -> Server:
         "dtype": dtype,
         "enforce_eager": args.vllm_enforce_eager,
         "kv_cache_gib": args.vllm_kv_cache_gib,
+        "omp_threads_bind": args.vllm_cpus or "auto",
     }
     return Server(f"vllm-{dtype}", levels, open_vllm, setup)
 
@@ -239,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--maas-args", default="", help="engine flags of the maas run")
     parser.add_argument("--vllm-enforce-eager", action="store_true", help="skip its compile")
     parser.add_argument("--vllm-kv-cache-gib", type=float, default=2.0)
+    parser.add_argument(
+        "--vllm-cpus",
+        default="",
+        help="cores its compute threads are bound to, e.g. 0-1 "
+        "(default: its own auto, which keeps one core for its API server)",
+    )
     parser.add_argument("--llamacpp-threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/peers.json"))
     return parser
