@@ -31,7 +31,7 @@ HISTORY = [
 ]
 
 
-@pytest.fixture(params=["smollm2", "qwen2.5"])
+@pytest.fixture(scope="module", params=["smollm2", "qwen2.5"])
 async def stub(request, tokenizer):
     template = QWEN_TEMPLATE if request.param == "qwen2.5" else tokenizer.chat_template
     served = dataclasses.replace(tokenizer, chat_template=template)
