@@ -40,7 +40,9 @@ def response_format_dict(fmt: gateway_pb2.ResponseFormat) -> dict:
     out: dict = {"type": fmt.type}
     if fmt.HasField("json_schema"):
         given = fmt.json_schema
-        out["json_schema"] = {"name": given.name, "strict": given.strict}
+        out["json_schema"] = {"name": given.name}
+        if given.strict:  # proto3 cannot tell false from unset; unset is the HTTP default
+            out["json_schema"]["strict"] = True
         if given.description:
             out["json_schema"]["description"] = given.description
         if given.schema:
