@@ -113,7 +113,8 @@ async def measure_server(server: Server, args) -> dict:
             await closed_loop(warm, max(server.levels), lambda p: client.complete(p, 4))
             levels = {}
             for level in server.levels:
-                prompts = story_prompts(args.seed, level, level * args.rounds)
+                count = max(level * args.rounds, args.min_requests)
+                prompts = story_prompts(args.seed, level, count)
                 summary, _ = await measure_level(client, prompts, level, args.max_tokens)
                 row = peers_report.level_row(summary, args.max_tokens)
                 print(
@@ -220,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--llamacpp-levels", type=level_list, default=(1,))
     parser.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
     parser.add_argument("--rounds", type=int, default=2, help="requests per stream at a level")
+    parser.add_argument(
+        "--min-requests", type=int, default=8, help="at a level, so few streams get a TTFT p99"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per request")
     parser.add_argument(
@@ -285,6 +289,7 @@ async def run(args, argv: list[str]) -> dict:
             "levels": list(args.levels),
             "max_tokens": args.max_tokens,
             "rounds": args.rounds,
+            "min_requests": args.min_requests,
             "seed": args.seed,
             "api": "POST /v1/completions, stream, ignore_eos, temperature 0",
             "prompt": story_prompts(args.seed, 1, 1)[0],
