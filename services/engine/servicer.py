@@ -15,7 +15,13 @@ import grpc
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
 from services.common.engine_metadata import SCHEDULED
 from services.common.logging import get_logger
-from services.engine.async_engine import AsyncEngine, CoreDied, EngineFailed, RequestFailed
+from services.engine.async_engine import (
+    AsyncEngine,
+    CoreDied,
+    EngineFailed,
+    KvEventBatch,
+    RequestFailed,
+)
 from services.engine.grammar.proto import grammar_from_proto
 from services.engine.grammar.spec import GrammarError
 from services.engine.request import SeqOutput
@@ -99,6 +105,36 @@ def response_of(output: SeqOutput, tokenizer) -> engine_pb2.GenerateResponse:
     return response
 
 
+def load_report(model_id: str, load, info, draining: bool) -> engine_pb2.LoadReport:
+    """GetLoad's answer from a load (running, waiting, kv_cache_usage) and the engine's
+    fixed facts; the vLLM backend (services/engine/vllm_backend) answers with it too."""
+    return engine_pb2.LoadReport(
+        model=model_id,
+        running=load.running,
+        waiting=load.waiting,
+        kv_cache_usage=load.kv_cache_usage,
+        max_num_seqs=info.max_num_seqs,
+        max_model_len=info.max_model_len,
+        draining=draining,
+        # What the router needs to compute this engine's block hashes.
+        block_size=info.block_size,
+        cache_salt=info.cache_salt,
+        prefix_cache_sharing=info.prefix_cache_sharing,
+        kv_cache_blocks=info.num_blocks,
+    )
+
+
+def kv_batch_proto(engine_id: str, batch: KvEventBatch) -> engine_pb2.KvEventBatch:
+    return engine_pb2.KvEventBatch(
+        sequence=batch.sequence,
+        engine_id=engine_id,
+        events=[
+            engine_pb2.KvEvent(kind=KV_KINDS[kind], block_hashes=hashes)
+            for kind, hashes in batch.events
+        ],
+    )
+
+
 class EngineServicer(engine_pb2_grpc.EngineServicer):
     def __init__(self, model_id: str, engine_id: str, engine: AsyncEngine, tokenizer):
         self._model_id = model_id
@@ -147,21 +183,7 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
 
     async def GetLoad(self, request, context):
         # The load as of the core's latest step (it sends one with every step).
-        load, info = self._engine.load, self._engine.info
-        return engine_pb2.LoadReport(
-            model=self._model_id,
-            running=load.running,
-            waiting=load.waiting,
-            kv_cache_usage=load.kv_cache_usage,
-            max_num_seqs=info.max_num_seqs,
-            max_model_len=info.max_model_len,
-            draining=self.draining,
-            # What the router needs to compute this engine's block hashes.
-            block_size=info.block_size,
-            cache_salt=info.cache_salt,
-            prefix_cache_sharing=info.prefix_cache_sharing,
-            kv_cache_blocks=info.num_blocks,
-        )
+        return load_report(self._model_id, self._engine.load, self._engine.info, self.draining)
 
     async def Drain(self, request, context):
         if not self.draining:
@@ -172,13 +194,6 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
     async def StreamKvEvents(self, request, context):
         try:
             async for batch in self._engine.kv_events():
-                yield engine_pb2.KvEventBatch(
-                    sequence=batch.sequence,
-                    engine_id=self._engine_id,
-                    events=[
-                        engine_pb2.KvEvent(kind=KV_KINDS[kind], block_hashes=hashes)
-                        for kind, hashes in batch.events
-                    ],
-                )
+                yield kv_batch_proto(self._engine_id, batch)
         except CoreDied as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))

@@ -8,6 +8,20 @@ from services.engine.quantization.config import GROUP_SIZES
 
 
 class EngineSettings(ServiceSettings):
+    backend: Literal["native", "vllm"] = Field(
+        "native",
+        description="native = our engine; vllm = serve maas.v1.Engine in front of the vLLM "
+        "server at --vllm-url (services/engine/vllm_backend)",
+    )
+    vllm_url: str = Field("", description="--backend vllm: the vLLM OpenAI server's base URL")
+    vllm_kv_events_endpoint: str = Field(
+        "",
+        description="--backend vllm: vLLM's ZeroMQ KV-event publisher to subscribe to "
+        "(tcp://host:port); empty = no KV events",
+    )
+    vllm_startup_timeout: float = Field(
+        600.0, gt=0, description="--backend vllm: seconds to wait for vLLM's /health"
+    )
     model_id: str = Field(DEFAULT_MODEL_ID, description="model name clients use")
     model_path: str = Field("", description="GGUF file or HF folder; empty = bundled SmolLM2")
     engine_id: str = Field("", description="name in logs and KV events; empty = host:port")
@@ -15,6 +29,12 @@ class EngineSettings(ServiceSettings):
         "auto", description="auto = bfloat16 on CUDA or a CPU with native bf16, else float32"
     )
     device: str = Field("auto", description="auto, cpu or cuda[:N]")
+    enforce_eager: bool = Field(
+        True,
+        description="run the model eagerly; --no-enforce-eager compiles each layer's dense "
+        "parts with torch.compile (services/engine/compiled_forward.py; no faster on an "
+        "AVX2-only CPU, so off by default)",
+    )
     max_model_len: int = Field(0, ge=0, description="cap the model's context length (0 = model's)")
     torch_threads: int = Field(
         0,

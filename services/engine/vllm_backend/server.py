@@ -1,0 +1,114 @@
+"""`maas serve engine --backend vllm`: wait for vLLM, check it, then serve maas.v1.Engine.
+
+Start order: vLLM's /health answers; /v1/models names the model and its
+context length; its tokenizer must be ours (tokenizer_check.py), else the
+process exits 1 with `vllm_tokenizer_mismatch`; /metrics gives the block size
+and pool size; then the KV-event subscription and the gRPC server start.
+SIGTERM drains as the native engine does: new requests get UNAVAILABLE while
+those in flight finish.
+"""
+
+import asyncio
+import time
+
+import httpx
+
+from maas.v1 import engine_pb2_grpc
+from services.common.grpc_server import GrpcService, run_until_signalled, start_server
+from services.common.logging import get_logger
+from services.common.model_files import resolve_model_path
+from services.common.tokenizer_loader import load_tokenizer
+from services.engine.server import SERVICE_NAME
+from services.engine.settings import EngineSettings
+from services.engine.vllm_backend.cache_salt import SaltBook
+from services.engine.vllm_backend.kv_subscriber import KvSubscriber
+from services.engine.vllm_backend.kv_translation import KvTranslator
+from services.engine.vllm_backend.load import LoadCache
+from services.engine.vllm_backend.servicer import VllmEngineServicer, VllmInfo
+from services.engine.vllm_backend.tokenizer_check import tokenizer_mismatch
+
+log = get_logger(__name__)
+HEALTH_POLL_SECONDS = 0.5
+
+
+async def wait_healthy(client: httpx.AsyncClient, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if (await client.get("/health")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            log.error("vllm_not_healthy", url=str(client.base_url), timeout=timeout)
+            raise SystemExit(1)
+        await asyncio.sleep(HEALTH_POLL_SECONDS)
+
+
+async def probe(client: httpx.AsyncClient, settings: EngineSettings, tokenizer) -> VllmInfo:
+    models = (await client.get("/v1/models")).raise_for_status().json()["data"]
+    served = models[0]
+    mismatch = await tokenizer_mismatch(client, served["id"], tokenizer)
+    if mismatch is not None:
+        log.error(
+            "vllm_tokenizer_mismatch",
+            vllm_model=served["id"],
+            model_path=settings.model_path or "bundled",
+            differs=mismatch,
+        )
+        raise SystemExit(1)
+    load = await LoadCache(client).get()
+    return VllmInfo(
+        model_id=settings.model_id,
+        served_model=served["id"],
+        max_model_len=served.get("max_model_len") or settings.max_model_len,
+        # vLLM publishes no scheduler limits; the deployment passes its --max-num-seqs.
+        max_num_seqs=settings.max_num_seqs,
+        block_size=load.block_size or settings.block_size,
+        num_blocks=load.num_blocks,
+        cache_salt=settings.cache_salt or settings.model_id,
+        prefix_cache_sharing=settings.prefix_cache_sharing,
+    )
+
+
+async def serve(settings: EngineSettings) -> None:
+    if not settings.vllm_url:
+        log.error("vllm_url_missing", hint="--backend vllm needs --vllm-url")
+        raise SystemExit(2)
+    # No read timeout: a stream is as long as its generation. No pool cap:
+    # admission is the gateway's and vLLM's, not the connection pool's.
+    client = httpx.AsyncClient(
+        base_url=settings.vllm_url,
+        timeout=httpx.Timeout(None, connect=10.0),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+    )
+    try:
+        await wait_healthy(client, settings.vllm_startup_timeout)
+        tokenizer = await asyncio.to_thread(load_tokenizer, resolve_model_path(settings.model_path))
+        info = await probe(client, settings, tokenizer)
+        salts, kv = SaltBook(), None
+        if settings.vllm_kv_events_endpoint:
+            translator = KvTranslator(info.block_size, salts)
+            kv = KvSubscriber(settings.vllm_kv_events_endpoint, translator)
+            kv.start()
+        engine_id = settings.engine_id or f"{settings.host}:{settings.port}"
+        servicer = VllmEngineServicer(info, engine_id, client, tokenizer, kv, salts)
+        handle = await start_server(
+            "engine",
+            settings,
+            [GrpcService(SERVICE_NAME, servicer, engine_pb2_grpc.add_EngineServicer_to_server)],
+        )
+        log.info("vllm_adapter_ready", vllm_url=settings.vllm_url, **info.__dict__)
+
+        async def drain() -> None:
+            servicer.draining = True
+
+        await run_until_signalled(handle, settings.shutdown_grace_seconds, on_stop=drain)
+        if kv is not None:
+            await kv.stop()
+    finally:
+        await client.aclose()
+
+
+def main(settings: EngineSettings) -> None:
+    asyncio.run(serve(settings))

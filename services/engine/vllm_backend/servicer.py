@@ -1,0 +1,161 @@
+"""maas.v1.Engine answered by one vLLM server, with the native engine's statuses.
+
+A request vLLM refuses (its 4xx, a grammar we cannot map) is INVALID_ARGUMENT;
+vLLM unreachable or failing (5xx, a broken stream) is UNAVAILABLE, so the
+gateway retries elsewhere while no token was sent. A request is reported
+scheduled (common/engine_metadata.py) with its first chunk: vLLM streams
+nothing before a step has run it.
+
+Abort, and a gRPC client that goes away, cancel the task that reads the HTTP
+stream; closing the stream is how vLLM's server learns to abort the request.
+"""
+
+import asyncio
+from dataclasses import dataclass
+
+import grpc
+import httpx
+
+from maas.v1 import engine_pb2, engine_pb2_grpc
+from services.common.block_hash import request_salt
+from services.common.engine_metadata import SCHEDULED
+from services.common.logging import get_logger
+from services.engine.grammar.spec import GrammarError
+from services.engine.servicer import kv_batch_proto, load_report, response_of
+from services.engine.vllm_backend.cache_salt import SaltBook
+from services.engine.vllm_backend.completion_stream import (
+    CompletionStream,
+    VllmRequestError,
+    VllmUnavailable,
+    stream_chunks,
+)
+from services.engine.vllm_backend.kv_subscriber import KvSubscriber
+from services.engine.vllm_backend.load import LoadCache
+from services.engine.vllm_backend.request_body import completion_body
+
+log = get_logger(__name__)
+
+_END = object()  # the HTTP stream ended
+_ABORT = object()  # the Abort RPC
+
+
+@dataclass(frozen=True)
+class VllmInfo:
+    """What the adapter learned at start and reports unchanged."""
+
+    model_id: str  # the name our clients use
+    served_model: str  # vLLM's name for it (/v1/models)
+    max_model_len: int
+    max_num_seqs: int
+    block_size: int
+    num_blocks: int
+    cache_salt: str
+    prefix_cache_sharing: str
+
+
+class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
+    def __init__(
+        self,
+        info: VllmInfo,
+        engine_id: str,
+        client: httpx.AsyncClient,
+        tokenizer,
+        kv: KvSubscriber | None,
+        salts: SaltBook,
+    ):
+        self._info = info
+        self._engine_id = engine_id
+        self._client = client
+        self._tokenizer = tokenizer  # for the text of logprobs' tokens
+        self._kv = kv
+        self._salts = salts
+        self._load = LoadCache(client)
+        # request id -> the queue its stream reads; Abort puts an abort marker in it.
+        self._streams: dict[str, asyncio.Queue] = {}
+        self.draining = False
+
+    async def Generate(self, request, context):
+        info = self._info
+        if request.model and request.model != info.model_id:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"this engine serves {info.model_id!r}, not {request.model!r}",
+            )
+        if self.draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "engine is draining")
+        if not request.request_id or request.request_id in self._streams:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "request_id is required and must be unique"
+            )
+        salt = request_salt(
+            info.cache_salt, info.prefix_cache_sharing, request.tenant, request.share_prefix_cache
+        )
+        try:
+            body = completion_body(
+                request, info.served_model, info.max_model_len, self._salts.vllm_salt(salt)
+            )
+        except GrammarError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"grammar: {exc}")
+        stream = CompletionStream(
+            request.request_id, len(request.prompt_token_ids), request.sampling.top_logprobs
+        )
+        queue: asyncio.Queue = asyncio.Queue()
+        reader = asyncio.create_task(self._read(body, queue))
+        self._streams[request.request_id] = queue
+        scheduled = False
+        try:
+            while (item := await queue.get()) is not _END:
+                if isinstance(item, VllmRequestError):
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(item))
+                if isinstance(item, VllmUnavailable):
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, str(item))
+                if item is _ABORT:
+                    outputs = stream.aborted(body["n"])
+                else:
+                    outputs = stream.outputs(item)
+                    if not scheduled:
+                        scheduled = True
+                        await context.send_initial_metadata(SCHEDULED)
+                for output in outputs:
+                    yield response_of(output, self._tokenizer)
+                if item is _ABORT:
+                    return
+        finally:
+            self._streams.pop(request.request_id, None)
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def _read(self, body: dict, queue: asyncio.Queue) -> None:
+        try:
+            async for chunk in stream_chunks(self._client, body):
+                queue.put_nowait(chunk)
+        except (VllmRequestError, VllmUnavailable) as exc:
+            queue.put_nowait(exc)
+        queue.put_nowait(_END)
+
+    async def Abort(self, request, context):
+        queue = self._streams.get(request.request_id)
+        if queue is not None:
+            queue.put_nowait(_ABORT)
+        return engine_pb2.AbortResponse(found=queue is not None)
+
+    async def GetLoad(self, request, context):
+        try:
+            load = await self._load.get()
+        except httpx.HTTPError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"vLLM /metrics: {exc!r}")
+        return load_report(self._info.model_id, load, self._info, self.draining)
+
+    async def Drain(self, request, context):
+        if not self.draining:
+            log.info("drain_started", in_flight=len(self._streams))
+        self.draining = True
+        return engine_pb2.DrainResponse(in_flight=len(self._streams))
+
+    async def StreamKvEvents(self, request, context):
+        if self._kv is None:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED, "no --vllm-kv-events-endpoint configured"
+            )
+        async for batch in self._kv.batches():
+            yield kv_batch_proto(self._engine_id, batch)
