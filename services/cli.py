@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import shlex
 import sys
 
 from services.common.logging import configure_logging
@@ -64,6 +65,26 @@ def _up_parser(sub) -> None:
         default="prefix_affinity",
         choices=["prefix_affinity", "least_load", "round_robin"],
         help="how the router picks an engine replica",
+    )
+    up.add_argument(
+        "--engine-backend",
+        default="native",
+        choices=["native", "vllm"],
+        help="vllm: each engine replica fronts its own vLLM server (CPU build, own venv "
+        "built on first use)",
+    )
+    up.add_argument(
+        "--vllm-kv-cache-gib", type=int, default=1, help="GiB of KV cache per vLLM replica"
+    )
+    up.add_argument(
+        "--vllm-compile",
+        action="store_true",
+        help="let vLLM compile its model (about two minutes at first start) instead of eager",
+    )
+    up.add_argument(
+        "--vllm-args",
+        default="",
+        help='extra vLLM server flags, e.g. "--max-num-batched-tokens 1024"',
     )
     up.add_argument(
         "--kv-cache-memory",
@@ -129,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from services.local.stack import StackConfig
     from services.local.up import up
+    from services.local.vllm_replicas import VllmOptions
 
     configure_logging("local", "info", "console")
     if args.engine_replicas < 1:
@@ -143,6 +165,12 @@ def main(argv: list[str] | None = None) -> None:
         startup_timeout=args.startup_timeout,
         routes_file=Path(args.routes) if args.routes else None,
         routing_policy=args.routing_policy,
+        engine_backend=args.engine_backend,
+        vllm=VllmOptions(
+            kv_cache_gib=args.vllm_kv_cache_gib,
+            enforce_eager=not args.vllm_compile,
+            args=shlex.split(args.vllm_args),
+        ),
     )
     sys.exit(up(config, DEFAULT_MODEL_ID))
 

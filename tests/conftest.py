@@ -44,6 +44,11 @@ def stack(tmp_path_factory) -> Stack:
     """Redis, tokenizer, router, one engine, billing and the gateway, on free ports."""
     state_dir: Path = tmp_path_factory.mktemp("maas-state")
     config = StackConfig(state_dir=state_dir, gateway_port=free_port(), startup_timeout=300)
+    yield from run_stack(config)
+
+
+def run_stack(config: StackConfig):
+    """A fixture's body: the stack running for as long as the fixture lives."""
     running = Stack(config)
     try:
         asyncio.run(running.start())

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from services.billing.health import LIVENESS_SERVICE
 from services.common.logging import get_logger
+from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.redis_acl import USER_NAMES
 from services.common.redis_client import open_redis
 from services.common.service_token import ENV as SERVICE_TOKEN_ENV
@@ -34,6 +35,8 @@ from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
 from services.local.redis_server import redis_process
 from services.local.supervisor import RestartPolicy, supervise
+from services.local.vllm_replicas import VllmOptions, engine_flags, prepare, replica_config
+from services.peers.vllm_server import vllm_process
 
 log = get_logger(__name__)
 
@@ -55,6 +58,11 @@ class StackConfig:
     # The router's policy: prefix_affinity, least_load or round_robin.
     routing_policy: str = "prefix_affinity"
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    # native: our engine; vllm: each replica an engine in front of its own vLLM
+    # server (services.local.vllm_replicas).
+    engine_backend: str = "native"
+    vllm: VllmOptions = field(default_factory=VllmOptions)
+    model_id: str = DEFAULT_MODEL_ID
 
 
 @dataclass
@@ -70,6 +78,8 @@ class Stack:
     service_token: str = ""
     addresses: dict[str, str] = field(default_factory=dict)
     metrics_urls: dict[str, str] = field(default_factory=dict)
+    # Each vLLM replica's own OpenAI server (a benchmark calls it directly).
+    vllm_urls: dict[str, str] = field(default_factory=dict)
     processes: list[ManagedProcess] = field(default_factory=list)
     # Called with a child's name each time one becomes ready (progress display).
     on_ready: Callable[[str], None] = lambda name: None
@@ -77,20 +87,44 @@ class Stack:
     @property
     def expected_children(self) -> int:
         """Children start() waits for: redis (unless external), tokenizer, engines,
-        billing, router and gateway."""
-        return (0 if self.config.redis_url else 1) + self.config.engine_replicas + 4
+        billing, router and gateway, and a vLLM server per engine on that backend."""
+        cfg = self.config
+        engines = cfg.engine_replicas * (2 if cfg.engine_backend == "vllm" else 1)
+        return (0 if cfg.redis_url else 1) + engines + 4
 
     async def _ready(self, process: ManagedProcess) -> None:
         await wait_ready(process, process.probe, self.config.startup_timeout)
         self.on_ready(process.name)
 
-    def _spawn(self, name: str, argv: list[str], probe: str, env=None) -> ManagedProcess:
-        log_path = self.config.state_dir / "logs" / f"{name}.log"
-        env = {SERVICE_TOKEN_ENV: self.service_token, **(env or {})}
-        process = ManagedProcess(name, argv, log_path, env=env, probe=probe)
+    def _log_path(self, name: str) -> Path:
+        return self.config.state_dir / "logs" / f"{name}.log"
+
+    def _launch(self, process: ManagedProcess) -> ManagedProcess:
         process.start()
         self.processes.append(process)
         return process
+
+    def _spawn(self, name: str, argv: list[str], probe: str, env=None) -> ManagedProcess:
+        env = {SERVICE_TOKEN_ENV: self.service_token, **(env or {})}
+        return self._launch(ManagedProcess(name, argv, self._log_path(name), env=env, probe=probe))
+
+    async def _engine_flags(self) -> list[dict]:
+        """Each replica's flags; on the vLLM backend, its vLLM server is started here."""
+        cfg = self.config
+        names = [f"engine-{index}" for index in range(cfg.engine_replicas)]
+        if cfg.engine_backend != "vllm":
+            return [{"engine-id": name} for name in names]
+        runtime = await prepare()
+        flags = []
+        for index, name in enumerate(names):
+            vllm = replica_config(
+                runtime, cfg.vllm, cfg.model_id, index, cfg.engine_replicas, cfg.host
+            )
+            server = f"vllm-{index}"
+            self._launch(vllm_process(vllm, server, self._log_path(server)))
+            self.vllm_urls[server] = vllm.url
+            flags.append({"engine-id": name, **engine_flags(vllm)})
+        return flags
 
     def _service(self, name: str, service: str, flags: dict, extra=None, env=None) -> tuple:
         port, metrics_port = free_port(self.config.host), free_port(self.config.host)
@@ -128,10 +162,12 @@ class Stack:
 
         stage = [self._service("tokenizer", "tokenizer", {})]
         engines = []
-        for index in range(cfg.engine_replicas):
-            name = f"engine-{index}"
-            stage.append(self._service(name, "engine", {"engine-id": name}, cfg.engine_args))
+        for flags in await self._engine_flags():
+            name = flags["engine-id"]
+            stage.append(self._service(name, "engine", flags, cfg.engine_args))
             engines.append(f"{name}={self.addresses[name]}")
+        # A vLLM server is ready on /health; its engine waits for it too.
+        stage += [(p, p.probe) for p in self.processes if p.name in self.vllm_urls]
         billing, billing_addr = self._service(
             "billing", "billing", {"consumer-name": "billing-0"}, env=redis_env("billing")
         )
@@ -188,6 +224,7 @@ class Stack:
             "gateway_grpc": self.gateway_grpc,
             "services": self.addresses,
             "metrics": self.metrics_urls,
+            "vllm": self.vllm_urls,
             "pids": {p.name: p.pid for p in self.processes},
             "restarts": {p.name: p.restarts for p in self.processes},
         }
