@@ -81,21 +81,15 @@ class Attention(nn.Module):
         )
         self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        kv_cache: PagedKVCache,
-        meta: AttentionMetadata,
-    ) -> torch.Tensor:
+    def project(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k and v of the new tokens, q and k rotated: [tokens, heads, head_dim] each."""
         tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).split(self.qkv_proj.shard_sizes, dim=-1)
         q = apply_rotary(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
         k = apply_rotary(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
-        v = v.view(tokens, self.num_kv_heads, self.head_dim)
-        out = paged_attention(q, k, v, kv_cache.k[self.layer], kv_cache.v[self.layer], meta)
-        return self.o_proj(out.view(tokens, -1))
+        return q, k, v.view(tokens, self.num_kv_heads, self.head_dim)
 
     def forward_kernels(
         self,
@@ -154,7 +148,21 @@ class DecoderLayer(nn.Module):
         kv_cache: PagedKVCache,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta)
+        # Paged attention (data-dependent layout, writes to the pool) sits between
+        # two dense halves with fixed shapes: those are what compiled_forward.py compiles.
+        q, k, v = self.attention_inputs(x, cos, sin)
+        layer = self.self_attn.layer
+        out = paged_attention(q, k, v, kv_cache.k[layer], kv_cache.v[layer], meta)
+        return self.attention_outputs(x, out)
+
+    def attention_inputs(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.self_attn.project(self.input_layernorm(x), cos, sin)
+
+    def attention_outputs(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """The residual stream after attention's output projection and the MLP."""
+        x = x + self.self_attn.o_proj(attended.flatten(1))
         return x + self.mlp(self.post_attention_layernorm(x))
 
     def forward_kernels(

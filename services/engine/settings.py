@@ -29,6 +29,12 @@ class EngineSettings(ServiceSettings):
         "auto", description="auto = bfloat16 on CUDA or a CPU with native bf16, else float32"
     )
     device: str = Field("auto", description="auto, cpu or cuda[:N]")
+    enforce_eager: bool = Field(
+        True,
+        description="run the model eagerly; --no-enforce-eager compiles each layer's dense "
+        "parts with torch.compile (services/engine/compiled_forward.py; no faster on an "
+        "AVX2-only CPU, so off by default)",
+    )
     max_model_len: int = Field(0, ge=0, description="cap the model's context length (0 = model's)")
     torch_threads: int = Field(
         0,

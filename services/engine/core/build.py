@@ -13,6 +13,7 @@ import torch
 from services.common.logging import get_logger
 from services.common.model_files import resolve_model_path
 from services.common.tokenizer_loader import load_tokenizer
+from services.engine.compiled_forward import compile_forward
 from services.engine.device import resolve_device, resolve_dtype
 from services.engine.kv_budget import kv_cache_bytes, model_bytes, num_blocks
 from services.engine.kv_cache import PagedKVCache
@@ -39,6 +40,8 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
     started = time.perf_counter()
     quantization = QuantizationConfig(settings.quantization, settings.quantization_group_size)
     model, config = load_model(path, dtype, device, progress=True, quantization=quantization)
+    if not settings.enforce_eager:
+        compile_forward(model)
     max_model_len = min(settings.max_model_len or config.max_model_len, config.max_model_len)
     config = dataclasses.replace(config, max_model_len=max_model_len)
     tokenizer = load_tokenizer(path)
@@ -52,6 +55,7 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
         quantization=quantization.describe(),
+        compiled=not settings.enforce_eager,
         torch_threads=torch.get_num_threads(),
         weight_bytes=weight_bytes,
         max_model_len=max_model_len,

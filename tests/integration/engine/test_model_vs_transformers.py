@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from services.engine.attention_metadata import AttentionMetadata
+from services.engine.compiled_forward import compile_forward
 from services.engine.kv_cache import PagedKVCache
 from services.engine.loader import load_model
 from services.engine.model import LlamaForCausalLM
@@ -151,11 +152,33 @@ def prefill_logits(model: LlamaForCausalLM, prompt: list[int]) -> torch.Tensor:
         return model.compute_logits(hidden).float()
 
 
-@pytest.fixture(scope="module")
-def batched(ours, prompts) -> dict[str, list[int]]:
-    """Every conversation's greedy output, all generated in one concurrent batch."""
-    outputs = greedy_batch(*ours, list(prompts.values()), MAX_NEW, MIN_NEW)
+@pytest.fixture(scope="module", params=["eager", "compiled"])
+def batched(request, ours, prompts, smollm_path) -> dict[str, list[int]]:
+    """Every conversation's greedy output, all generated in one concurrent batch,
+    by the eager model and by a copy of it compiled (--no-enforce-eager)."""
+    model, config = ours
+    if request.param == "compiled":
+        model, config = load_model(smollm_path, torch.float32, progress=False)
+        compile_forward(model)
+    outputs = greedy_batch(model, config, list(prompts.values()), MAX_NEW, MIN_NEW)
     return dict(zip(prompts, outputs, strict=True))
+
+
+@pytest.fixture(scope="module")
+def references(prompts, hf_model, hf_tokenizer) -> dict[str, list[int]]:
+    """transformers' greedy output of every conversation, generated once for both paths."""
+    memo: dict[str, list[int]] = {}
+    for name, prompt in prompts.items():
+        with torch.inference_mode():
+            memo[name] = hf_model.generate(
+                torch.tensor([prompt]),
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                do_sample=False,
+                max_new_tokens=MAX_NEW,
+                min_new_tokens=MIN_NEW,
+                pad_token_id=hf_tokenizer.eos_token_id,
+            )[0, len(prompt) :].tolist()
+    return memo
 
 
 def test_the_long_prompt_is_long(prompts):
@@ -163,19 +186,9 @@ def test_the_long_prompt_is_long(prompts):
 
 
 @pytest.mark.parametrize("name", CONVERSATIONS)
-def test_greedy_tokens_match_transformers(name, prompts, batched, hf_model, hf_tokenizer):
-    prompt = prompts[name]
-    with torch.inference_mode():
-        reference = hf_model.generate(
-            torch.tensor([prompt]),
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            do_sample=False,
-            max_new_tokens=MAX_NEW,
-            min_new_tokens=MIN_NEW,
-            pad_token_id=hf_tokenizer.eos_token_id,
-        )[0, len(prompt) :].tolist()
-    assert len(reference) >= MIN_NEW
-    assert batched[name] == reference
+def test_greedy_tokens_match_transformers(name, batched, references):
+    assert len(references[name]) >= MIN_NEW
+    assert batched[name] == references[name]
 
 
 def test_prefill_logits_match_transformers(prompts, ours, hf_model):
