@@ -12,7 +12,7 @@ from operators.modeldeployment import resources
 from operators.modeldeployment.admission import AdmissionPolicy
 from operators.modeldeployment.defaults import defaulted_spec
 from operators.modeldeployment.validation import validate
-from tests.k8s.chart_render import CHART, ROOT, helm_binary
+from tests.k8s.chart_render import CHART, ROOT, helm_binary, rendered
 from tests.k8s.written_objects import KUBERNETES_VERSION
 
 EXAMPLE = ROOT / "deploy" / "examples" / "qwen2.5-7b-vllm-gpu.yaml"
@@ -79,7 +79,7 @@ def test_the_vllm_example_through_the_chart_and_the_operator(tmp_path):
     assert pod["tolerations"] == spec["resources"]["tolerations"]
 
 
-def test_the_default_values_name_vllms_official_image(tmp_path):
-    env = operator_env(render({}, tmp_path))
+def test_the_default_values_name_vllms_official_image():
+    env = operator_env(rendered("maas"))
     assert env["MAAS_VLLM_IMAGE"].startswith("vllm/vllm-openai:v")
     assert "vllm/vllm-openai:*" in json.loads(env["MAAS_ALLOWED_IMAGES"])
