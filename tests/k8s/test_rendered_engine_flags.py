@@ -1,4 +1,5 @@
-"""`maas serve engine` takes every flag the operator renders for backend vllm."""
+"""`maas serve engine` takes every flag the operator renders: the adapter's for backend
+vllm, and enforceEager's."""
 
 import typing
 
@@ -19,6 +20,13 @@ def test_backend_enum_and_default_are_the_engines():
 
 def engine_settings(container: dict) -> EngineSettings:
     return parse_settings(EngineSettings, container["args"][1:], prog="maas serve engine")
+
+
+def test_enforce_eager_is_the_engines_flag():
+    owner = {"metadata": {"name": "m", "namespace": "ns", "uid": "u"}}
+    spec = defaulted_spec({"engine": {"enforceEager": True}})
+    pod = resources.deployment(owner, spec, "maas:1", 1)["spec"]["template"]["spec"]
+    assert engine_settings(pod["containers"][0]).enforce_eager is True
 
 
 def test_the_adapter_accepts_the_operators_flags():
