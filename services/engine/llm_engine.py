@@ -133,13 +133,17 @@ class LLMEngine:
                 from services.engine.grammar.compiler import GrammarCompiler
                 from services.engine.grammar.vocab import tokenizer_info
 
-                info = tokenizer_info(
-                    self.tokenizer, self.model_config.vocab_size, self.model_config.eos_token_ids
-                )
+                # The same info as the tokenizer service's check (vocab.py).
+                info = tokenizer_info(self.tokenizer, self.model_config.vocab_size)
                 self._grammars = GrammarCompiler(info)
             return self._grammars
 
-    def _compile(self, params: SamplingParams):
+    def compile_grammar(self, params: SamplingParams):
+        """params.grammar compiled (None without one), or RequestRejected.
+
+        Touches only the compiler, which is safe off this object's thread: the
+        core compiles new grammars on a worker (core/grammar_compiles.py).
+        """
         if params.grammar is None:
             return None
         try:
@@ -147,10 +151,11 @@ class LLMEngine:
         except GrammarError as exc:
             raise RequestRejected(f"grammar: {exc}") from exc
 
-    def validate(self, prompt_ids: list[int], params: SamplingParams):
+    def validate(self, prompt_ids: list[int], params: SamplingParams, compile_grammar: bool = True):
         """Refuse, at admission, anything that could never complete.
 
-        Returns the compiled grammar (None without one), for add_request.
+        Returns the compiled grammar (None without one, or when not asked to
+        compile it), for add_request.
         """
         if not prompt_ids:
             raise RequestRejected("prompt_token_ids is empty")
@@ -169,7 +174,7 @@ class LLMEngine:
                 f"prompt + max_tokens needs {needed} KV slots but this engine's cache holds "
                 f"{self.capacity_tokens}; lower max_tokens or shorten the prompt"
             )
-        return self._compile(params)
+        return self.compile_grammar(params) if compile_grammar else None
 
     def add_request(
         self,
@@ -179,10 +184,13 @@ class LLMEngine:
         priority: int = 0,
         tenant: str = "",
         share_prefix_cache: bool = False,
+        grammar=None,
     ) -> None:
+        """grammar: params.grammar already compiled (compile_grammar); else it is compiled here."""
         if request_id in self.requests:
             raise RequestRejected(f"request {request_id!r} is already running")
-        grammar = self.validate(prompt_ids, params)
+        compiled = self.validate(prompt_ids, params, compile_grammar=grammar is None)
+        grammar = compiled if grammar is None else grammar
         salt = request_salt(
             self.config.cache_salt, self.config.prefix_cache_sharing, tenant, share_prefix_cache
         )

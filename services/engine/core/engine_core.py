@@ -4,6 +4,9 @@ It owns the LLMEngine and is the only thread that touches it. Inputs arrive
 on a PULL socket and are applied between steps; each step's outputs go back
 as one message on a PUSH socket (protocol.py). It runs as its own process in
 serving (process.py); tests may run it on a thread over the same sockets.
+New grammars are compiled on a worker thread, which touches only the
+grammar compiler, and their requests added between steps
+(grammar_compiles.py).
 """
 
 import time
@@ -11,13 +14,17 @@ import time
 import zmq
 
 from services.common.logging import get_logger
+from services.engine import metrics
 from services.engine.core import protocol
+from services.engine.core.grammar_compiles import GrammarCompiles, aborted
 from services.engine.core.metrics_relay import engine_metrics_text
 from services.engine.llm_engine import LLMEngine, RequestRejected
 
 log = get_logger(__name__)
 
 IDLE_POLL_MS = 500
+# How long an idle core waits for input while a grammar compiles on its worker.
+COMPILE_POLL_MS = 5
 # How often a busy core sends its metrics; it sends them too with the batch that leaves it idle.
 METRICS_INTERVAL_SECONDS = 1.0
 
@@ -34,6 +41,7 @@ class EngineCore:
         self._metrics_sent = 0.0
         self._stepped = False  # every step sends its batch, empty or not: it carries the load
         self._running = True
+        self._compiles = GrammarCompiles(engine.compile_grammar)
         engine.blocks.on_event = lambda kind, hashes: self._batch.kv_events.append((kind, hashes))
         engine.on_scheduled = self._batch_scheduled
 
@@ -52,11 +60,14 @@ class EngineCore:
         try:
             while self._running:
                 busy = self.engine.has_work
-                self._take_inputs(timeout_ms=0 if busy else IDLE_POLL_MS)
+                wait = COMPILE_POLL_MS if self._compiles.pending else IDLE_POLL_MS
+                self._take_inputs(timeout_ms=0 if busy else wait)
+                self._add_compiled()
                 if self.engine.has_work:
                     self._step()
                 self._flush()
         finally:
+            self._compiles.close()
             self._outputs.close(linger=1000)
             self._inputs.close(linger=0)
             self._context.term()
@@ -74,31 +85,70 @@ class EngineCore:
     def _apply(self, message: protocol.Input) -> None:
         batch = self._batch
         if isinstance(message, protocol.Add):
-            try:
-                self.engine.add_request(
-                    message.request_id,
-                    message.prompt_ids,
-                    message.params,
-                    message.priority,
-                    message.tenant,
-                    message.share_prefix_cache,
-                )
-            except RequestRejected as exc:
-                batch.failures.append(protocol.Failure(message.request_id, str(exc)))
-            except Exception as exc:  # what validation missed must not end the core
-                log.exception("engine_add_failed", request_id=message.request_id)
-                self.engine.abort(message.request_id)
-                batch.failures.append(
-                    protocol.Failure(message.request_id, f"request not added: {exc}")
-                )
+            if message.params.grammar is None:
+                self._add(message)
+            else:
+                self._compile_then_add(message)
         elif isinstance(message, protocol.Abort):
-            batch.outputs += self.engine.abort(message.request_id)
+            compiling = self._compiles.cancel(message.request_id)
+            if compiling is None:
+                batch.outputs += self.engine.abort(message.request_id)
+            else:
+                metrics.REQUESTS_FINISHED.labels("abort").inc()
+                batch.outputs.append(aborted(compiling))
         elif isinstance(message, protocol.KvSnapshot):
             # What was sent before the snapshot precedes it; what follows, follows it.
             self._flush(force=True)
             self._send(protocol.KvHashes(message.token, list(self.engine.blocks.hash_to_block)))
         elif isinstance(message, protocol.Shutdown):
             self._running = False
+
+    def _add(self, message: protocol.Add, grammar=None) -> None:
+        try:
+            self.engine.add_request(
+                message.request_id,
+                message.prompt_ids,
+                message.params,
+                message.priority,
+                message.tenant,
+                message.share_prefix_cache,
+                grammar=grammar,
+            )
+        except RequestRejected as exc:
+            self._batch.failures.append(protocol.Failure(message.request_id, str(exc)))
+        except Exception as exc:  # what validation missed must not end the core
+            log.exception("engine_add_failed", request_id=message.request_id)
+            self.engine.abort(message.request_id)
+            self._batch.failures.append(
+                protocol.Failure(message.request_id, f"request not added: {exc}")
+            )
+
+    def _compile_then_add(self, message: protocol.Add) -> None:
+        """Refuse now what is cheap to check; compile on the worker (grammar_compiles.py)."""
+        request_id = message.request_id
+        try:
+            if request_id in self.engine.requests or request_id in self._compiles:
+                raise RequestRejected(f"request {request_id!r} is already running")
+            self.engine.validate(message.prompt_ids, message.params, compile_grammar=False)
+        except RequestRejected as exc:
+            self._batch.failures.append(protocol.Failure(request_id, str(exc)))
+            return
+        self._compiles.submit(message)
+
+    def _add_compiled(self) -> None:
+        for message, compiled in self._compiles.take_done():
+            try:
+                grammar = compiled.result()
+            except RequestRejected as exc:
+                self._batch.failures.append(protocol.Failure(message.request_id, str(exc)))
+                continue
+            except Exception as exc:  # a compiler bug refuses this request, not the core
+                log.exception("grammar_compile_failed", request_id=message.request_id)
+                self._batch.failures.append(
+                    protocol.Failure(message.request_id, f"request not added: {exc}")
+                )
+                continue
+            self._add(message, grammar)
 
     def _step(self) -> None:
         try:
