@@ -23,25 +23,16 @@ class GrammarChecker:
         self._compiler = None
         self._lock = threading.Lock()
 
-    def prepare(self) -> None:
-        """Build the compiler now. Its cost is the vocabulary's, the same for every
-        request, so callers run this outside a request's compile deadline: on a
-        loaded machine it took longer than the deadline and refused a valid grammar."""
-        self._compiler_for_vocab()
-
     def check(self, spec: GrammarSpec) -> None:
         """Raise GrammarError if the grammar cannot be compiled for this vocabulary."""
-        self._compiler_for_vocab().compile(spec)
+        self.compiler().compile(spec)
 
-    def _compiler_for_vocab(self):
+    def compiler(self):
+        """Built once, with the engine's own rule for the vocabulary (grammar/vocab.py)."""
         with self._lock:
             if self._compiler is None:
                 from services.engine.grammar.compiler import GrammarCompiler
                 from services.engine.grammar.vocab import tokenizer_info
 
-                eos = self._tokenizer.eos_token_id
-                info = tokenizer_info(
-                    self._tokenizer, self._tokenizer.vocab_size, [] if eos is None else [eos]
-                )
-                self._compiler = GrammarCompiler(info)
+                self._compiler = GrammarCompiler(tokenizer_info(self._tokenizer))
             return self._compiler
