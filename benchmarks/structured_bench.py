@@ -5,8 +5,11 @@
   slower). The schema's one string must be longer than max_tokens allows, so
   every row, constrained or free, produces exactly max_tokens tokens and the
   two runs do the same model work; the difference is the grammar's cost
-  (mask fill, mask apply, matcher advance). Runs alternate and the best of
-  `--repeats` counts, since the machines are shared and noisy.
+  (mask fill, mask apply, matcher advance). Runs alternate, free then
+  constrained, `--repeats` pairs after a full-size warm-up pair; the figure
+  is the median of the pairs' ratios (a pair shares the machine's load of
+  the moment), and the process CPU time per output token is reported too,
+  which a shared machine disturbs less than wall time.
 - Compile time of the twenty test schemas (benchmarks/structured_schemas.py)
   on a fresh compiler (cold) and again (cached), plus building the
   vocabulary's tokenizer info once.
@@ -15,6 +18,7 @@
 import argparse
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -41,7 +45,8 @@ LONG_TEXT = {
 
 def batch_tokens_per_s(
     engine, tokenizer, streams: int, max_tokens: int, constrained: bool
-) -> float:
+) -> tuple[float, float]:
+    """(output tokens per wall second, process CPU milliseconds per output token)."""
     for i in range(streams):
         grammar = (
             GrammarSpec("json_schema", json.dumps(LONG_TEXT)) if constrained and i % 2 else None
@@ -50,17 +55,17 @@ def batch_tokens_per_s(
             temperature=0, max_tokens=max_tokens, ignore_eos=True, grammar=grammar
         )
         engine.add_request(f"r{i}", chat_prompt(tokenizer, f"Tell story {i} as JSON."), params)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     arrivals = drain(engine)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     produced = sum(len(times) for times in arrivals.values())
     assert produced == streams * max_tokens, produced
-    return produced / elapsed
+    return produced / elapsed, 1000 * cpu / produced
 
 
-def compile_times(tokenizer, vocab_size: int, eos: list[int]) -> dict:
+def compile_times(tokenizer, vocab_size: int) -> dict:
     started = time.perf_counter()
-    info = tokenizer_info(tokenizer, vocab_size, eos)
+    info = tokenizer_info(tokenizer, vocab_size)
     info_s = time.perf_counter() - started
     compiler = GrammarCompiler(info)
     specs = [GrammarSpec("json_schema", json.dumps(schema)) for _, schema in SCHEMAS]
@@ -85,7 +90,7 @@ def main() -> None:
     )
     parser.add_argument("--streams", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", default="auto")
     args = parser.parse_args()
 
@@ -94,7 +99,7 @@ def main() -> None:
     path = default_model_path()
     tokenizer = load_tokenizer(path)
     model, config = load_model(path, dtype=dtype, device=device, progress=False)
-    compiled = compile_times(tokenizer, config.vocab_size, config.eos_token_ids)
+    compiled = compile_times(tokenizer, config.vocab_size)
     engine = make_engine(
         model,
         config,
@@ -105,14 +110,17 @@ def main() -> None:
         max_num_batched_tokens=2048,
     )
     engine.grammar_compiler()  # built once at start, as the server does
-    batch_tokens_per_s(engine, tokenizer, 4, 4, constrained=True)  # warm-up
-    runs: dict[str, list[float]] = {"free": [], "half_constrained": []}
-    for _ in range(args.repeats):
+    runs: dict[str, list[tuple[float, float]]] = {"free": [], "half_constrained": []}
+    for repeat in range(args.repeats + 1):
         for name, constrained in (("free", False), ("half_constrained", True)):
-            runs[name].append(
-                batch_tokens_per_s(engine, tokenizer, args.streams, args.max_tokens, constrained)
-            )
-    free, mixed = max(runs["free"]), max(runs["half_constrained"])
+            run = batch_tokens_per_s(engine, tokenizer, args.streams, args.max_tokens, constrained)
+            if repeat:  # the first pair warms up, at full size
+                runs[name].append(run)
+    ratios = [m[0] / f[0] for f, m in zip(runs["free"], runs["half_constrained"], strict=True)]
+    free = statistics.median(tok_s for tok_s, _ in runs["free"])
+    mixed = statistics.median(tok_s for tok_s, _ in runs["half_constrained"])
+    cpu_free = statistics.median(ms for _, ms in runs["free"])
+    cpu_mixed = statistics.median(ms for _, ms in runs["half_constrained"])
     result = {
         "machine": {
             "cpu": cpu_model(),
@@ -126,11 +134,14 @@ def main() -> None:
             "streams": args.streams,
             "constrained_streams": args.streams // 2,
             "max_tokens": args.max_tokens,
-            "free_output_tok_s": round(free, 1),
-            "half_constrained_output_tok_s": round(mixed, 1),
-            "slowdown_percent": round(100 * (1 - mixed / free), 1),
+            "free_output_tok_s_median": round(free, 1),
+            "half_constrained_output_tok_s_median": round(mixed, 1),
+            "slowdown_percent": round(100 * (1 - statistics.median(ratios)), 1),
             "target_slowdown_percent": 10,
-            "runs_tok_s": {k: [round(v, 1) for v in vs] for k, vs in runs.items()},
+            "pair_slowdowns_percent": [round(100 * (1 - r), 1) for r in ratios],
+            "cpu_ms_per_token_median": {"free": round(cpu_free, 2), "half": round(cpu_mixed, 2)},
+            "cpu_slowdown_percent": round(100 * (cpu_mixed / cpu_free - 1), 1),
+            "runs_tok_s": {k: [round(v[0], 1) for v in vs] for k, vs in runs.items()},
         },
         "compile": compiled,
     }
