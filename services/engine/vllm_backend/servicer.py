@@ -131,7 +131,11 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
                 queue.put_nowait(chunk)
         except (VllmRequestError, VllmUnavailable) as exc:
             queue.put_nowait(exc)
-        queue.put_nowait(_END)
+        except ValueError as exc:  # a chunk that is not JSON: the stream cannot be trusted
+            queue.put_nowait(VllmUnavailable(f"unreadable vLLM stream: {exc!r}"))
+        finally:
+            # Always, so the stream's reader never waits on a reader that is gone.
+            queue.put_nowait(_END)
 
     async def Abort(self, request, context):
         queue = self._streams.get(request.request_id)
