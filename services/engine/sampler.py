@@ -1,6 +1,7 @@
 """Turn next-token logits into token ids, one request's settings per row."""
 
 from collections.abc import Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -39,16 +40,21 @@ class Sampler:
         self.eos_token_ids = list(eos_token_ids)
 
     def __call__(self, logits: torch.Tensor, requests: Sequence[SamplingRequest]) -> list[int]:
-        """logits is [vocab] or [len(requests), vocab], for each request's next position."""
+        """logits is [vocab] or [len(requests), vocab], for each request's next position.
+
+        The batch is processed as one [rows, vocab] tensor and its argmax
+        crosses to the host once: per-row work is left to rows that sample
+        (each from its own generator) or carry penalties.
+        """
         rows = logits.float().reshape(len(requests), -1)
         rows = apply_grammars(rows, [request.grammar for request in requests])
-        return [self._sample_one(row, request) for row, request in zip(rows, requests, strict=True)]
-
-    def _sample_one(self, logits: torch.Tensor, request: SamplingRequest) -> int:
-        probs, argmax = self.distribution(logits, request)
-        if probs is None:
-            return argmax
-        return int(torch.multinomial(probs, 1, generator=request.generator))
+        with self._processed(rows, requests):
+            tokens = rows.argmax(-1).tolist()
+            for i, request in enumerate(requests):
+                if request.params.temperature >= _GREEDY_BELOW:
+                    probs = _probabilities(rows[i], request.params)
+                    tokens[i] = int(torch.multinomial(probs, 1, generator=request.generator))
+        return tokens
 
     def distribution(
         self, logits: torch.Tensor, request: SamplingRequest
@@ -58,27 +64,41 @@ class Sampler:
         A grammar's mask is not applied here but by the caller, for the whole
         batch at once (__call__, or speculative verification for its drafts).
         """
-        params = request.params
-        logits = self._penalize(logits.float().clone(), request)
-        banned = self._banned_ids(request)
-        if banned:
-            logits[banned] = float("-inf")
-        argmax = int(logits.argmax())
-        if params.temperature < _GREEDY_BELOW:
-            return None, argmax
-        logits = logits / params.temperature
-        if params.top_k:
-            kth_largest = logits.topk(min(params.top_k, logits.numel())).values[-1]
-            logits[logits < kth_largest] = float("-inf")
-        if params.top_p < 1:
-            logits = _top_p(logits, params.top_p)
-        probs = logits.softmax(-1)
-        if params.min_p:
-            probs[probs < params.min_p * probs.max()] = 0
-            probs /= probs.sum()
-        return probs, argmax
+        rows = logits.float().reshape(1, -1)
+        with self._processed(rows, [request]):
+            argmax = int(rows[0].argmax())
+            if request.params.temperature < _GREEDY_BELOW:
+                return None, argmax
+            return _probabilities(rows[0], request.params), argmax
 
-    def _penalize(self, logits: torch.Tensor, request: SamplingRequest) -> torch.Tensor:
+    @contextmanager
+    def _processed(self, rows: torch.Tensor, requests: Sequence[SamplingRequest]):
+        """rows with penalties applied and banned tokens at -inf, in place, put back after.
+
+        In place rather than on a copy of the batch: a copy of every row
+        (64 x 49,152 floats) cost more than the rest of the sampler, and rows
+        may be the caller's logits, which must come back as they were.
+        """
+        banned = [(i, t) for i, request in enumerate(requests) for t in self._banned_ids(request)]
+        penalized = [i for i, request in enumerate(requests) if _has_penalties(request)]
+        saved_rows = rows[penalized].clone() if penalized else None
+        if banned:
+            row_ids, token_ids = (list(ids) for ids in zip(*banned, strict=True))
+            saved_scores = rows[row_ids, token_ids]
+        try:
+            for i in penalized:
+                self._penalize(rows[i], requests[i])
+            if banned:
+                rows[row_ids, token_ids] = float("-inf")
+            yield
+        finally:
+            if banned:
+                rows[row_ids, token_ids] = saved_scores
+            if saved_rows is not None:
+                rows[penalized] = saved_rows
+
+    def _penalize(self, logits: torch.Tensor, request: SamplingRequest) -> None:
+        """In place, on one row of the batch's copy."""
         params = request.params
         if params.repetition_penalty != 1:
             # Hugging Face's rule over prompt and output: always push a seen token's logit down.
@@ -99,7 +119,6 @@ class Sampler:
             output = torch.tensor(request.output_ids, dtype=torch.long, device=logits.device)
             ids, counts = output.unique(return_counts=True)
             logits[ids] -= params.presence_penalty + params.frequency_penalty * counts.float()
-        return logits
 
     def _banned_ids(self, request: SamplingRequest) -> list[int]:
         params = request.params
@@ -112,6 +131,28 @@ class Sampler:
         if too_early:
             banned += params.stop_token_ids
         return banned
+
+
+def _has_penalties(request: SamplingRequest) -> bool:
+    params = request.params
+    return params.repetition_penalty != 1 or bool(
+        (params.presence_penalty or params.frequency_penalty) and request.output_ids
+    )
+
+
+def _probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """One processed row's distribution after temperature, top-k, top-p and min-p."""
+    logits = logits / params.temperature
+    if params.top_k:
+        kth_largest = logits.topk(min(params.top_k, logits.numel())).values[-1]
+        logits[logits < kth_largest] = float("-inf")
+    if params.top_p < 1:
+        logits = _top_p(logits, params.top_p)
+    probs = logits.softmax(-1)
+    if params.min_p:
+        probs[probs < params.min_p * probs.max()] = 0
+        probs /= probs.sum()
+    return probs
 
 
 def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:

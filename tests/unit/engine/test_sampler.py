@@ -1,3 +1,4 @@
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
@@ -236,3 +237,27 @@ def test_every_sample_of_any_seed_gets_a_distinct_valid_stream(seed):
     assert len(set(seeds)) == 16
     for s in seeds:
         make_generator(s)
+
+
+def _ops(run) -> list[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        run()
+    return [event.name for event in profile.events()]
+
+
+def test_greedy_rows_add_no_ops_to_a_batch():
+    # What a step costs must not grow op by op with its greedy rows: the
+    # batch's argmax is one op (one transfer to the host), and EOS banned by
+    # ignore_eos is one indexed write for every row; only the sampled row
+    # has work of its own.
+    def batch(greedy_rows: int) -> list[Request]:
+        greedy = SamplingParams(temperature=0, ignore_eos=True)
+        return [*(Request(greedy) for _ in range(greedy_rows)), Request(SamplingParams(seed=3))]
+
+    three, seven = random_logits(rows=4), random_logits(rows=8)
+    assert Counter(_ops(lambda: sampler(seven, batch(7)))) == Counter(
+        _ops(lambda: sampler(three, batch(3)))
+    )
+    banned = seven.clone()
+    banned[:, EOS] = float("-inf")
+    assert sampler(seven, batch(7))[:7] == banned.argmax(-1).tolist()[:7]
