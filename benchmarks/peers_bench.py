@@ -180,6 +180,7 @@ def vllm_server(dtype: str, levels: tuple[int, ...], args) -> Server:
         "enforce_eager": args.vllm_enforce_eager,
         "kv_cache_gib": args.vllm_kv_cache_gib,
         "omp_threads_bind": args.vllm_cpus or "auto",
+        "python_override": os.environ.get(VLLM.python_env, ""),
     }
     return Server(f"vllm-{dtype}", levels, open_vllm, setup)
 
@@ -205,6 +206,8 @@ def llamacpp_server(levels: tuple[int, ...], threads: int) -> Server:
         "threads": threads,
         "context": config.context,
         "build_env": dict(peer.build_env),
+        # A developer's own install instead of the venv built with build_env.
+        "python_override": os.environ.get(peer.python_env, ""),
         "serves": "one request at a time",
     }
     return Server(peers_report.LLAMACPP, levels, open_llama, setup)
