@@ -29,7 +29,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from benchmarks.machine import cpu_model
+from services.bench import engine_metrics
 from services.bench.client import ChatClient, RequestResult
 from services.bench.plot import plot_run
 from services.bench.report import plot_inputs
@@ -153,6 +157,27 @@ async def overhead(args) -> tuple[dict, dict, dict]:
     return runs, samples, added
 
 
+# vLLM's own counters under the names services.bench.engine_metrics reads for ours.
+_VLLM_COUNTERS = {
+    "vllm:prefix_cache_queries_total": engine_metrics.QUERIED,
+    "vllm:prefix_cache_hits_total": engine_metrics.HITS,
+    "vllm:num_preemptions_total": engine_metrics.PREEMPTIONS,
+}
+
+
+async def _vllm_counters(urls: dict[str, str]) -> dict[str, dict[str, float]]:
+    counters = {}
+    async with httpx.AsyncClient(timeout=30) as http:
+        for name, url in urls.items():
+            totals = dict.fromkeys(_VLLM_COUNTERS.values(), 0.0)
+            for family in text_string_to_metric_families((await http.get(f"{url}/metrics")).text):
+                for sample in family.samples:
+                    if sample.name in _VLLM_COUNTERS:
+                        totals[_VLLM_COUNTERS[sample.name]] += sample.value
+            counters[name] = totals
+    return counters
+
+
 async def routing(args) -> tuple[dict, dict]:
     """The shared-prefix scenario over two vLLM replicas, per routing policy."""
     scenario = SharedPrefix(
@@ -171,9 +196,14 @@ async def routing(args) -> tuple[dict, dict]:
             client = ChatClient(
                 f"{stack.gateway_url}/v1", stack.api_key, DEFAULT_MODEL_ID, args.timeout
             )
+            before = await _vllm_counters(stack.vllm_urls)
             runs[policy], samples[policy] = await measure(
                 scenario, client, args.max_tokens, {}, policy
             )
+            after = await _vllm_counters(stack.vllm_urls)
+            # measure() primes each group's prompt first; these counters include
+            # that priming, which both policies send alike.
+            runs[policy]["prefix_cache"] = engine_metrics.hit_rates(before, after)
             await client.close()
         finally:
             stack.stop()
