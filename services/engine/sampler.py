@@ -85,17 +85,21 @@ class Sampler:
         if banned:
             row_ids, token_ids = (list(ids) for ids in zip(*banned, strict=True))
             saved_scores = rows[row_ids, token_ids]
+        # The model's logits are inference tensors, written in place only in
+        # inference mode; what the caller computes from the rows keeps its own mode.
         try:
-            for i in penalized:
-                self._penalize(rows[i], requests[i])
-            if banned:
-                rows[row_ids, token_ids] = float("-inf")
+            with torch.inference_mode():
+                for i in penalized:
+                    self._penalize(rows[i], requests[i])
+                if banned:
+                    rows[row_ids, token_ids] = float("-inf")
             yield
         finally:
-            if banned:
-                rows[row_ids, token_ids] = saved_scores
-            if saved_rows is not None:
-                rows[penalized] = saved_rows
+            with torch.inference_mode():
+                if banned:
+                    rows[row_ids, token_ids] = saved_scores
+                if saved_rows is not None:
+                    rows[penalized] = saved_rows
 
     def _penalize(self, logits: torch.Tensor, request: SamplingRequest) -> None:
         """In place, on one row of the batch's copy."""

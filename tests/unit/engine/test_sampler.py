@@ -261,3 +261,19 @@ def test_greedy_rows_add_no_ops_to_a_batch():
     banned = seven.clone()
     banned[:, EOS] = float("-inf")
     assert sampler(seven, batch(7))[:7] == banned.argmax(-1).tolist()[:7]
+
+
+def test_samples_the_models_inference_tensors_outside_inference_mode():
+    # Speculative verification hands the sampler rows of the step's logits,
+    # made under inference_mode, from outside it.
+    with torch.inference_mode():
+        logits = random_logits(rows=2)
+    params = SamplingParams(temperature=0.7, ignore_eos=True, repetition_penalty=1.3, seed=1)
+    request = Request(params, prompt_ids=[1, 3])
+    before = logits.clone()
+    probs, argmax = sampler.distribution(logits[0], request)
+    assert probs[EOS] == 0 and argmax != EOS
+    assert sampler(logits, [request, Request(SamplingParams(temperature=0))])[1] == int(
+        before[1].argmax()
+    )
+    assert torch.equal(logits, before)
