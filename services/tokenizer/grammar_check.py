@@ -23,6 +23,12 @@ class GrammarChecker:
         self._compiler = None
         self._lock = threading.Lock()
 
+    def prepare(self) -> None:
+        """Build the compiler now. Its cost is the vocabulary's, the same for every
+        request, so callers run this outside a request's compile deadline: on a
+        loaded machine it took longer than the deadline and refused a valid grammar."""
+        self.compiler()
+
     def check(self, spec: GrammarSpec) -> None:
         """Raise GrammarError if the grammar cannot be compiled for this vocabulary."""
         self.compiler().compile(spec)
