@@ -40,7 +40,9 @@ def redis_process(
     if passwords is not None:
         users = data_dir / "users.acl"
         write_private(users, acl_file(passwords, has_key_permissions(binary)))
-        argv += ["--aclfile", str(users)]
+        # Absolute: Redis changes into --dir before it reads the file (`maas up`'s
+        # default state dir, .maas, is relative).
+        argv += ["--aclfile", str(users.resolve())]
     argv += [
         "--port",
         str(port),
