@@ -135,6 +135,19 @@ def kv_batch_proto(engine_id: str, batch: KvEventBatch) -> engine_pb2.KvEventBat
     )
 
 
+async def refuse_unservable(request, context, model_id: str, draining: bool) -> None:
+    """Abort a Generate this engine must not take: another model's, or any while draining.
+
+    Both backends (this one and vllm_backend) answer these the same way.
+    """
+    if request.model and request.model != model_id:
+        await context.abort(
+            grpc.StatusCode.NOT_FOUND, f"this engine serves {model_id!r}, not {request.model!r}"
+        )
+    if draining:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "engine is draining")
+
+
 class EngineServicer(engine_pb2_grpc.EngineServicer):
     def __init__(self, model_id: str, engine_id: str, engine: AsyncEngine, tokenizer):
         self._model_id = model_id
@@ -144,13 +157,7 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         self.draining = False
 
     async def Generate(self, request, context):
-        if request.model and request.model != self._model_id:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"this engine serves {self._model_id!r}, not {request.model!r}",
-            )
-        if self.draining:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "engine is draining")
+        await refuse_unservable(request, context, self._model_id, self.draining)
         if not request.request_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request_id is required")
         prompt = list(request.prompt_token_ids)

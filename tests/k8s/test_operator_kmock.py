@@ -64,7 +64,7 @@ def model_deployment(**spec) -> dict:
     }
 
 
-async def eventually(check, timeout: float = 15.0, what: str = ""):
+async def eventually(check, timeout: float = 60.0, what: str = ""):
     deadline = time.monotonic() + timeout
     while True:
         result = check()

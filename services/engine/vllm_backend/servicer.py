@@ -21,7 +21,7 @@ from services.common.block_hash import request_salt
 from services.common.engine_metadata import SCHEDULED
 from services.common.logging import get_logger
 from services.engine.grammar.spec import GrammarError
-from services.engine.servicer import kv_batch_proto, load_report, response_of
+from services.engine.servicer import kv_batch_proto, load_report, refuse_unservable, response_of
 from services.engine.vllm_backend.cache_salt import SaltBook
 from services.engine.vllm_backend.completion_stream import (
     CompletionStream,
@@ -76,13 +76,7 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
 
     async def Generate(self, request, context):
         info = self._info
-        if request.model and request.model != info.model_id:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"this engine serves {info.model_id!r}, not {request.model!r}",
-            )
-        if self.draining:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "engine is draining")
+        await refuse_unservable(request, context, info.model_id, self.draining)
         if not request.request_id or request.request_id in self._streams:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "request_id is required and must be unique"
