@@ -12,10 +12,27 @@ import json
 from collections.abc import Iterable
 
 from maas.v1 import gateway_pb2
+from services.gateway.body_shape import MAX_ITEMS, json_items
 
 
 class FieldError(ValueError):
     """A field the caller sent that cannot be read: INVALID_ARGUMENT."""
+
+
+def check_json_fields(tools: Iterable[gateway_pb2.Tool], options) -> None:
+    """Bound the request's JSON-text fields together before any is decoded.
+
+    Over HTTP the body's shape is bounded before json.loads (body_shape.py);
+    here the same bound covers every schema and parameters text of one request,
+    so many fields just under it cannot add up to what one body may not.
+    """
+    texts = [tool.function.parameters for tool in tools]
+    if options.HasField("response_format"):
+        texts.append(options.response_format.json_schema.schema)
+    if sum(json_items(text.encode()) for text in texts if text) > MAX_ITEMS:
+        raise FieldError(
+            f"the request's JSON schemas have more than {MAX_ITEMS} arrays, objects and elements"
+        )
 
 
 def tool_dicts(tools: Iterable[gateway_pb2.Tool]) -> Iterable[dict]:
@@ -57,6 +74,8 @@ def json_object(text: str, param: str) -> dict:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise FieldError(f"{param} is not JSON: {exc}") from None
+    except RecursionError:
+        raise FieldError(f"{param} is nested too deeply") from None
     if not isinstance(value, dict):
         raise FieldError(f"{param} must be a JSON object")
     return value

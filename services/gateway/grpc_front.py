@@ -27,6 +27,7 @@ from services.gateway.errors import APIError
 from services.gateway.grpc_chat import (
     FieldError,
     call_deltas,
+    check_json_fields,
     response_format_dict,
     tool_choice_value,
     tool_dicts,
@@ -106,6 +107,7 @@ class GatewayServicer:
 
     async def ChatCompletion(self, principal, request, context):
         try:
+            check_json_fields(request.tools, request.options)
             body = ChatCompletionRequest(
                 model=request.model,
                 # Generators: pydantic stops at the schema's max_length instead
@@ -124,6 +126,7 @@ class GatewayServicer:
 
     async def Completion(self, principal, request, context):
         try:
+            check_json_fields((), request.options)
             body = CompletionRequest(
                 model=request.model,
                 prompt=request.prompt,

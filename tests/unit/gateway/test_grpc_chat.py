@@ -6,8 +6,11 @@ import pytest
 
 from maas.v1 import gateway_pb2, tokenizer_pb2
 from services.common.chat_messages import message_dict
+from services.gateway.body_shape import MAX_ITEMS
 from services.gateway.grpc_chat import (
     FieldError,
+    check_json_fields,
+    json_object,
     response_format_dict,
     tool_choice_value,
     tool_dicts,
@@ -78,3 +81,23 @@ def test_json_text_that_is_not_an_object_is_refused_by_field(text, problem):
     )
     with pytest.raises(FieldError, match=f"json_schema.schema {problem}"):
         response_format_dict(fmt)
+
+
+def test_json_fields_are_bounded_together_before_any_is_decoded():
+    # Worst case within one gRPC message: many tools, each just under the one-body
+    # bound, that would decode to ~95 MB of lists together.
+    flood = "[" + ",".join(["[]"] * (MAX_ITEMS // 4)) + "]"
+    tools = [
+        gateway_pb2.Tool(
+            type="function", function=gateway_pb2.FunctionDefinition(name=f"f{i}", parameters=flood)
+        )
+        for i in range(8)
+    ]
+    check_json_fields(tools[:1], gateway_pb2.CompletionOptions())
+    with pytest.raises(FieldError, match="more than"):
+        check_json_fields(tools, gateway_pb2.CompletionOptions())
+
+
+def test_a_deeply_nested_parameters_text_is_refused_not_a_crash():
+    with pytest.raises(FieldError, match="nested too deeply"):
+        json_object("[" * 200_000 + "]" * 200_000, "tools[0].function.parameters")
