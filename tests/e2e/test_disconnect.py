@@ -61,5 +61,6 @@ async def test_disconnect_frees_the_engines_blocks(stack, stream):
             await asyncio.gather(pending, return_exceptions=True)
         closed_at = time.monotonic()
     # The engine needs up to one model step to notice; the 100 ms budget for
-    # the gateway's own part is checked against a stub engine.
-    assert await seconds_until_idle(stack, closed_at) < 0.5
+    # the gateway's own part is checked against a stub engine. The bound here
+    # is a few steps on a loaded 2-core machine: a leak never goes idle at all.
+    assert await seconds_until_idle(stack, closed_at) < 2.0
