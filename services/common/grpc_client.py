@@ -2,9 +2,11 @@
 
 import grpc
 
-from services.common.grpc_interceptors import client_interceptors
+from services.common.grpc_interceptors import ClientCalls, client_interceptors
 from services.common.grpc_server import CHANNEL_OPTIONS
 from services.common.service_token import service_token
+
+OPTIONS = [*CHANNEL_OPTIONS, ("grpc.enable_retries", 1)]
 
 
 def open_channel(address: str, caller: str, token: str | None = None) -> grpc.aio.Channel:
@@ -12,6 +14,17 @@ def open_channel(address: str, caller: str, token: str | None = None) -> grpc.ai
     this process's own when None); the caller's name labels its client metrics."""
     return grpc.aio.insecure_channel(
         address,
-        options=[*CHANNEL_OPTIONS, ("grpc.enable_retries", 1)],
+        options=OPTIONS,
         interceptors=client_interceptors(caller, service_token() if token is None else token),
     )
+
+
+def open_plain_channel(address: str) -> grpc.aio.Channel:
+    """A channel without interceptors, for a caller that wraps its calls with
+    ClientCalls itself (the same token, spans and metrics)."""
+    return grpc.aio.insecure_channel(address, options=OPTIONS)
+
+
+def client_calls(caller: str, token: str | None = None) -> ClientCalls:
+    """Token, spans and client metrics of `caller`'s calls on plain channels."""
+    return ClientCalls(caller, service_token() if token is None else token)

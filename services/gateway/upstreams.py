@@ -18,13 +18,14 @@ router failed (maas_router_picks_total{outcome="no_endpoint"} counts those).
 """
 
 import asyncio
+import time
 
 import grpc
 from prometheus_client import Counter
 
 from maas.v1 import engine_pb2_grpc, router_pb2_grpc, tokenizer_pb2_grpc
-from services.common.grpc_client import open_channel
-from services.common.grpc_interceptors import SERVER_ERRORS
+from services.common.grpc_client import client_calls, open_plain_channel
+from services.common.grpc_interceptors import SERVER_ERRORS, ClientCalls
 
 ERRORS = Counter(
     "maas_gateway_upstream_errors",
@@ -36,7 +37,7 @@ TOKENIZER, ROUTER, ENGINE = "tokenizer", "router", "engine"
 FAULTS = SERVER_ERRORS | {grpc.StatusCode.RESOURCE_EXHAUSTED}
 # (upstream, method) -> codes that are an answer, not a failure.
 ANSWERS = {(ROUTER, "Pick"): {grpc.StatusCode.UNAVAILABLE}}
-# A call's status is read in a task of its own; held here until it has run.
+# A stream's status is read in a task of its own; held here until it has run.
 _RECORDING: set[asyncio.Task] = set()
 
 
@@ -45,53 +46,116 @@ def count_error(upstream: str, endpoint: str, kind: str) -> None:
 
 
 class CountedStub:
-    """A generated stub whose calls count their failures once they end."""
+    """A generated stub whose calls carry the service token and trace context,
+    get their CLIENT span and client metrics (ClientCalls), and count their
+    failures once they end.
 
-    def __init__(self, stub, upstream: str, endpoint: str):
-        self._stub, self._upstream, self._endpoint = stub, upstream, endpoint
+    The channels have no grpc.aio interceptors: an intercepted call runs in a
+    task of its own beside the call's, and its status was read in two more
+    (the interceptor's metrics, this count), several times the call's own
+    cost. A unary call is observed where it is awaited; a stream, when it ends.
+    """
+
+    def __init__(self, stub, service: str, upstream: str, endpoint: str, calls: ClientCalls):
+        self._stub, self._service = stub, service
+        self._upstream, self._endpoint, self._calls = upstream, endpoint, calls
 
     def __getattr__(self, method: str):
         multicallable = getattr(self._stub, method)
-        answers = ANSWERS.get((self._upstream, method), set())
+        full = f"/{self._service}/{method}"
+        answers = ANSWERS.get((self._upstream, method), frozenset())
+        if isinstance(multicallable, grpc.aio.UnaryStreamMultiCallable):
+            invoke = self._streaming(multicallable, full, answers)
+        else:
+            invoke = self._unary(multicallable, full, answers)
+        setattr(self, method, invoke)  # once per method, not per call
+        return invoke
 
-        def invoke(*args, **kwargs):
-            call = multicallable(*args, **kwargs)
-            call.add_done_callback(lambda done: self._on_done(done, answers))
+    def _unary(self, multicallable, full: str, answers):
+        calls = self._calls
+
+        async def invoke(request, timeout=None, metadata=None):
+            metadata, span = calls.start(full, metadata)
+            started, code = time.perf_counter(), grpc.StatusCode.OK
+            try:
+                return await multicallable(request, timeout=timeout, metadata=metadata)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                raise
+            except asyncio.CancelledError:
+                code = grpc.StatusCode.CANCELLED
+                raise
+            except BaseException:
+                code = grpc.StatusCode.UNKNOWN
+                raise
+            finally:
+                calls.finish(full, started, code, span)
+                self._count(code, answers)
+
+        return invoke
+
+    def _streaming(self, multicallable, full: str, answers):
+        def invoke(request, timeout=None, metadata=None):
+            metadata, span = self._calls.start(full, metadata)
+            started = time.perf_counter()
+            call = multicallable(request, timeout=timeout, metadata=metadata)
+            call.add_done_callback(lambda done: self._on_done(done, full, started, span, answers))
             return call
 
         return invoke
 
-    def _on_done(self, call, answers: set[grpc.StatusCode]) -> None:
+    def _on_done(self, call, full: str, started: float, span, answers) -> None:
         async def record() -> None:
             code = await call.code()
-            if code in FAULTS and code not in answers:
-                count_error(self._upstream, self._endpoint, code.name.lower())
+            self._calls.finish(full, started, code, span)
+            self._count(code, answers)
 
         task = asyncio.ensure_future(record())
         _RECORDING.add(task)
         task.add_done_callback(_RECORDING.discard)
 
+    def _count(self, code: grpc.StatusCode, answers) -> None:
+        if code in FAULTS and code not in answers:
+            count_error(self._upstream, self._endpoint, code.name.lower())
+
 
 class Upstreams:
     def __init__(self, tokenizer_address: str, router_address: str):
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._engines: dict[tuple[str, str], CountedStub] = {}
+        self._calls = client_calls("gateway")
         self.tokenizer = CountedStub(
             tokenizer_pb2_grpc.TokenizerStub(self._channel(tokenizer_address)),
+            "maas.v1.Tokenizer",
             TOKENIZER,
             tokenizer_address,
+            self._calls,
         )
         self.router = CountedStub(
-            router_pb2_grpc.RouterStub(self._channel(router_address)), ROUTER, router_address
+            router_pb2_grpc.RouterStub(self._channel(router_address)),
+            "maas.v1.Router",
+            ROUTER,
+            router_address,
+            self._calls,
         )
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         if address not in self._channels:
-            self._channels[address] = open_channel(address, "gateway")
+            self._channels[address] = open_plain_channel(address)
         return self._channels[address]
 
     def engine(self, address: str, endpoint_id: str) -> CountedStub:
         """An EngineStub for the replica at `address`, counting under its endpoint id."""
-        return CountedStub(engine_pb2_grpc.EngineStub(self._channel(address)), ENGINE, endpoint_id)
+        key = (address, endpoint_id)
+        if key not in self._engines:
+            self._engines[key] = CountedStub(
+                engine_pb2_grpc.EngineStub(self._channel(address)),
+                "maas.v1.Engine",
+                ENGINE,
+                endpoint_id,
+                self._calls,
+            )
+        return self._engines[key]
 
     async def wait_connected(self, address: str, endpoint_id: str, timeout: float) -> None:
         """An engine's connect timeout: a call on a channel that cannot connect
