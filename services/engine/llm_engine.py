@@ -53,6 +53,7 @@ from services.engine.sequence import Sequence
 from services.engine.spec.config import SpecConfig
 from services.engine.spec.decoder import SpeculativeDecoder
 from services.engine.spec.proposer import TargetInfo
+from services.engine.step_stats import FinishedRequest, StepStats
 from services.engine.stop_strings import StopStringMatcher
 
 log = get_logger(__name__)
@@ -112,6 +113,7 @@ class LLMEngine:
         self._grammars_lock = threading.Lock()
         # Called with a request's id when it first enters a step.
         self.on_scheduled: Callable[[str], None] | None = None
+        self.last_stats = StepStats()  # the latest step's, for tools and tests
 
     @property
     def has_work(self) -> bool:
@@ -235,14 +237,16 @@ class LLMEngine:
         request = self.requests.get(request_id)
         if request is None:
             return []
+        metrics.REQUESTS_FINISHED.labels("abort").inc()
         return [self._output(request, seq, [], "", "abort") for seq in self._end(request, "abort")]
 
-    def _fail(self, request: Request, exc: Exception) -> list[SeqOutput]:
+    def _fail(self, request: Request, exc: Exception, stats: StepStats) -> list[SeqOutput]:
         """End a request that made the step raise; one output carries the error."""
         log.warning(
             "request_failed_step", request_id=request.request_id, error=repr(exc), exc_info=exc
         )
         self._end(request, "error")
+        stats.finished.append(FinishedRequest("error"))
         error = (
             f"the engine failed on this request ({type(exc).__name__}: {exc}); "
             "it was removed, and the other requests in its batch went on"
@@ -252,7 +256,6 @@ class LLMEngine:
     def _end(self, request: Request, reason: str) -> list[Sequence]:
         """Forget the request, freeing its unfinished samples; return those samples."""
         self.requests.pop(request.request_id, None)
-        metrics.REQUESTS_FINISHED.labels(reason).inc()
         return self._stop(request, reason)
 
     def _stop(self, request: Request, reason: str) -> list[Sequence]:
@@ -262,26 +265,101 @@ class LLMEngine:
         return stopped
 
     def step(self) -> list[SeqOutput]:
-        """Run one step; a request that makes it raise fails alone (module docstring)."""
-        culprits = self._propose()
+        """Propose, schedule, run, postprocess; a request that makes it raise fails
+        alone (module docstring). The step's counts and timings are recorded once,
+        from the StepStats its phases fill in."""
+        stats = StepStats()
+        try:
+            culprits = self._propose(stats)
+            started = time.perf_counter()
+            plan = self.scheduler.schedule()
+            self._admit(plan, stats)
+            stats.phase_seconds["schedule"] = time.perf_counter() - started
+            ran = self._run(plan, culprits, stats)
+            return self._postprocess(ran, culprits, stats)
+        finally:
+            # A step that raised still preempted and admitted what it counted.
+            metrics.record_step(stats)
+            self.last_stats = stats
+
+    def _propose(self, stats: StepStats) -> dict[str, Exception]:
+        """Draft for the running sequences; the requests whose drafting raised,
+        already out of the schedule (they fail at the end of the step: if it
+        raises before then, the caller's fail-all still finds them)."""
+        running = list(self.scheduler.running)
+        if not running:
+            return {}
+        started = time.perf_counter()
+        parts, failed = bisect_failures(running, self.spec.propose)
+        stats.phase_seconds["propose"] = time.perf_counter() - started
+        proposer = [seconds for _, seconds in parts if seconds is not None]
+        if proposer:
+            stats.propose_seconds = sum(proposer)
+        culprits = {seq.request_id: exc for seq, exc in failed}
         for request_id in culprits:
-            # Out of the schedule now, failed at the end: if the step raises
-            # before then, the caller's fail-all still finds the request.
             self._stop(self.requests[request_id], "error")
-        plan = self.scheduler.schedule()
-        self._record_schedule(plan)
-        parts, failed = (
-            bisect_failures(plan.scheduled, lambda part: self._execute(part, plan))
-            if plan.scheduled
-            else ([], [])
-        )
+        return culprits
+
+    def _admit(self, plan: SchedulerOutput, stats: StepStats) -> None:
+        """The schedule's counts, and each request's first admission."""
+        now = time.monotonic()
+        stats.batch_size = len(plan.scheduled)
+        stats.num_preempted = len(plan.preempted)
+        for item in plan.scheduled:
+            seq = item.seq
+            decode = seq.num_computed_tokens >= seq.num_prompt_tokens
+            if decode and item.num_new_tokens == 1 + seq.num_draft_tokens:
+                stats.num_decode_tokens += item.num_new_tokens
+            else:
+                stats.num_prefill_tokens += item.num_new_tokens
+        for seq in plan.admitted:
+            request = self.requests[seq.request_id]
+            stats.prefix_queried_tokens += seq.num_tokens
+            stats.prefix_hit_tokens += seq.num_cached_tokens
+            if request.cached_prompt_tokens is None:
+                if self.on_scheduled is not None:
+                    self.on_scheduled(request.request_id)
+                request.cached_prompt_tokens = seq.num_cached_tokens
+                request.scheduled_time = now
+                stats.prompt_tokens += len(request.prompt_ids)
+                stats.queue_seconds.append(now - request.arrival_time)
+
+    def _run(
+        self, plan: SchedulerOutput, culprits: dict[str, Exception], stats: StepStats
+    ) -> list[tuple[list[ScheduledSeq], torch.Tensor]]:
+        """The forward over the schedule, bisected: the parts that ran with their
+        logits; the requests that failed alone join culprits."""
+        if not plan.scheduled:
+            return []
+        started = time.perf_counter()
+        parts, failed = bisect_failures(plan.scheduled, lambda part: self._execute(part, plan))
+        stats.phase_seconds["forward"] = time.perf_counter() - started
         if failed and not parts and len({item.seq.request_id for item, _ in failed}) > 1:
             raise failed[0][1]
         culprits.update((item.seq.request_id, exc) for item, exc in failed)
+        return parts
+
+    def _execute(self, part: list[ScheduledSeq], plan: SchedulerOutput) -> torch.Tensor:
+        copies = plan.block_copies
+        if copies and len(part) < len(plan.scheduled):
+            # Replaying another part's copies would overwrite KV that part already wrote.
+            owned = {block for item in part for block in item.seq.block_table}
+            copies = [(src, dst) for src, dst in copies if dst in owned]
+        return self.runner.execute(part, copies)
+
+    def _postprocess(
+        self,
+        ran: list[tuple[list[ScheduledSeq], torch.Tensor]],
+        culprits: dict[str, Exception],
+        stats: StepStats,
+    ) -> list[SeqOutput]:
+        """Bookkeeping request by request, one sampler call for the batch, then
+        the outputs; the culprits fail last."""
+        started = time.perf_counter()
         # Rows are cut before any bookkeeping: verification changes what
         # num_logits would say, and may finish (and free) the sequence.
         work: dict[str, list[tuple[ScheduledSeq, torch.Tensor]]] = {}
-        for part, logits in parts:
+        for part, logits in ran:
             offset = 0
             for item in part:
                 rows = logits[offset : offset + item.num_logits]
@@ -293,7 +371,7 @@ class LLMEngine:
             if request_id in culprits:
                 continue
             try:
-                done, to_sample = self._prepare(items)
+                done, to_sample = self._prepare(items, stats)
             except Exception as exc:
                 culprits[request_id] = exc
                 continue
@@ -307,31 +385,20 @@ class LLMEngine:
                 if seq.request_id in culprits:
                     continue
                 try:
-                    outputs.append(self._append_token(seq, token, row))
+                    outputs.append(self._append_token(seq, token, row, stats))
                 except Exception as exc:
                     culprits[seq.request_id] = exc
         for request_id, exc in culprits.items():
             if request_id in self.requests:
-                outputs += self._fail(self.requests[request_id], exc)
-        self._record_state()
+                outputs += self._fail(self.requests[request_id], exc, stats)
+        stats.num_running = len(self.scheduler.running)
+        stats.num_waiting = len(self.scheduler.waiting)
+        stats.kv_cache_usage = self.blocks.usage
+        stats.phase_seconds["postprocess"] = time.perf_counter() - started
         return outputs
 
-    def _propose(self) -> dict[str, Exception]:
-        """Draft for the running sequences; the requests whose drafting raised."""
-        running = list(self.scheduler.running)
-        _, failed = bisect_failures(running, self.spec.propose) if running else ([], [])
-        return {seq.request_id: exc for seq, exc in failed}
-
-    def _execute(self, part: list[ScheduledSeq], plan: SchedulerOutput) -> torch.Tensor:
-        copies = plan.block_copies
-        if copies and len(part) < len(plan.scheduled):
-            # Replaying another part's copies would overwrite KV that part already wrote.
-            owned = {block for item in part for block in item.seq.block_table}
-            copies = [(src, dst) for src, dst in copies if dst in owned]
-        return self.runner.execute(part, copies)
-
     def _prepare(
-        self, items: list[tuple[ScheduledSeq, torch.Tensor]]
+        self, items: list[tuple[ScheduledSeq, torch.Tensor]], stats: StepStats
     ) -> tuple[list[SeqOutput], list[tuple[Sequence, torch.Tensor]]]:
         """One request's bookkeeping after a step ran: the outputs of verified
         drafts, and the samples still to draw, each with its logits row."""
@@ -343,7 +410,7 @@ class LLMEngine:
         for item, seq_rows in items:
             seq = item.seq
             if len(seq_rows) and seq.num_draft_tokens:
-                outputs += self._append_verified(seq, seq_rows)
+                outputs += self._append_verified(seq, seq_rows, stats)
                 continue
             self.blocks.mark_computed(seq, seq.num_computed_tokens)
             if len(seq_rows):
@@ -353,15 +420,19 @@ class LLMEngine:
     def _sample(self, part: list[tuple[Sequence, torch.Tensor]]) -> list[int]:
         return self.sampler(torch.stack([row for _, row in part]), [seq for seq, _ in part])
 
-    def _append_verified(self, seq: Sequence, rows: torch.Tensor) -> list[SeqOutput]:
+    def _append_verified(
+        self, seq: Sequence, rows: torch.Tensor, stats: StepStats
+    ) -> list[SeqOutput]:
         """Keep the accepted draft and the token after it, stopping where the sequence ends."""
+        drafted = seq.num_draft_tokens
         tokens = self.spec.accept(seq, rows)
+        stats.verifications.append((drafted, len(tokens) - 1))
         # The KV of the last real token and of every accepted draft token is valid.
         seq.num_computed_tokens += len(tokens) - 1
         self.blocks.mark_computed(seq, seq.num_computed_tokens)
         outputs = []
         for token, row in zip(tokens, rows, strict=False):
-            outputs.append(self._append_token(seq, token, row))
+            outputs.append(self._append_token(seq, token, row, stats))
             if outputs[-1].finish_reason is not None:
                 break
         return outputs
@@ -372,19 +443,21 @@ class LLMEngine:
             return []
         return [self._add_sample(request, i, parent=seq) for i in range(1, request.params.n)]
 
-    def _append_token(self, seq: Sequence, token: int, row: torch.Tensor) -> SeqOutput:
+    def _append_token(
+        self, seq: Sequence, token: int, row: torch.Tensor, stats: StepStats
+    ) -> SeqOutput:
         request = self.requests[seq.request_id]
         now = time.monotonic()
         if seq.grammar is not None and not seq.grammar.accept(token):
             # The mask allows only what the matcher accepts: a broken invariant.
             raise RuntimeError(f"the grammar refused sampled token {token}")
         seq.token_ids.append(token)
-        metrics.GENERATION_TOKENS.inc()
+        stats.num_generated_tokens += 1
         if request.first_token_time is None:
             request.first_token_time = now
-            metrics.TTFT_SECONDS.observe(now - request.arrival_time)
+            stats.ttft_seconds.append(now - request.arrival_time)
         if seq.last_token_time is not None:
-            metrics.ITL_SECONDS.observe(now - seq.last_token_time)
+            stats.itl_seconds.append(now - seq.last_token_time)
         seq.last_token_time = now
         text_state = request.texts[seq.index]
         text, stopped = text_state.stops.push(text_state.detokenizer.push(token))
@@ -396,7 +469,7 @@ class LLMEngine:
         if seq.params.logprobs:
             logprobs = [token_logprob(row, token, seq.params.top_logprobs)]
         if reason is not None:
-            self._finish(request, seq, reason, now)
+            self._finish(request, seq, reason, now, stats)
         return self._output(request, seq, [token], text, reason, logprobs)
 
     def _finish_reason(self, seq: Sequence, token: int) -> str | None:
@@ -413,16 +486,18 @@ class LLMEngine:
             return "length"
         return None
 
-    def _finish(self, request: Request, seq: Sequence, reason: str, now: float) -> None:
+    def _finish(
+        self, request: Request, seq: Sequence, reason: str, now: float, stats: StepStats
+    ) -> None:
         self.scheduler.finish(seq, reason)
         if not request.finished:
             return
         del self.requests[request.request_id]
-        metrics.REQUESTS_FINISHED.labels(reason).inc()
-        metrics.E2E_SECONDS.observe(now - request.arrival_time)
         generated = max(len(s.output_ids) for s in request.seqs)
+        tpot = None
         if generated > 1 and request.first_token_time is not None:
-            metrics.TPOT_SECONDS.observe((now - request.first_token_time) / (generated - 1))
+            tpot = (now - request.first_token_time) / (generated - 1)
+        stats.finished.append(FinishedRequest(reason, now - request.arrival_time, tpot))
 
     def _output(self, request, seq, tokens, text, reason, logprobs=(), error=None) -> SeqOutput:
         return SeqOutput(
@@ -445,26 +520,3 @@ class LLMEngine:
             first_token_time=request.first_token_time,
             error=error,
         )
-
-    def _record_schedule(self, plan: SchedulerOutput) -> None:
-        now = time.monotonic()
-        for seq in plan.admitted:
-            request = self.requests[seq.request_id]
-            metrics.PREFIX_QUERIED.inc(seq.num_tokens)
-            metrics.PREFIX_HITS.inc(seq.num_cached_tokens)
-            if request.cached_prompt_tokens is None:
-                if self.on_scheduled is not None:
-                    self.on_scheduled(request.request_id)
-                request.cached_prompt_tokens = seq.num_cached_tokens
-                request.scheduled_time = now
-                metrics.PROMPT_TOKENS.inc(len(request.prompt_ids))
-                metrics.QUEUE_SECONDS.observe(now - request.arrival_time)
-        metrics.PREEMPTIONS.inc(len(plan.preempted))
-        if plan.scheduled:
-            metrics.BATCH_SIZE.observe(len(plan.scheduled))
-            metrics.STEP_TOKENS.observe(plan.num_tokens)
-
-    def _record_state(self) -> None:
-        metrics.REQUESTS_RUNNING.set(len(self.scheduler.running))
-        metrics.REQUESTS_WAITING.set(len(self.scheduler.waiting))
-        metrics.KV_CACHE_USAGE.set(self.blocks.usage)

@@ -1,8 +1,13 @@
-"""Engine metrics (maas_engine_*): the signals the router and autoscaler use."""
+"""Engine metrics (maas_engine_*): the signals the router and autoscaler use.
+
+The engine loop records a step in one call, record_step, from the StepStats
+its phases filled in; nothing in the step's logic touches a series itself.
+"""
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from services.common.metrics import LATENCY_BUCKETS
+from services.engine.step_stats import StepStats
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256)
 
@@ -60,3 +65,47 @@ SPEC_PROPOSER_SECONDS = Histogram(
     "Time to propose guesses for one step's sequences",
     buckets=LATENCY_BUCKETS,
 )
+STEP_PHASE_SECONDS = Histogram(
+    "maas_engine_step_phase_seconds",
+    "Wall time of one phase of an engine step",
+    ["phase"],
+    buckets=LATENCY_BUCKETS,
+)
+
+
+def record_load(running: int, waiting: int, kv_cache_usage: float) -> None:
+    REQUESTS_RUNNING.set(running)
+    REQUESTS_WAITING.set(waiting)
+    KV_CACHE_USAGE.set(kv_cache_usage)
+
+
+def record_step(stats: StepStats) -> None:
+    PREFIX_QUERIED.inc(stats.prefix_queried_tokens)
+    PREFIX_HITS.inc(stats.prefix_hit_tokens)
+    PROMPT_TOKENS.inc(stats.prompt_tokens)
+    for seconds in stats.queue_seconds:
+        QUEUE_SECONDS.observe(seconds)
+    PREEMPTIONS.inc(stats.num_preempted)
+    if stats.batch_size:
+        BATCH_SIZE.observe(stats.batch_size)
+        STEP_TOKENS.observe(stats.num_prefill_tokens + stats.num_decode_tokens)
+    GENERATION_TOKENS.inc(stats.num_generated_tokens)
+    for seconds in stats.ttft_seconds:
+        TTFT_SECONDS.observe(seconds)
+    for seconds in stats.itl_seconds:
+        ITL_SECONDS.observe(seconds)
+    for finished in stats.finished:
+        REQUESTS_FINISHED.labels(finished.reason).inc()
+        if finished.e2e_seconds is not None:
+            E2E_SECONDS.observe(finished.e2e_seconds)
+        if finished.tpot_seconds is not None:
+            TPOT_SECONDS.observe(finished.tpot_seconds)
+    for drafted, accepted in stats.verifications:
+        SPEC_DRAFT_TOKENS.inc(drafted)
+        SPEC_ACCEPTED_TOKENS.inc(accepted)
+        SPEC_ACCEPTED_LENGTH.observe(accepted)
+    if stats.propose_seconds is not None:
+        SPEC_PROPOSER_SECONDS.observe(stats.propose_seconds)
+    for phase, seconds in stats.phase_seconds.items():
+        STEP_PHASE_SECONDS.labels(phase).observe(seconds)
+    record_load(stats.num_running, stats.num_waiting, stats.kv_cache_usage)

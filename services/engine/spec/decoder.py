@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from services.engine import metrics
 from services.engine.grammar.draft import constrain_draft
 from services.engine.sampler import Sampler
 from services.engine.sampling_params import SamplingParams
@@ -55,20 +54,22 @@ class SpeculativeDecoder:
         self.max_model_len = target.max_model_len
         self.proposer = make_proposer(config, target) if config.method else None
 
-    def propose(self, running: list[Sequence]) -> None:
+    def propose(self, running: list[Sequence]) -> float | None:
+        """Append drafts to the eligible; the proposer's seconds, None if it did not run."""
         if self.proposer is None or len(running) > self.config.max_batch:
-            return
+            return None
         seqs = [seq for seq in running if self._eligible(seq)]
         if not seqs:
-            return
+            return None
         requests = [DraftRequest(seq.seq_id, seq.token_ids, self._budget(seq)) for seq in seqs]
         started = time.perf_counter()
         drafts = self.proposer.propose(requests)
-        metrics.SPEC_PROPOSER_SECONDS.observe(time.perf_counter() - started)
+        seconds = time.perf_counter() - started
         for seq, draft in zip(seqs, drafts, strict=True):
             if draft:
                 seq.token_ids.extend(draft)
                 seq.num_draft_tokens = len(draft)
+        return seconds
 
     def _budget(self, seq: Sequence) -> int:
         # Fewer guesses where fewer are accepted: a rejected guess is wasted compute.
@@ -110,7 +111,4 @@ class SpeculativeDecoder:
 
         accepted, token = verify(draft, target, seq.generator)
         seq.draft_acceptance += _EMA * (accepted / drafted - seq.draft_acceptance)
-        metrics.SPEC_DRAFT_TOKENS.inc(drafted)
-        metrics.SPEC_ACCEPTED_TOKENS.inc(accepted)
-        metrics.SPEC_ACCEPTED_LENGTH.observe(accepted)
         return [*draft[:accepted], token]

@@ -98,6 +98,57 @@ def test_concurrent_greedy_equals_transformers(model, tokenizer, prompts, hf_gre
         assert tokens(got[(f"r{i}", 0)]) == hf_greedy(prompt, NEW_TOKENS), f"prompt {i} diverged"
 
 
+def test_each_step_counts_what_it_did_and_the_metrics_record_exactly_that(
+    model, tokenizer, prompts
+):
+    short, long = prompts[0], prompts[-1]
+    assert len(short) < 128 < len(long), "the long prompt must share a step as a chunk"
+    engine = make_engine(model, tokenizer)
+    series = {
+        "generated": ("maas_engine_generation_tokens_total", {}),
+        "prompt": ("maas_engine_prompt_tokens_total", {}),
+        "step_tokens": ("maas_engine_step_tokens_sum", {}),
+        "batches": ("maas_engine_batch_size_count", {}),
+        "ttft": ("maas_engine_time_to_first_token_seconds_count", {}),
+        "itl": ("maas_engine_inter_token_latency_seconds_count", {}),
+        "length": ("maas_engine_requests_finished_total", {"finish_reason": "length"}),
+        "forward": ("maas_engine_step_phase_seconds_count", {"phase": "forward"}),
+    }
+
+    def sample(name: str, labels: dict[str, str]) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = {key: sample(*series[key]) for key in series}
+    engine.add_request("short", short, greedy(3))
+    engine.add_request("long", long, greedy(3))
+    steps = []
+    while engine.has_work:
+        engine.step()
+        steps.append(engine.last_stats)
+    first = steps[0]
+    # Both admitted at once: the short prompt whole, the long one's first chunk.
+    assert (first.batch_size, first.num_prefill_tokens, first.num_decode_tokens) == (2, 128, 0)
+    assert first.prompt_tokens == len(short) + len(long) and len(first.queue_seconds) == 2
+    assert first.num_generated_tokens == len(first.ttft_seconds) == 1
+    assert set(first.phase_seconds) == {"schedule", "forward", "postprocess"}
+    assert steps[1].num_decode_tokens == 1  # the short one decodes beside the next chunk
+    assert sum(s.num_prefill_tokens for s in steps) == len(short) + len(long)
+    assert sum(s.num_decode_tokens for s in steps) == 2 * (3 - 1)
+    assert [f.reason for s in steps for f in s.finished] == ["length", "length"]
+    assert (steps[-1].num_running, steps[-1].num_waiting) == (0, 0)
+    after = {key: sample(*series[key]) - before[key] for key in series}
+    assert after == {
+        "generated": 6,
+        "prompt": len(short) + len(long),
+        "step_tokens": len(short) + len(long) + 4,
+        "batches": len(steps),
+        "ttft": 2,
+        "itl": 4,
+        "length": 2,
+        "forward": len(steps),
+    }
+
+
 def test_prefix_cache_hit_gives_the_same_tokens(model, tokenizer, prompts):
     engine = make_engine(model, tokenizer)
     prompt = prompts[-1]
