@@ -4,7 +4,7 @@ Every service installs a TracerProvider named after itself so that spans get
 real trace ids and the context crosses HTTP and gRPC hops. Spans are exported
 over OTLP/gRPC only when OTEL_EXPORTER_OTLP_ENDPOINT is set (the exporter reads
 the standard OTEL_* variables: endpoint, headers, timeout, OTEL_BSP_* batching);
-otherwise they are created (so ids propagate) and dropped.
+otherwise they are not sampled: they get ids, which propagate, and record nothing.
 
 The Redis usage stream is a hop too: the gateway puts the request's
 `traceparent` into the usage event and billing continues the trace from it.
@@ -17,6 +17,7 @@ from opentelemetry import context, propagate, trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 from services.common.logging import get_logger
 
@@ -24,7 +25,11 @@ log = get_logger(__name__)
 
 
 def configure_tracing(service: str) -> None:
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: f"maas-{service}"}))
+    trace.set_tracer_provider(tracer_provider(service))
+
+
+def tracer_provider(service: str) -> TracerProvider:
+    exporter = None
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -33,8 +38,17 @@ def configure_tracing(service: str) -> None:
                 "otlp_exporter_missing", hint="pip install opentelemetry-exporter-otlp-proto-grpc"
             )
         else:
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(provider)
+            exporter = OTLPSpanExporter()
+    # With nowhere to send them, spans are not recorded (unless OTEL_TRACES_SAMPLER
+    # asks): a recorded span costs its attributes, events and processor calls,
+    # several per request, for nothing. Unsampled spans still get ids, which propagate.
+    sampler = None if exporter or os.environ.get("OTEL_TRACES_SAMPLER") else ALWAYS_OFF
+    provider = TracerProvider(
+        resource=Resource.create({SERVICE_NAME: f"maas-{service}"}), sampler=sampler
+    )
+    if exporter is not None:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
 
 
 def inject_metadata(

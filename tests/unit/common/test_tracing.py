@@ -10,7 +10,12 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from services.common.grpc_interceptors import ServerInterceptor, client_interceptors
-from services.common.tracing import context_from_traceparent, current_traceparent, wall_time_ns
+from services.common.tracing import (
+    context_from_traceparent,
+    current_traceparent,
+    tracer_provider,
+    wall_time_ns,
+)
 from tests.unit.common.span_capture import captured_spans
 
 tracer = trace.get_tracer("test")
@@ -173,3 +178,26 @@ def test_traceparent_carries_the_current_span_and_brings_it_back(spans):
 def test_monotonic_readings_become_epoch_nanoseconds():
     ten_seconds_ago = wall_time_ns(time.monotonic() - 10)
     assert abs(time.time_ns() - 10e9 - ten_seconds_ago) < 0.1e9
+
+
+def test_without_an_exporter_spans_get_ids_and_record_nothing(monkeypatch):
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+    span = tracer_provider("test").get_tracer("t").start_span("request")
+    assert not span.is_recording()
+    assert span.get_span_context().is_valid
+    with trace.use_span(span):
+        assert current_traceparent().split("-")[1] == f"{span.get_span_context().trace_id:032x}"
+
+
+def test_an_exporter_or_a_sampler_asked_for_records_spans(monkeypatch):
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_on")
+    assert tracer_provider("test").get_tracer("t").start_span("request").is_recording()
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+    provider = tracer_provider("test")
+    try:
+        assert provider.get_tracer("t").start_span("request").is_recording()
+    finally:
+        provider.shutdown()
