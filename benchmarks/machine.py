@@ -3,29 +3,23 @@
 import os
 import platform
 
+from services.common.machine_profile import machine_profile
+
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return machine_profile().cpu_model
 
 
 def machine() -> dict:
     """The CPU a figure was measured on, as lscpu names it, and how busy the machine was."""
-    from services.common.cpu_flags import cpu_flags
-
-    flags = sorted(cpu_flags())
+    profile = machine_profile()
     return {
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        # What decides a CPU's matmul speed (bf16 and int8 paths above all), then every flag.
-        "simd_flags": [f for f in flags if f.startswith(("avx", "amx")) or f in ("fma", "f16c")],
-        "flags": flags,
+        "physical_cores": profile.physical_cores,
+        "simd_flags": profile.simd_flags,
+        "flags": sorted(profile.flags),
+        "gpu": profile.gpu,
         "load_average_1m": round(os.getloadavg()[0], 2),
         "platform": platform.platform(),
     }

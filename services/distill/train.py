@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from services.common.machine_profile import machine_profile
 from services.engine.dense_forward import dense_hidden
-from services.engine.device import cpu_has_native_bf16
 from services.engine.model import LlamaForCausalLM
 
 
@@ -48,7 +48,7 @@ def loss_of(model: LlamaForCausalLM, batch: torch.Tensor) -> torch.Tensor:
 
 def _autocast():
     # bfloat16 matmuls are several times faster where the CPU has them (AMX/AVX512-BF16).
-    if cpu_has_native_bf16():
+    if machine_profile().native_bf16:
         return torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

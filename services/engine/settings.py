@@ -26,7 +26,9 @@ class EngineSettings(ServiceSettings):
     model_path: str = Field("", description="GGUF file or HF folder; empty = bundled SmolLM2")
     engine_id: str = Field("", description="name in logs and KV events; empty = host:port")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="auto = bfloat16 on CUDA or a CPU with native bf16, else float32"
+        "auto",
+        description="auto = per machine (services/engine/machine_defaults.py): bfloat16 on "
+        "CUDA or a CPU with native bf16, else float32",
     )
     device: str = Field("auto", description="auto, cpu or cuda[:N]")
     enforce_eager: bool = Field(
@@ -39,8 +41,8 @@ class EngineSettings(ServiceSettings):
     torch_threads: int = Field(
         0,
         ge=0,
-        description="engine-core intra-op threads; 0 = on CPU every core the process may "
-        "run on (its CPU affinity), else torch's default",
+        description="engine-core intra-op threads; 0 = auto: every physical core the "
+        "process may run on (its CPU affinity), within a cgroup CPU limit",
     )
     block_size: int = Field(16, gt=0, description="tokens per KV-cache block")
     kv_cache_memory: int = Field(
@@ -80,7 +82,10 @@ class EngineSettings(ServiceSettings):
     )
     num_speculative_tokens: int = Field(4, gt=0, le=16, description="draft tokens per step")
     speculative_max_batch: int = Field(
-        8, gt=0, description="no speculation when more sequences than this are running"
+        0,
+        ge=0,
+        description="no speculation when more sequences than this are running; 0 = auto: "
+        "per machine, where verifying the drafts stops being bound by reading the weights",
     )
 
     @field_validator("quantization_group_size")

@@ -6,6 +6,7 @@ dying at start stops the stack (services.local.supervisor).
 
 import asyncio
 import contextlib
+import json
 import signal
 import sys
 import time
@@ -33,6 +34,27 @@ maas is ready at {url}/v1 in {seconds:.1f}s (model {model}, {replicas} engine(s)
     print(r.choices[0].message.content)'
 
 Ctrl-C stops everything."""
+
+
+def machine_defaults(engine_log: Path) -> str:
+    """What the engine chose for this machine, from its `engine_machine_defaults` log line."""
+    try:
+        lines = engine_log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        if '"engine_machine_defaults"' not in line:
+            continue
+        entry = json.loads(line)
+        omp = " ".join(f"{k}={v}" for k, v in entry["omp"].items()) or "no OpenMP team"
+        return (
+            f"engine on {entry['cpu_model']} ({' '.join(entry['cpu_flags']) or 'no SIMD flags'}"
+            f"{', ' + entry['gpu'] if entry['gpu'] else ''}): {entry['dtype']}, "
+            f"{entry['torch_threads']} compute threads, {omp}, quantization "
+            f"{entry['quantization']}, speculation up to batch {entry['speculative_max_batch']} "
+            "(why: engine_machine_defaults in its log)\n"
+        )
+    return ""
 
 
 def display_path(path: Path) -> str:
@@ -69,7 +91,8 @@ async def run(config: StackConfig, model_id: str) -> int:
         starting.result()
         bar.close()
         print(
-            EXAMPLES.format(
+            machine_defaults(config.state_dir / "logs" / "engine-0.log")
+            + EXAMPLES.format(
                 url=stack.gateway_url,
                 seconds=time.perf_counter() - started,
                 model=model_id,

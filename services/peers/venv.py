@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.common.cpu_flags import cpu_flags
+from services.common.machine_profile import AMX_FLAGS, machine_profile
 from services.common.model_cache import cache_root
 
 MARKER = "maas-peer.json"
@@ -52,7 +52,7 @@ class Peer:
 def llama_cmake_args(flags: frozenset[str]) -> str:
     # llama.cpp's native build segfaulted on an AMX Xeon (issue #13): there it
     # is told the ISA instead of detecting it.
-    if flags & {"amx_tile", "amx_bf16", "amx_int8"}:
+    if flags & AMX_FLAGS:
         return "-DGGML_NATIVE=OFF -DGGML_AVX2=ON"
     return "-DGGML_NATIVE=ON"
 
@@ -76,7 +76,9 @@ def llama_peer(flags: frozenset[str] | None = None) -> Peer:
         packages=("llama-cpp-python[server]==0.3.36",),
         module="llama_cpp.server",
         python_env="MAAS_LLAMA_PYTHON",
-        build_env={"CMAKE_ARGS": llama_cmake_args(cpu_flags() if flags is None else flags)},
+        build_env={
+            "CMAKE_ARGS": llama_cmake_args(machine_profile().flags if flags is None else flags)
+        },
     )
 
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.common.cpu_flags import has_native_bf16
+from services.common.machine_profile import machine_profile
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess
 from services.local.readiness import wait_ready
@@ -29,7 +29,7 @@ ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 
 
 def default_dtype() -> str:
-    return "bfloat16" if has_native_bf16() else "float32"
+    return "bfloat16" if machine_profile().native_bf16 else "float32"
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Build the LLMEngine from settings: load the model, size the KV cache.
 
-Runs in the engine-core process (process.py), which computes on every core
-it may run on unless --torch-threads says otherwise.
+Runs in the engine-core process (process.py), which computes on every
+physical core it may run on unless --torch-threads says otherwise
+(services/engine/machine_defaults.py).
 """
 
 import dataclasses
@@ -11,6 +12,7 @@ import time
 import torch
 
 from services.common.logging import get_logger
+from services.common.machine_profile import machine_profile
 from services.common.model_files import resolve_model_path
 from services.common.tokenizer_loader import load_tokenizer
 from services.engine.compiled_forward import compile_forward
@@ -19,6 +21,7 @@ from services.engine.kv_budget import kv_cache_bytes, model_bytes, num_blocks
 from services.engine.kv_cache import PagedKVCache
 from services.engine.llm_engine import EngineConfig, LLMEngine
 from services.engine.loader import load_model
+from services.engine.machine_defaults import resolve
 from services.engine.model_runner import ModelRunner
 from services.engine.quantization.config import QuantizationConfig
 from services.engine.settings import EngineSettings
@@ -30,12 +33,10 @@ log = get_logger(__name__)
 def build_engine(settings: EngineSettings) -> LLMEngine:
     path = resolve_model_path(settings.model_path)
     device = resolve_device(settings.device)
-    if settings.torch_threads:
-        torch.set_num_threads(settings.torch_threads)
-    elif device.type == "cpu":
-        # Every core this process may run on: the serving loop that streams
-        # tokens out is another process now, and needs no core of its own.
-        torch.set_num_threads(len(os.sched_getaffinity(0)))
+    # The launcher resolved `auto` already (and logged why); this fills it in
+    # for an engine built in-process.
+    settings = resolve(settings, machine_profile(), device.type == "cuda", os.environ).settings
+    torch.set_num_threads(settings.torch_threads)
     dtype = resolve_dtype(settings.dtype, device)
     started = time.perf_counter()
     quantization = QuantizationConfig(settings.quantization, settings.quantization_group_size)

@@ -6,21 +6,25 @@ import sys
 from dataclasses import dataclass
 
 from services.common.logging import get_logger
+from services.common.machine_profile import machine_profile
+from services.engine.device import resolve_device
+from services.engine.machine_defaults import Resolved, resolve
 from services.engine.settings import EngineSettings
 
 log = get_logger(__name__)
 
 
-def core_environment() -> dict[str, str]:
-    """This process's environment, with OpenMP's idle threads sleeping unless told otherwise.
+def resolve_for_core(settings: EngineSettings) -> Resolved:
+    """The core's settings with every `auto` chosen for this machine, logged once.
 
-    The core computes on every core, so whatever else runs (the serving
-    process streaming tokens, a neighbour) preempts one of its threads; with
-    OpenMP's default spin-waiting the others then spin at every barrier. On
-    the 2-core AMD EPYC (avx2) under load, one stream of the float32 SmolLM2
-    ran at 1.9 tokens/s on two threads spinning, 8.6 with PASSIVE, 8.1 on one thread.
+    Resolved here, not in the core: OpenMP reads its wait policy when the
+    core's torch loads, so the environment is decided before the core starts.
     """
-    return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
+    on_cuda = resolve_device(settings.device).type == "cuda"
+    machine = machine_profile()
+    resolved = resolve(settings, machine, on_cuda, os.environ)
+    log.info("engine_machine_defaults", **resolved.log_fields(machine))
+    return resolved
 
 
 @dataclass
@@ -29,6 +33,7 @@ class CoreProcess:
 
     @classmethod
     async def start(cls, settings: EngineSettings, directory: str) -> "CoreProcess":
+        resolved = resolve_for_core(settings)
         # Spawned from the event loop's (main) thread: the parent-death signal
         # fires when the thread that forked exits, and this one lives as long
         # as the serving process.
@@ -41,9 +46,9 @@ class CoreProcess:
             "-m",
             "services.engine.core.process",
             directory,
-            settings.model_dump_json(),
+            resolved.settings.model_dump_json(),
             stdin=asyncio.subprocess.DEVNULL,
-            env=core_environment(),
+            env={**os.environ, **resolved.core_env},
         )
         log.info("engine_core_spawned", pid=process.pid)
         return cls(process)

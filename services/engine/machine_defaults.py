@@ -1,0 +1,152 @@
+"""The engine's `auto` settings, chosen for the machine it runs on (issue #13 step 5).
+
+`derive` is the rule: from what the CPU has (flags, cores, a cgroup CPU
+limit) or that the model runs on CUDA, it picks the dtype, the core
+process's compute threads, OpenMP's wait policy, the quantization default
+and the batch above which speculative decoding stops. `resolve` applies it
+to settings: a flag or environment variable that names a value always
+wins; only `auto` (0 for the counts) is filled in. The serving process
+resolves once before starting the core and logs the outcome as one
+`engine_machine_defaults` line, with why each value was chosen.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from services.common.machine_profile import BF16_FLAGS, MachineProfile
+from services.engine.settings import EngineSettings
+
+OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+# Decode rows a forward verifies before it stops being bound by reading the
+# weights and starts costing like more steps: speculation stops where the
+# batch's drafts reach it. Measured on the 2-core AMD EPYC (avx2, float32):
+# n-gram speculation with 4 draft tokens paid up to batch 4 (20 rows,
+# 1.17-1.32x) and lost at batch 8 (0.85x; docs/speculative.md). The others
+# scale it by matmul throughput against memory bandwidth: AVX-512 doubles
+# the FMA width, native bf16 halves the bytes read per weight and AMX
+# multiplies the FLOP/s again, a GPU's ratio is some 10x a CPU's. Estimates.
+VERIFY_ROWS = {"avx2": 20, "avx512": 40, "bf16": 80, "cuda": 320}
+
+
+@dataclass(frozen=True)
+class Choice:
+    value: Any
+    why: str
+    source: str = "auto"  # or "flag" (a flag or MAAS_ variable), "env" (OpenMP's own)
+
+
+def machine_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
+    if on_cuda:
+        return Choice("bfloat16", "CUDA: bfloat16 tensor cores, half the weight bytes")
+    if machine.native_bf16:
+        have = ", ".join(sorted(BF16_FLAGS & machine.flags))
+        return Choice("bfloat16", f"the CPU has native bf16 matmuls ({have})")
+    return Choice("float32", "no amx_bf16/avx512_bf16: bf16 matmuls would be emulated, slower")
+
+
+def _threads(machine: MachineProfile) -> Choice:
+    why = f"{machine.physical_cores} physical cores of the {machine.cpus} CPUs it may run on"
+    if machine.cpu_quota is not None:
+        why += f", cgroup limit {machine.cpu_quota:g} CPUs"
+    return Choice(machine.compute_cores, why + "; the serving process computes on 1")
+
+
+def _omp(machine: MachineProfile, threads: int) -> Choice:
+    if threads == 1:
+        return Choice({}, "one compute thread: no OpenMP team to wait")
+    return Choice(
+        {"OMP_WAIT_POLICY": "PASSIVE"},
+        "idle threads sleep: the serving process and any neighbour share these cores, "
+        "and spinning threads starve them (docs/engine.md)",
+    )
+
+
+def _quantization(machine: MachineProfile, on_cuda: bool) -> Choice:
+    return Choice(
+        "none",
+        "no weight-only kernel is faster than the unquantized model at batch 1 within "
+        "the perplexity gate on this machine (docs/quantization.md)",
+    )
+
+
+def _spec_max_batch(machine: MachineProfile, on_cuda: bool, draft_tokens: int, cap: int) -> Choice:
+    if on_cuda:
+        kind = "cuda"
+    elif machine.native_bf16 or machine.amx:
+        kind = "bf16"
+    elif "avx512f" in machine.flags:
+        kind = "avx512"
+    else:
+        kind = "avx2"
+    rows = VERIFY_ROWS[kind]
+    batch = max(1, min(cap, rows // (draft_tokens + 1)))
+    return Choice(
+        batch, f"{kind}: ~{rows} rows per step stay weight-bound, {draft_tokens + 1} per sequence"
+    )
+
+
+def derive(
+    machine: MachineProfile, on_cuda: bool, draft_tokens: int, max_num_seqs: int
+) -> dict[str, Choice]:
+    """Every `auto` value for this machine, with why; a pure function of its arguments."""
+    threads = _threads(machine)
+    return {
+        "dtype": machine_dtype(machine, on_cuda),
+        "torch_threads": threads,
+        "omp": _omp(machine, threads.value),
+        "quantization": _quantization(machine, on_cuda),
+        "speculative_max_batch": _spec_max_batch(machine, on_cuda, draft_tokens, max_num_seqs),
+    }
+
+
+@dataclass(frozen=True)
+class Resolved:
+    settings: EngineSettings  # no `auto` left
+    core_env: dict[str, str]  # OpenMP variables the core process starts with
+    choices: dict[str, Choice]
+
+    def log_fields(self, machine: MachineProfile) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "cpu_model": machine.cpu_model,
+            "cpu_flags": machine.simd_flags,
+            "cpus": machine.cpus,
+            "physical_cores": machine.physical_cores,
+            "cpu_quota": machine.cpu_quota,
+            "gpu": machine.gpu,
+        }
+        for name, choice in self.choices.items():
+            fields[name] = choice.value
+            fields[f"{name}_why"] = f"{choice.source}: {choice.why}"
+        return fields
+
+
+# Settings whose `auto` this module fills in, and the value that means `auto`.
+_AUTO = {"dtype": "auto", "torch_threads": 0, "speculative_max_batch": 0}
+
+
+def resolve(
+    settings: EngineSettings, machine: MachineProfile, on_cuda: bool, environ: Mapping[str, str]
+) -> Resolved:
+    derived = derive(machine, on_cuda, settings.num_speculative_tokens, settings.max_num_seqs)
+    choices: dict[str, Choice] = {}
+    for name, auto in _AUTO.items():
+        given = getattr(settings, name)
+        choices[name] = derived[name] if given == auto else Choice(given, "given", "flag")
+    # Not given means the machine's choice. It is "none" on every machine yet, so the
+    # setting keeps "none" as its default; before it can be anything else the operator
+    # must pass --quantization=none for a ModelDeployment that asks for none.
+    given = "quantization" in settings.model_fields_set
+    choices["quantization"] = (
+        Choice(settings.quantization, "given", "flag") if given else derived["quantization"]
+    )
+    omp = {name: environ[name] for name in OMP_VARIABLES if name in environ}
+    threads = choices["torch_threads"].value
+    choices["omp"] = Choice(omp, "given", "env") if omp else _omp(machine, threads)
+    updates = {name: choices[name].value for name in (*_AUTO, "quantization")}
+    return Resolved(
+        settings=settings.model_copy(update=updates),
+        core_env={} if omp else dict(choices["omp"].value),
+        choices=choices,
+    )

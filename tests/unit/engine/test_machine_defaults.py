@@ -1,0 +1,125 @@
+"""The engine's per-machine defaults: derived from what the machine has; given values win."""
+
+import json
+
+import pytest
+from structlog.testing import capture_logs
+
+from services.common.machine_profile import MachineProfile
+from services.common.settings import parse_settings
+from services.engine.core.launcher import resolve_for_core
+from services.engine.machine_defaults import derive, resolve
+from services.engine.settings import EngineSettings
+from services.local.up import machine_defaults
+
+# The CI machine: 2 cores, AVX2, no AVX-512, no AMX.
+EPYC = MachineProfile(
+    "AMD EPYC", frozenset({"fma", "avx", "avx2", "f16c"}), cpus=2, physical_cores=2
+)
+# A Sapphire Rapids Xeon: 2 x 8 cores with hyperthreads, AMX and AVX512-BF16.
+XEON = MachineProfile(
+    "Intel(R) Xeon(R) Platinum 8480+",
+    frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"}),
+    cpus=32,
+    physical_cores=16,
+)
+GPU_HOST = MachineProfile(
+    "AMD EPYC 9654", frozenset({"avx2", "avx512f"}), 16, 16, gpu="NVIDIA H200"
+)
+
+
+def values(machine: MachineProfile, on_cuda: bool = False) -> dict:
+    return {
+        name: choice.value
+        for name, choice in derive(machine, on_cuda, draft_tokens=4, max_num_seqs=64).items()
+    }
+
+
+def test_an_avx2_epyc_computes_in_float32_on_both_cores_with_sleeping_threads():
+    assert values(EPYC) == {
+        "dtype": "float32",
+        "torch_threads": 2,
+        "omp": {"OMP_WAIT_POLICY": "PASSIVE"},
+        "quantization": "none",
+        # Measured here: n-gram speculation paid up to batch 4 and lost at 8.
+        "speculative_max_batch": 4,
+    }
+
+
+def test_an_amx_xeon_serves_bfloat16_on_its_physical_cores():
+    chosen = values(XEON)
+    assert (chosen["dtype"], chosen["torch_threads"]) == ("bfloat16", 16)
+    assert chosen["speculative_max_batch"] > values(EPYC)["speculative_max_batch"]
+
+
+def test_a_cuda_device_serves_bfloat16_and_speculates_up_to_the_batch_cap():
+    chosen = values(GPU_HOST, on_cuda=True)
+    assert chosen["dtype"] == "bfloat16"
+    assert chosen["speculative_max_batch"] == 64
+    assert (
+        derive(GPU_HOST, True, draft_tokens=4, max_num_seqs=8)["speculative_max_batch"].value == 8
+    )
+
+
+def test_one_thread_needs_no_openmp_policy():
+    one_core = MachineProfile("AMD EPYC", EPYC.flags, cpus=1, physical_cores=1)
+    assert values(one_core)["omp"] == {}
+
+
+def test_engine_settings_resolve_auto_through_the_machine():
+    settings = parse_settings(EngineSettings, [], "engine")
+    resolved = resolve(settings, XEON, on_cuda=False, environ={})
+    chosen = resolved.settings
+    assert (chosen.dtype, chosen.torch_threads, chosen.quantization) == ("bfloat16", 16, "none")
+    assert chosen.speculative_max_batch == values(XEON)["speculative_max_batch"]
+    assert resolved.core_env == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert resolved.choices["dtype"].source == "auto"
+
+
+def test_explicit_flags_and_openmp_environment_win():
+    flags = ["--dtype", "float32", "--torch-threads", "3", "--quantization", "int8"]
+    settings = parse_settings(EngineSettings, [*flags, "--speculative-max-batch", "2"], "engine")
+    resolved = resolve(settings, XEON, on_cuda=False, environ={"GOMP_SPINCOUNT": "1000"})
+    chosen = resolved.settings
+    assert (chosen.dtype, chosen.torch_threads, chosen.quantization) == ("float32", 3, "int8")
+    assert chosen.speculative_max_batch == 2
+    # The core inherits the environment's OpenMP variables; none are added.
+    assert resolved.core_env == {}
+    assert {c.source for c in resolved.choices.values()} == {"flag", "env"}
+
+
+def test_an_explicit_none_quantization_is_given_not_chosen():
+    settings = parse_settings(EngineSettings, ["--quantization", "none"], "engine")
+    assert resolve(settings, EPYC, False, {}).choices["quantization"].source == "flag"
+
+
+def test_the_launcher_logs_one_line_with_every_choice_and_why(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    with capture_logs() as logs:
+        resolved = resolve_for_core(parse_settings(EngineSettings, ["--device", "cpu"], "engine"))
+    (line,) = [entry for entry in logs if entry["event"] == "engine_machine_defaults"]
+    assert line["cpu_model"] and isinstance(line["cpu_flags"], list)
+    for name in ("dtype", "torch_threads", "omp", "quantization", "speculative_max_batch"):
+        assert line[f"{name}_why"].startswith("auto: ")
+    assert (line["dtype"], line["torch_threads"]) == (
+        resolved.settings.dtype,
+        resolved.settings.torch_threads,
+    )
+    assert resolved.core_env == line["omp"]
+
+
+def test_a_negative_speculative_batch_is_refused():
+    with pytest.raises(ValueError):
+        parse_settings(EngineSettings, ["--speculative-max-batch", "-1"], "engine")
+
+
+def test_maas_up_shows_the_engines_choices_from_its_log(tmp_path):
+    resolved = resolve(parse_settings(EngineSettings, [], "engine"), EPYC, False, {})
+    entry = {"event": "engine_machine_defaults", **resolved.log_fields(EPYC)}
+    log = tmp_path / "engine-0.log"
+    log.write_text('{"event": "engine_starting"}\n' + json.dumps(entry) + "\n")
+    shown = machine_defaults(log)
+    assert shown.startswith("engine on AMD EPYC (avx avx2 f16c fma): float32, 2 compute threads")
+    assert "OMP_WAIT_POLICY=PASSIVE" in shown and "batch 4" in shown
+    assert machine_defaults(tmp_path / "missing.log") == ""
