@@ -6,9 +6,9 @@ the last byte is sent (the stream's end, or the JSON response's background
 task), or at once on a path that sends nothing more of it.
 """
 
-import json
 from collections.abc import AsyncIterator
 
+import msgspec
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
@@ -29,8 +29,14 @@ STREAM_BROKEN = APIError(
 )
 
 
-def sse(body: dict | str) -> str:
-    return f"data: {body if isinstance(body, str) else json.dumps(body)}\n\n"
+_ENCODE = msgspec.json.Encoder().encode
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(body: dict) -> bytes:
+    """One SSE frame, as bytes (the server would encode text again); msgspec
+    writes a chunk's JSON in a fraction of json.dumps's time, once per token."""
+    return b"data: " + _ENCODE(body) + b"\n\n"
 
 
 async def respond(
@@ -108,7 +114,7 @@ async def _answer(
                 yield sse(shape.chunk(delta, body.include_usage))
             if body.include_usage:
                 yield sse(shape.usage_chunk(last))
-            yield sse("[DONE]")
+            yield DONE
         finally:
             # Reached after the last frame was sent, or when the client left.
             await deltas.aclose()
