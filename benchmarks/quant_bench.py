@@ -37,8 +37,9 @@ from services.engine.quantization.quantize import quantize_model
 from services.engine.sampling_params import SamplingParams
 from services.eval.perplexity import DEFAULT_TEXT, perplexity
 
-# name -> (quantization, activation dtype). bf16 is how this CPU serves (AMX/AVX512-BF16);
-# int8 in float32 shows what the float32 fallback (dequantize every call) costs.
+# name -> (quantization, activation dtype). bf16 is how an AMX/AVX512-BF16 CPU serves,
+# float32 how an AVX2 CPU does (its bf16 matmuls are unusable): the float32 variants
+# run cpu_kernel's AVX2 matmuls.
 VARIANTS = {
     "float32": (QuantizationConfig("none"), torch.float32),
     "bfloat16": (QuantizationConfig("none"), torch.bfloat16),
@@ -48,6 +49,8 @@ VARIANTS = {
     "int4-g128": (QuantizationConfig("int4", 128), torch.bfloat16),
     # Group 32 keeps the GGUF file's own Q4_1 blocks: no requantization at all.
     "int4-g32-gguf": (QuantizationConfig("int4", 32), torch.bfloat16),
+    "int4-g32-gguf-float32": (QuantizationConfig("int4", 32), torch.float32),
+    "int4-g64-float32": (QuantizationConfig("int4", 64), torch.float32),
 }
 BASELINE = "float32"
 BARS = {"int8": 1.9, "int4-g64": 3.5, "int4-g128": 3.5}  # weight memory ratio vs bfloat16
@@ -134,7 +137,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/accel.json"))
     parser.add_argument("--model", type=Path, default=None, help="default: bundled SmolLM2")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--new-tokens", type=int, default=32, help="decoded per request")
     parser.add_argument("--repeats", type=int, default=2, help="best of this many timings")
     parser.add_argument("--ppl-tokens", type=int, default=1024)

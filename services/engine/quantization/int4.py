@@ -3,8 +3,9 @@
 Int4Weight is that format, the one thing every source produces (quantizing a
 float weight, or repacking a GGUF file's 4-bit blocks). Two modules run it:
 CpuInt4Linear converts it to the layout of torch's CPU int4 kernel, for
-bf16/fp16 on the CPU; Int4Linear keeps it as it is for kernels.int4_matmul,
-the Triton kernel on CUDA and dequantize + matmul elsewhere (float32 on CPU).
+bf16/fp16 on the CPU; Int4Linear keeps it as it is for cpu_kernel's AVX2
+matmul (float32 on the CPU) and kernels.int4_matmul (the Triton kernel on
+CUDA, dequantize + matmul where neither runs).
 """
 
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import torch
 
 from kernels import int4_matmul
 from kernels.quant_int4_ref import quantize_int4, unpack_int4
+from services.engine.quantization import cpu_kernel
 from services.engine.quantization.config import GROUP_SIZES
 from services.engine.quantization.linear import QuantizedLinear
 
@@ -102,7 +104,7 @@ class _Int4Base(QuantizedLinear):
 
 
 class Int4Linear(_Int4Base):
-    """The portable format, for kernels.int4_matmul."""
+    """The portable format: cpu_kernel's matmul in float32 on the CPU, else kernels.int4_matmul."""
 
     def __init__(
         self,
@@ -119,7 +121,10 @@ class Int4Linear(_Int4Base):
         self.register_buffer("mins", weight.mins.to(dtype))
 
     def matmul(self, rows: torch.Tensor) -> torch.Tensor:
-        return int4_matmul(rows, self.packed, self.scales, self.mins, self.group_size)
+        weight = (self.packed, self.scales, self.mins, self.group_size)
+        if cpu_kernel.handles(rows, self.in_features) and self.scales.dtype == torch.float32:
+            return cpu_kernel.int4_matmul(rows, *weight)
+        return int4_matmul(rows, *weight)
 
 
 class CpuInt4Linear(_Int4Base):

@@ -4,6 +4,7 @@ import torch
 
 from kernels import int8_matmul
 from kernels.quant_int8_ref import quantize_int8
+from services.engine.quantization import cpu_kernel
 from services.engine.quantization.linear import QuantizedLinear
 
 # Up to this many rows torch's CPU int8 kernel (a GEMV per row) wins; past it,
@@ -13,7 +14,7 @@ from services.engine.quantization.linear import QuantizedLinear
 # 1.3-2x slower than it from 32 rows up.
 CPU_KERNEL_MAX_ROWS = 16
 # torch's CPU kernel is vectorised for these only; in float32 it is 10-60x slower
-# than a float32 matmul, so float32 dequantizes instead.
+# than a float32 matmul, so float32 runs cpu_kernel's instead.
 CPU_KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -41,5 +42,7 @@ class Int8Linear(QuantizedLinear):
             and rows.shape[0] <= CPU_KERNEL_MAX_ROWS
         ):
             return torch._weight_int8pack_mm(rows, self.qweight, self.scale)
+        if cpu_kernel.handles(rows, self.in_features):
+            return cpu_kernel.int8_matmul(rows, self.qweight, self.scale)
         # Triton on CUDA; elsewhere the twin: dequantize, then a dense matmul.
         return int8_matmul(rows, self.qweight, self.scale)

@@ -1,0 +1,146 @@
+// x @ W^T in float32 with W stored as int8 per channel or int4 per group (our formats),
+// for x86 CPUs with AVX2 + FMA. Built at first use by cpu_kernel.py, called through ctypes.
+//
+// Each output row n is dequantized once into a float buffer that stays in L1 (at most a
+// few KiB), then dotted with up to ROWS activation rows at a time: the weight is read
+// from memory once, as 1 byte (int8) or half a byte (int4) a weight, which is what a
+// decode step is bound by. Every product and sum is float32, as in dequantize + matmul;
+// only the order of the sum differs.
+
+#include <immintrin.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int ROWS = 4;  // 4 accumulators + the weight vectors: no spill with 16 ymm registers
+
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 8 int8 weights -> float, unscaled: the per-row scale multiplies the dot product instead.
+struct Int8Row {
+  const int8_t* q;
+  float scale;
+  static constexpr int64_t STEP = 8;
+  void load(int64_t j, __m256* w) const {
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j));
+    w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  }
+};
+
+// 32 int4 weights -> level * scale + min, group a multiple of 32; byte j holds element
+// 2j in its low nibble and 2j + 1 in its high one.
+struct Int4Row {
+  const uint8_t* packed;
+  const float* scales;
+  const float* mins;
+  int64_t group;
+  static constexpr int64_t STEP = 32;
+  static constexpr float scale = 1.0f;
+  void load(int64_t j, __m256* w) const {
+    const __m128i low_nibbles = _mm_set1_epi8(0x0F);
+    int64_t g = j / group;
+    __m256 s = _mm256_set1_ps(scales[g]);
+    __m256 low = _mm256_set1_ps(mins[g]);
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + j / 2));
+    __m128i even = _mm_and_si128(b, low_nibbles);
+    __m128i odd = _mm_and_si128(_mm_srli_epi16(b, 4), low_nibbles);
+    // Interleaving the two gives the 32 levels in element order.
+    __m128i first = _mm_unpacklo_epi8(even, odd);
+    __m128i second = _mm_unpackhi_epi8(even, odd);
+    __m128i quarters[4] = {first, _mm_srli_si128(first, 8), second, _mm_srli_si128(second, 8)};
+    for (int i = 0; i < 4; i++)
+      w[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(quarters[i])), s, low);
+  }
+};
+
+// out[r, col] = row.scale * dot(weight row, x[r]) for M rows; the weight is dequantized
+// in registers, STEP elements at a time, and never stored.
+template <int M, class Row>
+void dot_rows(const Row& row, const float* x, int64_t x_stride, int64_t k, float* out,
+              int64_t out_stride) {
+  constexpr int VECS = Row::STEP / 8;
+  __m256 acc[M];
+  for (int r = 0; r < M; r++) acc[r] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < k; j += Row::STEP) {
+    __m256 w[VECS];
+    row.load(j, w);
+    for (int r = 0; r < M; r++)
+      for (int i = 0; i < VECS; i++)
+        acc[r] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(x + r * x_stride + j + 8 * i), acc[r]);
+  }
+  for (int r = 0; r < M; r++) out[r * out_stride] = row.scale * hsum(acc[r]);
+}
+
+template <class Row>
+void dot_all_rows(const Row& row, const float* x, int64_t m, int64_t x_stride, int64_t k,
+                  float* out, int64_t out_stride) {
+  int64_t r = 0;
+  for (; r + ROWS <= m; r += ROWS)
+    dot_rows<ROWS>(row, x + r * x_stride, x_stride, k, out + r * out_stride, out_stride);
+  const float* xr = x + r * x_stride;
+  float* outr = out + r * out_stride;
+  switch (m - r) {
+    case 3: dot_rows<3>(row, xr, x_stride, k, outr, out_stride); break;
+    case 2: dot_rows<2>(row, xr, x_stride, k, outr, out_stride); break;
+    case 1: dot_rows<1>(row, xr, x_stride, k, outr, out_stride); break;
+    default: break;
+  }
+}
+
+template <class Row>
+void dequantize(const Row& row, int64_t k, float* w) {
+  const __m256 scale = _mm256_set1_ps(row.scale);
+  for (int64_t j = 0; j < k; j += Row::STEP) {
+    __m256 v[Row::STEP / 8];
+    row.load(j, v);
+    for (int i = 0; i < Row::STEP / 8; i++) _mm256_storeu_ps(w + j + 8 * i, _mm256_mul_ps(v[i], scale));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// x float32 [m, k] (row stride x_stride), q int8 [n, k], scale float32 [n], out [m, n].
+void int8_matmul_f32(const float* x, int64_t m, int64_t x_stride, const int8_t* q,
+                     const float* scale, int64_t n, int64_t k, float* out, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t col = 0; col < n; col++)
+    dot_all_rows(Int8Row{q + col * k, scale[col]}, x, m, x_stride, k, out + col, n);
+}
+
+// x float32 [m, k], packed uint8 [n, k/2], scales/mins float32 [n, k/group], out [m, n].
+void int4_matmul_f32(const float* x, int64_t m, int64_t x_stride, const uint8_t* packed,
+                     const float* scales, const float* mins, int64_t group, int64_t n,
+                     int64_t k, float* out, int threads) {
+  int64_t groups = k / group;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t col = 0; col < n; col++) {
+    Int4Row row{packed + col * (k / 2), scales + col * groups, mins + col * groups, group};
+    dot_all_rows(row, x, m, x_stride, k, out + col, n);
+  }
+}
+
+// The float32 weights [n, k], for a matmul library to multiply many rows at once.
+void int8_dequantize_f32(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w,
+                         int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t col = 0; col < n; col++) dequantize(Int8Row{q + col * k, scale[col]}, k, w + col * k);
+}
+
+void int4_dequantize_f32(const uint8_t* packed, const float* scales, const float* mins,
+                         int64_t group, int64_t n, int64_t k, float* w, int threads) {
+  int64_t groups = k / group;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t col = 0; col < n; col++) {
+    Int4Row row{packed + col * (k / 2), scales + col * groups, mins + col * groups, group};
+    dequantize(row, k, w + col * k);
+  }
+}
+
+}  // extern "C"
