@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from services.engine.model import LlamaForCausalLM
-from services.engine.quantization import gguf_blocks
+from services.engine.quantization import cpu_kernel, gguf_blocks
 from services.engine.quantization.config import QuantizationConfig
 from services.engine.quantization.int4 import Int4Weight, int4_group_size, make_int4_linear
 from services.engine.quantization.int8 import Int8Linear
@@ -51,6 +51,8 @@ def quantize_model(
         if child in TARGETS:
             quantized = _quantize(module, quantization, dtype, from_file.get(name))
             setattr(model.get_submodule(parent), child, quantized)
+    if dtype == torch.float32:
+        cpu_kernel.library()  # built (once per machine) at load, not by the first request
     return model.to(dtype)
 
 
