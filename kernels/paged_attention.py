@@ -1,11 +1,12 @@
 """Decode attention over the paged KV pool in one Triton kernel.
 
-The torch path gathers every decoding sequence's blocks into a dense copy,
-padded to the longest context, before attending. This kernel reads each
-sequence's keys and values in place, one KV block at a time, through its
-block table, and keeps a running (online) softmax so nothing of size context
-is ever materialised. Numerics: float32 throughout, one rounding at the end,
-as the twin in paged_attention_ref.py computes.
+The torch path gathers the decoding sequences' blocks into dense copies, a
+group of similar lengths at a time, padded to the group's longest, before
+attending. This kernel reads each sequence's keys and values in place, one KV
+block at a time, through its block table, and keeps a running (online)
+softmax so nothing of size context is ever materialised. Numerics: float32
+throughout, one rounding at the end, as the twin in paged_attention_ref.py
+computes.
 """
 
 import math

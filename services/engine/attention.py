@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import paged_attention_decode
-from services.engine.attention_metadata import AttentionMetadata
+from services.engine.attention_metadata import AttentionMetadata, DecodeGroup
 
 
 def paged_attention(
@@ -26,7 +26,7 @@ def paged_attention(
 
     use_kernel is set on the kernel path (LlamaForCausalLM.use_kernels): the
     decodes then run kernels.paged_attention_decode, which reads each sequence's blocks in
-    place through its block table instead of gathering them all for SDPA.
+    place through its block table instead of gathering them for SDPA.
     Prefill chunks take SDPA either way.
     """
     kv_heads, head_dim = k_cache.shape[2:]
@@ -40,8 +40,9 @@ def paged_attention(
         out[:decodes] = paged_attention_decode(
             q[:decodes], k_cache, v_cache, meta.block_tables[:decodes], meta.decode_context_lens
         )
-    elif decodes:
-        out[:decodes] = _decode(q[:decodes], k_cache, v_cache, meta)
+    else:
+        for group in meta.decode_groups:
+            out.index_copy_(0, group.rows, _decode(q, k_cache, v_cache, group))
     bounds = pairwise(meta.query_start_loc[decodes:])
     chunks = zip(bounds, meta.prefill_block_ids, meta.prefill_masks, strict=True)
     for (start, end), block_ids, mask in chunks:
@@ -51,23 +52,30 @@ def paged_attention(
 
 def _gather(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
     """The listed blocks back to back, [len(block_ids) * block_size, kv_heads, head_dim]."""
-    return cache.index_select(0, block_ids).flatten(0, 1)
+    # Through the 2-D view [blocks, block_size * kv_heads * head_dim]: index_select
+    # copies whole rows with memcpy there, 2-4x faster on CPU than on the 4-D pool.
+    rows = cache.view(cache.shape[0], -1).index_select(0, block_ids)
+    return rows.view(-1, *cache.shape[2:])
 
 
 def _decode(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup
 ) -> torch.Tensor:
-    seqs, heads, head_dim = q.shape
+    """The group's decodes, [n, heads, head_dim]; q holds the whole batch's queries."""
+    seqs = group.rows.shape[0]
+    heads, head_dim = q.shape[1:]
     kv_heads = k_cache.shape[2]
     # [seqs, kv_heads, positions, head_dim] as a strided view: SDPA reads it without a copy.
     keys, values = (
-        _gather(cache, meta.decode_block_ids).view(seqs, -1, kv_heads, head_dim).transpose(1, 2)
+        _gather(cache, group.block_ids)
+        .view(seqs, -1, kv_heads, head_dim)[:, : group.positions]
+        .transpose(1, 2)
         for cache in (k_cache, v_cache)
     )
     # The query heads that share a KV head become that head's rows of queries,
     # so grouped-query attention needs no copies of K and V per query head.
-    grouped = q.view(seqs, kv_heads, heads // kv_heads, head_dim)
-    out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=meta.decode_mask)
+    grouped = q.index_select(0, group.rows).view(seqs, kv_heads, heads // kv_heads, head_dim)
+    out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=group.mask)
     return out.view(seqs, heads, head_dim)
 
 

@@ -1,13 +1,33 @@
 """Where one step's tokens sit in the paged KV pool, built once and shared by every layer.
 
 A step's batch is the new tokens of several sequences back to back. Leading
-sequences with a single new token (decodes) are attended to in one batched
-call; each sequence after them (a prefill chunk) gets a call of its own.
+sequences with a single new token (decodes) are attended to in groups of
+similar context length; each sequence after them (a prefill chunk) gets a call
+of its own.
 """
 
 from dataclasses import dataclass
 
 import torch
+
+# Positions gathered per decode group. On CPU a gather padded to the longest
+# decode of a 32-stream batch is tens of MB: its fresh allocation page-faults
+# and SDPA then reads it back from memory. Groups of ~1024 positions (768 KiB of
+# float32 keys at 3 KV heads x 64) stay in cache between the gather and the
+# read: 5-6x less CPU time per layer at batch 32-64 with contexts 40-2000,
+# ~1.8x with contexts 40-290 (docs/engine.md, "Decode attention").
+DECODE_GROUP_POSITIONS = 1024
+
+
+@dataclass
+class DecodeGroup:
+    rows: torch.Tensor  # [n]: the group's decodes, as rows of the batch
+    # [n * blocks of the longest]: each decode's blocks, padded with block 0.
+    block_ids: torch.Tensor
+    positions: int  # the longest context in the group: the gathered positions attended
+    # [n, 1, 1, positions]: True where the position is in that decode's context;
+    # None when every decode of the group has the same context.
+    mask: torch.Tensor | None
 
 
 @dataclass
@@ -17,14 +37,10 @@ class AttentionMetadata:
     context_lens: list[int]  # per sequence: positions it attends over, computed plus new
     block_tables: torch.Tensor  # [seqs, most blocks], padded with block 0
     num_decodes: int  # the leading sequences with exactly one new token
-    # The decodes' block tables cut to the longest decode context, flattened:
-    # one index_select gathers every decode's blocks.
-    decode_block_ids: torch.Tensor
+    # The decodes longest context first, cut so each group pads only to its own longest.
+    decode_groups: list[DecodeGroup]
     # [decodes]: each decode's context length, on the device (the paged decode kernel's input).
     decode_context_lens: torch.Tensor
-    # [decodes, 1, 1, gathered positions]: True where the position is in that decode's
-    # context; the rest is padding out to the longest decode.
-    decode_mask: torch.Tensor
     # Per prefill chunk, the blocks holding its context.
     prefill_block_ids: list[torch.Tensor]
     # Per prefill chunk, [new, context]: a new token sees the positions up to its own,
@@ -40,10 +56,12 @@ class AttentionMetadata:
         block_tables: list[list[int]],
         block_size: int,
         device: torch.device | str,
+        group_positions: int = DECODE_GROUP_POSITIONS,
     ) -> "AttentionMetadata":
         """positions: the batch's token positions, on the CPU; the rest per sequence.
 
-        Each block table must cover its sequence's context.
+        Each block table must cover its sequence's context. A decode longer than
+        group_positions gets a group of its own.
         """
         num_seqs = len(query_lens)
         query_start_loc = [0]
@@ -60,23 +78,22 @@ class AttentionMetadata:
         ).view(num_seqs, width)
         seq_of_token = torch.repeat_interleave(torch.tensor(query_lens))
         slots = tables[seq_of_token, positions // block_size] * block_size + positions % block_size
-        tables = tables.to(device)
+        device_tables = tables.to(device)
 
         num_decodes = next((i for i, n in enumerate(query_lens) if n != 1), num_seqs)
-        decode_blocks = max(blocks_needed[:num_decodes], default=0)
         decode_ctx = torch.tensor(context_lens[:num_decodes], device=device)
-        gathered = torch.arange(decode_blocks * block_size, device=device)
         prefills = range(num_decodes, num_seqs)
         return cls(
             slot_mapping=slots.to(device),
             query_start_loc=query_start_loc,
             context_lens=list(context_lens),
-            block_tables=tables,
+            block_tables=device_tables,
             num_decodes=num_decodes,
-            decode_block_ids=tables[:num_decodes, :decode_blocks].flatten(),
+            decode_groups=_decode_groups(
+                context_lens[:num_decodes], tables, block_size, group_positions, device
+            ),
             decode_context_lens=decode_ctx,
-            decode_mask=(gathered < decode_ctx[:, None])[:, None, None, :],
-            prefill_block_ids=[tables[i, : blocks_needed[i]] for i in prefills],
+            prefill_block_ids=[device_tables[i, : blocks_needed[i]] for i in prefills],
             prefill_masks=[
                 torch.ones(query_lens[i], context_lens[i], dtype=torch.bool, device=device).tril(
                     context_lens[i] - query_lens[i]
@@ -84,3 +101,50 @@ class AttentionMetadata:
                 for i in prefills
             ],
         )
+
+
+def _decode_groups(
+    context_lens: list[int],
+    tables: torch.Tensor,
+    block_size: int,
+    group_positions: int,
+    device: torch.device | str,
+) -> list[DecodeGroup]:
+    """Decodes longest first; a group grows while its padded gather fits group_positions."""
+    order = sorted(range(len(context_lens)), key=lambda i: -context_lens[i])
+    members: list[list[int]] = []
+    for i in order:
+        group = members[-1] if members else None
+        longest = -(-context_lens[group[0]] // block_size) * block_size if group else 0
+        if group and (len(group) + 1) * longest <= group_positions:
+            group.append(i)
+        else:
+            members.append([i])
+    # Two host-to-device copies for all groups, whatever their number.
+    rows = torch.tensor(order, dtype=torch.long).to(device)
+    block_ids = torch.cat(
+        [tables[group, : -(-context_lens[group[0]] // block_size)].flatten() for group in members]
+        or [torch.empty(0, dtype=torch.long)]
+    ).to(device)
+    lens = torch.tensor([context_lens[i] for i in order], device=device)
+    groups, start, offset = [], 0, 0
+    for group in members:
+        longest = context_lens[group[0]]
+        n = len(group)
+        blocks = n * -(-longest // block_size)
+        group_lens = lens[start : start + n]
+        mask = None
+        if context_lens[group[-1]] != longest:
+            gathered = torch.arange(longest, device=device)
+            mask = (gathered < group_lens[:, None])[:, None, None, :]
+        groups.append(
+            DecodeGroup(
+                rows=rows[start : start + n],
+                block_ids=block_ids[offset : offset + blocks],
+                positions=longest,
+                mask=mask,
+            )
+        )
+        start += n
+        offset += blocks
+    return groups

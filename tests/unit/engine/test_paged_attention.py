@@ -38,8 +38,12 @@ def slot(table: list[int], position: int) -> int:
     batch=st.lists(chunks, min_size=1, max_size=6),
     seed=st.integers(0, 2**16),
     decodes_first=st.booleans(),
+    # Small budgets cut the decodes into several groups, each padded to its longest.
+    group_positions=st.sampled_from([1, 8, 24, 1024]),
 )
-def test_paged_attention_matches_dense_causal_attention(batch, seed, decodes_first):
+def test_paged_attention_matches_dense_causal_attention(
+    batch, seed, decodes_first, group_positions
+):
     if decodes_first:
         batch.sort(key=lambda c: c.new != 1)
     rng = random.Random(seed)
@@ -78,6 +82,7 @@ def test_paged_attention_matches_dense_causal_attention(batch, seed, decodes_fir
         block_tables=tables,
         block_size=BLOCK_SIZE,
         device="cpu",
+        group_positions=group_positions,
     )
     k, v = torch.cat(k_new), torch.cat(v_new)
     out = paged_attention(torch.cat(q_new), k, v, k_cache, v_cache, meta)
@@ -111,11 +116,12 @@ def test_metadata_lays_out_decodes_then_prefill_chunks():
     assert meta.context_lens == context_lens
     assert meta.block_tables.tolist() == [[7, 2], [4, 0], [9, 0], [5, 0]]
     assert meta.num_decodes == 2
-    assert meta.decode_block_ids.tolist() == [7, 2, 4, 0]
-    assert meta.decode_mask[:, 0, 0].tolist() == [
-        [True] * 6 + [False] * 2,
-        [True] + [False] * 7,
-    ]
+    # Both decodes fit one group: longest first, the shorter padded with block 0.
+    [group] = meta.decode_groups
+    assert group.rows.tolist() == [0, 1]
+    assert group.block_ids.tolist() == [7, 2, 4, 0]
+    assert group.positions == 6
+    assert group.mask[:, 0, 0].tolist() == [[True] * 6, [True] + [False] * 5]
     assert [ids.tolist() for ids in meta.prefill_block_ids] == [[9, 0], [5]]
     assert meta.prefill_masks[0].tolist() == [
         [True] * 6 + [False] * 2,
@@ -123,3 +129,67 @@ def test_metadata_lays_out_decodes_then_prefill_chunks():
         [True] * 8,
     ]
     assert meta.prefill_masks[1].tolist() == [[True, True]]
+
+
+def test_decodes_are_grouped_longest_first_within_the_gather_budget():
+    context_lens = [5, 20, 3, 20, 9]
+    tables = [[1, 2], [3, 4, 5, 6, 7], [8], [9, 10, 11, 12, 13], [14, 15, 16]]
+    meta = AttentionMetadata.build(
+        torch.tensor(context_lens) - 1,
+        query_lens=[1] * 5,
+        context_lens=context_lens,
+        block_tables=tables,
+        block_size=4,
+        device="cpu",
+        group_positions=16,
+    )
+    groups = meta.decode_groups
+    # A decode longer than the budget goes alone; 5 and 3 pad to 2 blocks each: 16 positions.
+    assert [g.rows.tolist() for g in groups] == [[1], [3], [4], [0, 2]]
+    assert [g.block_ids.tolist() for g in groups] == [
+        [3, 4, 5, 6, 7],
+        [9, 10, 11, 12, 13],
+        [14, 15, 16],
+        [1, 2, 8, 0],
+    ]
+    assert [g.positions for g in groups] == [20, 20, 9, 5]
+    assert [g.mask is None for g in groups] == [True, True, True, False]
+    assert groups[3].mask[:, 0, 0].tolist() == [[True] * 5, [True] * 3 + [False] * 2]
+
+
+def test_grouped_decodes_read_only_their_own_context():
+    # SmolLM2-135M's attention shape at the engine's block size, many groups.
+    heads, kv_heads, head_dim, block_size = 9, 3, 64, 16
+    rng = random.Random(7)
+    gen = torch.Generator().manual_seed(7)
+    contexts = [rng.randint(1, 300) for _ in range(40)]
+    needed = [-(-c // block_size) for c in contexts]
+    num_blocks = sum(needed) + 8
+    free = list(range(1, num_blocks))
+    rng.shuffle(free)
+    tables = [[free.pop() for _ in range(n)] for n in needed]
+    # Every slot starts as large garbage: a read of another sequence's block, of
+    # padding or of a position past a context would move the result far off.
+    k_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=gen) * 1e3
+    v_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=gen) * 1e3
+    flat_k, flat_v = (c.view(-1, kv_heads, head_dim) for c in (k_cache, v_cache))
+    q = torch.randn(len(contexts), heads, head_dim, generator=gen)
+    expected, k_new, v_new = [], [], []
+    for i, (context, table) in enumerate(zip(contexts, tables, strict=True)):
+        k = torch.randn(context, kv_heads, head_dim, generator=gen)
+        v = torch.randn(context, kv_heads, head_dim, generator=gen)
+        for position in range(context - 1):  # what earlier steps wrote
+            slot = table[position // block_size] * block_size + position % block_size
+            flat_k[slot], flat_v[slot] = k[position], v[position]
+        dense = F.scaled_dot_product_attention(
+            q[i, :, None], k.transpose(0, 1), v.transpose(0, 1), enable_gqa=True
+        )
+        expected.append(dense[:, 0])
+        k_new.append(k[-1])
+        v_new.append(v[-1])
+    meta = AttentionMetadata.build(
+        torch.tensor(contexts) - 1, [1] * len(contexts), contexts, tables, block_size, "cpu"
+    )
+    assert len(meta.decode_groups) > 4
+    out = paged_attention(q, torch.stack(k_new), torch.stack(v_new), k_cache, v_cache, meta)
+    torch.testing.assert_close(out, torch.stack(expected), atol=1e-4, rtol=1e-4)
