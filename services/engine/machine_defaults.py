@@ -47,19 +47,32 @@ def machine_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
 
 
 def _threads(machine: MachineProfile) -> Choice:
+    """Every compute core but one, which the serving process and the OS keep.
+
+    An OpenMP team waits at each op for its slowest thread, so one thread
+    preempted by the serving process (it wakes for every token) or a
+    neighbour stalls the whole step. On the 2-core AMD EPYC (avx2, float32
+    SmolLM2, benchmarks/core_threads_bench.py, load 8-16, docs/engine.md) one
+    core thread beat two in every pair: 1 stream 8.5-10.8 vs 5.9-7.8 tok/s,
+    8 streams 28.6-32.4 vs 12.6-18.0; quiet, two gained 6% at 8 streams and
+    lost 11% at one. vLLM's CPU backend reserves a core for its front end too.
+    """
+    cores = machine.compute_cores
     why = f"{machine.physical_cores} physical cores of the {machine.cpus} CPUs it may run on"
     if machine.cpu_quota is not None:
         why += f", cgroup limit {machine.cpu_quota:g} CPUs"
-    return Choice(machine.compute_cores, why + "; the serving process computes on 1")
+    if cores == 1:
+        return Choice(1, why)
+    return Choice(cores - 1, why + ", one left to the serving process (1 thread) and the OS")
 
 
-def _omp(machine: MachineProfile, threads: int) -> Choice:
-    if threads == 1:
-        return Choice({}, "one compute thread: no OpenMP team to wait")
+def _omp() -> Choice:
+    # Even with one compute thread: it covers any team opened before torch's
+    # thread count is set, and the test workers' engines keep out of each other's way.
     return Choice(
         {"OMP_WAIT_POLICY": "PASSIVE"},
-        "idle threads sleep: the serving process and any neighbour share these cores, "
-        "and spinning threads starve them (docs/engine.md)",
+        "idle OpenMP threads sleep: with 2 threads on the 2-core AMD EPYC, spinning "
+        "(GOMP_SPINCOUNT=100000, ACTIVE) lost to passive at 1 stream in every pair (load 8-16)",
     )
 
 
@@ -95,7 +108,7 @@ def derive(
     return {
         "dtype": machine_dtype(machine, on_cuda),
         "torch_threads": threads,
-        "omp": _omp(machine, threads.value),
+        "omp": _omp(),
         "quantization": _quantization(machine, on_cuda),
         "speculative_max_batch": _spec_max_batch(machine, on_cuda, draft_tokens, max_num_seqs),
     }
@@ -142,8 +155,7 @@ def resolve(
         Choice(settings.quantization, "given", "flag") if given else derived["quantization"]
     )
     omp = {name: environ[name] for name in OMP_VARIABLES if name in environ}
-    threads = choices["torch_threads"].value
-    choices["omp"] = Choice(omp, "given", "env") if omp else _omp(machine, threads)
+    choices["omp"] = Choice(omp, "given", "env") if omp else derived["omp"]
     updates = {name: choices[name].value for name in (*_AUTO, "quantization")}
     return Resolved(
         settings=settings.model_copy(update=updates),

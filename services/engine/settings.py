@@ -42,7 +42,7 @@ class EngineSettings(ServiceSettings):
         0,
         ge=0,
         description="engine-core intra-op threads; 0 = auto: every physical core the "
-        "process may run on (its CPU affinity), within a cgroup CPU limit",
+        "process may run on (its CPU affinity, within a cgroup CPU limit) but one",
     )
     block_size: int = Field(16, gt=0, description="tokens per KV-cache block")
     kv_cache_memory: int = Field(

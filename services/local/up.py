@@ -46,11 +46,11 @@ def machine_defaults(engine_log: Path) -> str:
         if '"engine_machine_defaults"' not in line:
             continue
         entry = json.loads(line)
-        omp = " ".join(f"{k}={v}" for k, v in entry["omp"].items()) or "no OpenMP team"
+        omp = " ".join(f"{k}={v}" for k, v in entry["omp"].items())
         return (
             f"engine on {entry['cpu_model']} ({' '.join(entry['cpu_flags']) or 'no SIMD flags'}"
             f"{', ' + entry['gpu'] if entry['gpu'] else ''}): {entry['dtype']}, "
-            f"{entry['torch_threads']} compute threads, {omp}, quantization "
+            f"compute threads {entry['torch_threads']}, {omp}, quantization "
             f"{entry['quantization']}, speculation up to batch {entry['speculative_max_batch']} "
             "(why: engine_machine_defaults in its log)\n"
         )

@@ -35,10 +35,11 @@ def values(machine: MachineProfile, on_cuda: bool = False) -> dict:
     }
 
 
-def test_an_avx2_epyc_computes_in_float32_on_both_cores_with_sleeping_threads():
+def test_an_avx2_epyc_computes_in_float32_on_one_core_with_sleeping_threads():
     assert values(EPYC) == {
         "dtype": "float32",
-        "torch_threads": 2,
+        # The other core is the serving process's: an OpenMP team of two lost to it.
+        "torch_threads": 1,
         "omp": {"OMP_WAIT_POLICY": "PASSIVE"},
         "quantization": "none",
         # Measured here: n-gram speculation paid up to batch 4 and lost at 8.
@@ -48,7 +49,7 @@ def test_an_avx2_epyc_computes_in_float32_on_both_cores_with_sleeping_threads():
 
 def test_an_amx_xeon_serves_bfloat16_on_its_physical_cores():
     chosen = values(XEON)
-    assert (chosen["dtype"], chosen["torch_threads"]) == ("bfloat16", 16)
+    assert (chosen["dtype"], chosen["torch_threads"]) == ("bfloat16", 15)
     assert chosen["speculative_max_batch"] > values(EPYC)["speculative_max_batch"]
 
 
@@ -61,16 +62,18 @@ def test_a_cuda_device_serves_bfloat16_and_speculates_up_to_the_batch_cap():
     )
 
 
-def test_one_thread_needs_no_openmp_policy():
+def test_a_one_core_machine_or_pod_computes_on_its_one_core():
     one_core = MachineProfile("AMD EPYC", EPYC.flags, cpus=1, physical_cores=1)
-    assert values(one_core)["omp"] == {}
+    assert values(one_core)["torch_threads"] == 1
+    limited = MachineProfile("AMD EPYC", EPYC.flags, cpus=64, physical_cores=32, cpu_quota=4.0)
+    assert values(limited)["torch_threads"] == 3
 
 
 def test_engine_settings_resolve_auto_through_the_machine():
     settings = parse_settings(EngineSettings, [], "engine")
     resolved = resolve(settings, XEON, on_cuda=False, environ={})
     chosen = resolved.settings
-    assert (chosen.dtype, chosen.torch_threads, chosen.quantization) == ("bfloat16", 16, "none")
+    assert (chosen.dtype, chosen.torch_threads, chosen.quantization) == ("bfloat16", 15, "none")
     assert chosen.speculative_max_batch == values(XEON)["speculative_max_batch"]
     assert resolved.core_env == {"OMP_WAIT_POLICY": "PASSIVE"}
     assert resolved.choices["dtype"].source == "auto"
@@ -120,6 +123,6 @@ def test_maas_up_shows_the_engines_choices_from_its_log(tmp_path):
     log = tmp_path / "engine-0.log"
     log.write_text('{"event": "engine_starting"}\n' + json.dumps(entry) + "\n")
     shown = machine_defaults(log)
-    assert shown.startswith("engine on AMD EPYC (avx avx2 f16c fma): float32, 2 compute threads")
+    assert shown.startswith("engine on AMD EPYC (avx avx2 f16c fma): float32, compute threads 1")
     assert "OMP_WAIT_POLICY=PASSIVE" in shown and "batch 4" in shown
     assert machine_defaults(tmp_path / "missing.log") == ""
