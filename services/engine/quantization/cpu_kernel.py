@@ -105,27 +105,9 @@ def handles(rows: torch.Tensor, in_features: int) -> bool:
 
 def int8_matmul(rows: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """rows float32 [M, K] @ (q int8 [N, K] * scale float32 [N])^T -> [M, N]."""
-    n, k = q.shape
     lib = library()
-    threads = torch.get_num_threads()
-    if rows.shape[0] > MAX_KERNEL_ROWS:
-        weight = torch.empty(n, k)
-        lib.int8_dequantize_f32(q.data_ptr(), scale.data_ptr(), n, k, weight.data_ptr(), threads)
-        return F.linear(rows, weight)
-    rows = rows.contiguous()
-    out = torch.empty(rows.shape[0], n)
-    lib.int8_matmul_f32(
-        rows.data_ptr(),
-        rows.shape[0],
-        rows.stride(0),
-        q.data_ptr(),
-        scale.data_ptr(),
-        n,
-        k,
-        out.data_ptr(),
-        threads,
-    )
-    return out
+    weight = (q.data_ptr(), scale.data_ptr())
+    return _matmul(rows, *q.shape, weight, lib.int8_matmul_f32, lib.int8_dequantize_f32)
 
 
 def int4_matmul(
@@ -136,35 +118,20 @@ def int4_matmul(
     group_size: int,
 ) -> torch.Tensor:
     """rows float32 [M, K] @ the int4 weight^T (quant_int4_ref.py's format, float32 scales)."""
-    n, k = packed.shape[0], packed.shape[1] * 2
     lib = library()
+    n, k = packed.shape[0], packed.shape[1] * 2
+    weight = (packed.data_ptr(), scales.data_ptr(), mins.data_ptr(), group_size)
+    return _matmul(rows, n, k, weight, lib.int4_matmul_f32, lib.int4_dequantize_f32)
+
+
+def _matmul(rows: torch.Tensor, n: int, k: int, weight: tuple, matmul, dequantize) -> torch.Tensor:
+    """The kernel for few rows; for many, its dequantization and torch's float32 matmul."""
     threads = torch.get_num_threads()
     if rows.shape[0] > MAX_KERNEL_ROWS:
-        weight = torch.empty(n, k)
-        lib.int4_dequantize_f32(
-            packed.data_ptr(),
-            scales.data_ptr(),
-            mins.data_ptr(),
-            group_size,
-            n,
-            k,
-            weight.data_ptr(),
-            threads,
-        )
-        return F.linear(rows, weight)
+        dense = torch.empty(n, k)
+        dequantize(*weight, n, k, dense.data_ptr(), threads)
+        return F.linear(rows, dense)
     rows = rows.contiguous()
     out = torch.empty(rows.shape[0], n)
-    lib.int4_matmul_f32(
-        rows.data_ptr(),
-        rows.shape[0],
-        rows.stride(0),
-        packed.data_ptr(),
-        scales.data_ptr(),
-        mins.data_ptr(),
-        group_size,
-        n,
-        k,
-        out.data_ptr(),
-        threads,
-    )
+    matmul(rows.data_ptr(), rows.shape[0], rows.stride(0), *weight, n, k, out.data_ptr(), threads)
     return out
