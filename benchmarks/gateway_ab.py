@@ -1,0 +1,121 @@
+"""Old gateway against new, same stack, same load: `python -m benchmarks.gateway_ab --base REV`.
+
+CPU per request moves with the machine's load (12-18 ms per stream for the
+same code at load 5-10), so a cut is measured A/B: the bench stack
+(gateway_bench.start_stack) with a second gateway run from a git revision's
+tree, both pinned to core 0, alternating rounds of admitted streamed chats;
+each round's gateway CPU per request, and the medians.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from benchmarks.gateway_bench import (
+    Processes,
+    cpu_seconds,
+    pin,
+    start_stack,
+    tenant_key,
+    through_gateway,
+)
+from services.local.ports import free_port
+from services.local.processes import serve_argv
+
+
+def export(revision: str, into: Path) -> None:
+    archive = subprocess.run(["git", "archive", revision], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+
+
+async def ready(url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        for _ in range(600):
+            try:
+                if (await client.get(f"{url}/readyz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"the base gateway at {url} never became ready")
+
+
+async def run(args) -> dict:
+    with tempfile.TemporaryDirectory() as state:
+        state, base = Path(state), Path(state) / "base"
+        base.mkdir()
+        export(args.base, base)
+        procs = Processes(state)
+        old = None
+        try:
+            stack = await start_stack(procs, args.tokens)
+            url = f"http://127.0.0.1:{free_port()}"
+            flags = {
+                "port": url.rsplit(":", 1)[1],
+                "redis-url": stack["redis_url"],
+                "tokenizer-address": stack["tokenizer"],
+                "router-address": stack["router"],
+                "routes-file": state / "routes.yaml",
+                "log-level": "warning",
+            }
+            # `python -m` puts the working directory first: the base tree's code runs.
+            env = {**os.environ, "PYTHONPATH": f"{base}:{base / 'proto'}"}
+            with open(state / "base-gateway.log", "wb") as log:
+                old = subprocess.Popen(
+                    serve_argv("gateway", flags), cwd=base, env=env, stdout=log, stderr=log
+                )
+            await ready(url)
+            for pid in (old.pid, stack["gateway_pid"]):
+                pin(pid, {0})
+            key = await tenant_key(
+                stack["redis_url"], "ab", rpm=10**9, tpm=10**12, max_concurrency=10**4
+            )
+            headers = {"Authorization": f"Bearer {key}"}
+            sides = {"new": (stack["url"], stack["gateway_pid"]), "base": (url, old.pid)}
+            cpu = {name: [] for name in sides}
+            for turn in range(args.rounds + 1):
+                order = list(sides) if turn % 2 else list(reversed(sides))
+                for name in order:
+                    address, pid = sides[name]
+                    async with httpx.AsyncClient(base_url=address, headers=headers) as client:
+                        if turn == 0:  # warm-up
+                            await through_gateway(client, 20, args.tokens, "stub-fast")
+                            continue
+                        before = cpu_seconds(pid)
+                        await through_gateway(client, args.runs, args.tokens, "stub-fast")
+                        cpu[name].append((cpu_seconds(pid) - before) * 1000 / args.runs)
+        finally:
+            if old is not None:
+                old.terminate()
+                old.wait(10)
+            procs.stop()
+    return {
+        "base": args.base,
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "runs_per_round": args.runs,
+        "tokens": args.tokens,
+        **{f"{name}_cpu_ms_median": round(statistics.median(v), 2) for name, v in cpu.items()},
+        **{f"{name}_cpu_ms_rounds": [round(x, 2) for x in v] for name, v in cpu.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="HEAD", help="git revision of the old gateway")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--runs", type=int, default=80, help="streams per round")
+    parser.add_argument("--tokens", type=int, default=16)
+    json.dump(asyncio.run(run(parser.parse_args())), sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
