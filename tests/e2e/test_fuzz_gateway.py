@@ -62,7 +62,10 @@ def call_and_check(case, stack, headers: dict[str, str]) -> None:
         # A real model, so valid bodies reach the tokenizer and the engine.
         case.body.update(model=DEFAULT_MODEL_ID, **CHEAP)
     response = case.call(base_url=stack.gateway_url, headers=headers, timeout=60)
-    assert response.status_code < 500, (case.as_curl_command(), response.text[:500])
+    # A 504 is the gateway's answer when a loaded machine's engine is slower than
+    # the first-token timeout: the path worked, so it must still be an OpenAI timeout.
+    timed_out = response.status_code == 504 and response.json()["error"]["code"] == "timeout"
+    assert response.status_code < 500 or timed_out, (case.as_curl_command(), response.text[:500])
     if response.status_code >= 400 and case.path not in PROBES:
         error = response.json()["error"]
         assert set(error) == {"message", "type", "param", "code"}, response.text[:500]
