@@ -44,6 +44,11 @@ def force_triton() -> Iterator[None]:
         _force_triton = previous
 
 
+def uses_triton(x: torch.Tensor) -> bool:
+    """Whether the ops take their Triton kernel for x (a CUDA tensor, or forced)."""
+    return x.is_cuda or _force_triton
+
+
 def rms_norm_residual(
     x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:

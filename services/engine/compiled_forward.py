@@ -1,20 +1,21 @@
 """The compiled forward: torch.compile (inductor) of every decoder layer's dense halves.
 
-A layer is dense work around paged attention (model.DecoderLayer): RMSNorm,
-the fused q/k/v projection and rotary before it; the output projection, the
-residual adds, RMSNorm and the MLP after it. Paged attention stays eager: its
-layout is data (block tables, one call per prefill chunk) and it writes the
-pool in place. Each half compiles once into a graph every layer shares (the
+A layer is dense work around paged attention (model.DecoderLayer): the
+residual add and RMSNorm, the fused q/k/v projection and rotary before it; the
+output projection, the next residual add and RMSNorm and the MLP after it
+(on the CPU inductor traces through kernels.ops into the torch twins). Paged
+attention stays eager: its layout is data (block tables, one call per prefill
+chunk) and it writes the pool in place. Each half compiles once into a graph every layer shares (the
 layer's weights are inputs of the graph, not constants in it), with the token
 count dynamic, so decode batches and prefill chunks of any size run the same
 two graphs: no padding, no recompile while serving. Inductor specialises a
-dimension of size 1, so warm_up() compiles a single-token step and a
-many-token one before the engine takes requests.
+dimension of size 1, and the first layer has no residual stream yet (None),
+so warm_up() compiles a single-token step and a many-token one, each with and
+without a stream, before the engine takes requests.
 
 Compiled artifacts live in inductor's FX graph cache under the model cache
 (services/common/model_cache.py): a restart loads the kernels instead of
-building them. The kernel path (CUDA, LlamaForCausalLM.use_kernels) does not
-go through these halves and runs as before.
+building them.
 
 Eager is the default (--enforce-eager): on the 2-core AMD EPYC (avx2) the
 float32 SmolLM2 step is bound by reading the weights, and the compiled halves
@@ -57,8 +58,9 @@ def warm_up(model: LlamaForCausalLM) -> None:
         started = time.perf_counter()
         x = torch.zeros(tokens, config.hidden_size, dtype=weight.dtype, device=weight.device)
         rotary = torch.ones(tokens, 1, config.head_dim, dtype=weight.dtype, device=weight.device)
-        q, _, _ = layer.attention_inputs(x, rotary, rotary)
-        layer.attention_outputs(x, q)
+        q, _, _, residual = layer.attention_inputs(x, None, rotary, rotary)  # the first layer
+        layer.attention_inputs(x, residual, rotary, rotary)  # every other
+        layer.attention_outputs(q, residual)
         log.info(
             "engine_compile_progress",
             step=f"{step}/{len(WARM_UP_TOKENS)}",

@@ -2,13 +2,22 @@
 
 No KV cache and no paging, so autograd can run through it: `maas
 distill-draft` trains a draft model with it, and tests use it as the
-reference the paged forward must match.
+reference the paged forward must match. It calls the plain-torch twins of the
+kernels (kernels/*_ref.py) directly, never kernels.ops: on a GPU too it stays
+the reference, and stays differentiable.
 """
 
 import torch
 import torch.nn.functional as F
 
-from services.engine.model import LlamaForCausalLM, apply_rotary, rotary_cos_sin
+from kernels.activation_ref import silu_and_mul_reference
+from kernels.rms_norm_ref import rms_norm_residual_reference
+from kernels.rotary_ref import rotary_cos_sin_reference, rotary_embedding_reference
+from services.engine.model import LlamaForCausalLM, RMSNorm
+
+
+def _norm(norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
+    return rms_norm_residual_reference(x, None, norm.weight, norm.eps)[0]
 
 
 def dense_hidden(model: LlamaForCausalLM, input_ids: torch.Tensor) -> torch.Tensor:
@@ -16,20 +25,28 @@ def dense_hidden(model: LlamaForCausalLM, input_ids: torch.Tensor) -> torch.Tens
     config = model.config
     h = model.model.embed_tokens(input_ids)
     positions = torch.arange(input_ids.shape[-1], device=input_ids.device)
-    cos, sin = rotary_cos_sin(positions, config.head_dim, config.rope_theta, h.dtype)
+    cos, sin = rotary_cos_sin_reference(positions, config.head_dim, config.rope_theta, h.dtype)
     heads = (config.num_heads, config.head_dim)
     kv_heads = (config.num_kv_heads, config.head_dim)
     for layer in model.model.layers:
-        attn = layer.self_attn
-        q, k, v = attn.qkv_proj(layer.input_layernorm(h)).split(attn.qkv_proj.shard_sizes, -1)
+        attn, mlp = layer.self_attn, layer.mlp
+        q, k, v = attn.qkv_proj(_norm(layer.input_layernorm, h)).split(
+            attn.qkv_proj.shard_sizes, -1
+        )
+        q, k = rotary_embedding_reference(
+            q.unflatten(-1, heads), k.unflatten(-1, kv_heads), cos, sin
+        )
         # [batch, seq, heads, dim] -> [batch, heads, seq, dim] for SDPA.
-        q = apply_rotary(q.unflatten(-1, heads), cos, sin).transpose(-3, -2)
-        k = apply_rotary(k.unflatten(-1, kv_heads), cos, sin).transpose(-3, -2)
-        v = v.unflatten(-1, kv_heads).transpose(-3, -2)
+        q, k, v = (
+            q.transpose(-3, -2),
+            k.transpose(-3, -2),
+            v.unflatten(-1, kv_heads).transpose(-3, -2),
+        )
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         h = h + attn.o_proj(out.transpose(-3, -2).flatten(-2))
-        h = h + layer.mlp(layer.post_attention_layernorm(h))
-    return model.model.norm(h)
+        gate_up = mlp.gate_up_proj(_norm(layer.post_attention_layernorm, h))
+        h = h + mlp.down_proj(silu_and_mul_reference(gate_up))
+    return _norm(model.model.norm, h)
 
 
 @torch.inference_mode()

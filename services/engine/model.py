@@ -4,13 +4,13 @@ A forward pass takes the new tokens of several sequences back to back, so one
 call can prefill prompts in chunks, decode a batch, or mix both; the linear
 layers see one flat batch of tokens with no padding.
 
-Two paths compute the same function. The torch path (`forward` of every
-module) is what the CPU serves and what tests hold to transformers token for
-token. The kernel path (`forward_kernels`) runs kernels/ (docs/kernels.md):
-on CUDA the Triton kernels, a fused residual add + RMSNorm, SiLU-and-mul,
-rotary and paged decode attention; LlamaForCausalLM.use_kernels picks the
-path once a step. Quantized linear layers call kernels.int8_matmul and
-kernels.int4_matmul on either path: those pick Triton by device themselves.
+One path for every device: the modules call kernels/ (kernels.ops), which runs
+the Triton kernel on a CUDA tensor and its plain-torch twin anywhere else, so
+the CPU serves the twins and tests hold them to transformers token for token
+(dense_forward.py is the reference the paged forward must match). The
+residual stream travels beside the hidden states so that each residual add is
+fused into the RMSNorm after it (DecoderLayer.forward). Quantized linear layers
+call kernels.int8_matmul and kernels.int4_matmul, which pick by device too.
 """
 
 import torch
@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels import rms_norm_residual, rotary_embedding, silu_and_mul
+from kernels.ops import uses_triton
+from kernels.rotary_ref import rotary_cos_sin_reference
 from services.engine.attention import paged_attention
 from services.engine.attention_metadata import AttentionMetadata
 from services.engine.kv_cache import PagedKVCache
@@ -30,12 +32,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.empty(size))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in float32 and scale after casting back, as the reference
-        # implementation does, so low-precision runs round the same way.
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual); with residual None, (norm(x), x)."""
+        return rms_norm_residual(x, residual, self.weight, self.eps)
 
 
 class FusedLinear(nn.Linear):
@@ -49,22 +50,6 @@ class FusedLinear(nn.Linear):
         """The rows of `weight` or `bias` that belong to projection `index`."""
         offset = sum(self.shard_sizes[:index])
         return getattr(self, kind).data.narrow(0, offset, self.shard_sizes[index])
-
-
-def rotary_cos_sin(
-    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    # Angles in float32 whatever the model dtype: bfloat16 positions lose whole steps past 256.
-    exponents = torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim
-    angles = positions.float()[:, None] * (1.0 / theta**exponents)
-    angles = torch.cat((angles, angles), dim=-1)[:, None, :]  # [tokens, 1 (heads), head_dim]
-    return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # Half-split pairing (dimension i rotates with i + head_dim/2), the Hugging Face layout.
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
 class Attention(nn.Module):
@@ -87,33 +72,14 @@ class Attention(nn.Module):
         """q, k and v of the new tokens, q and k rotated: [tokens, heads, head_dim] each."""
         tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).split(self.qkv_proj.shard_sizes, dim=-1)
-        q = apply_rotary(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
-        k = apply_rotary(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
-        return q, k, v.view(tokens, self.num_kv_heads, self.head_dim)
-
-    def forward_kernels(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        kv_cache: PagedKVCache,
-        meta: AttentionMetadata,
-    ) -> torch.Tensor:
-        """forward with q and k rotated in one kernel and decodes attended by the paged kernel."""
-        tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split(self.qkv_proj.shard_sizes, dim=-1)
-        # Strided views of the fused projection: the kernel reads them in place.
+        # Strided views of the fused projection: the rotary kernel reads them in place.
         q, k = rotary_embedding(
             q.view(tokens, self.num_heads, self.head_dim),
             k.view(tokens, self.num_kv_heads, self.head_dim),
             cos,
             sin,
         )
-        v = v.view(tokens, self.num_kv_heads, self.head_dim)
-        out = paged_attention(
-            q, k, v, kv_cache.k[self.layer], kv_cache.v[self.layer], meta, use_kernel=True
-        )
-        return self.o_proj(out.view(tokens, -1))
+        return q, k, v.view(tokens, self.num_kv_heads, self.head_dim)
 
 
 class MLP(nn.Module):
@@ -124,10 +90,6 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
-
-    def forward_kernels(self, x: torch.Tensor) -> torch.Tensor:
         # One pass over the gate/up output instead of silu, then the product.
         return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
 
@@ -143,54 +105,43 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        kv_cache: PagedKVCache,
-        meta: AttentionMetadata,
-    ) -> torch.Tensor:
-        # Paged attention (data-dependent layout, writes to the pool) sits between
-        # two dense halves with fixed shapes: those are what compiled_forward.py compiles.
-        q, k, v = self.attention_inputs(x, cos, sin)
-        layer = self.self_attn.layer
-        out = paged_attention(q, k, v, kv_cache.k[layer], kv_cache.v[layer], meta)
-        return self.attention_outputs(x, out)
-
-    def attention_inputs(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self.self_attn.project(self.input_layernorm(x), cos, sin)
-
-    def attention_outputs(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-        """The residual stream after attention's output projection and the MLP."""
-        x = x + self.self_attn.o_proj(attended.flatten(1))
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-    def forward_kernels(
-        self,
-        x: torch.Tensor,
         residual: torch.Tensor | None,
         cos: torch.Tensor,
         sin: torch.Tensor,
         kv_cache: PagedKVCache,
         meta: AttentionMetadata,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """forward with each residual add fused into the RMSNorm that follows it.
+        """The layer with each residual add fused into the RMSNorm that follows it.
 
-        The residual stream travels beside the hidden states instead of through
-        them: x is the previous sublayer's output not yet added (the embeddings,
-        with residual None, in the first layer), and the layer returns its MLP's
-        output and the stream before it. The sums are the torch path's
-        `x + sublayer(x)`, rounded to the model dtype the same way; the last add
-        happens in the final norm.
+        x is the previous sublayer's output not yet added to the stream (the
+        embeddings, with residual None, in the first layer); the layer returns
+        its MLP's output and the stream before it. The sums are the textbook
+        `x + sublayer(x)`, rounded to the model dtype the same way; the last
+        add happens in the final norm. Paged attention (data-dependent layout,
+        writes to the pool) sits between two dense halves with fixed shapes:
+        those are what compiled_forward.py compiles.
         """
-        x, residual = rms_norm_residual(
-            x, residual, self.input_layernorm.weight, self.input_layernorm.eps
+        q, k, v, residual = self.attention_inputs(x, residual, cos, sin)
+        layer = self.self_attn.layer
+        out = paged_attention(
+            q, k, v, kv_cache.k[layer], kv_cache.v[layer], meta, use_kernel=uses_triton(q)
         )
-        x = self.self_attn.forward_kernels(x, cos, sin, kv_cache, meta)
-        x, residual = rms_norm_residual(
-            x, residual, self.post_attention_layernorm.weight, self.post_attention_layernorm.eps
-        )
-        return self.mlp.forward_kernels(x), residual
+        return self.attention_outputs(out, residual)
+
+    def attention_inputs(
+        self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of the normed stream, and the stream."""
+        x, residual = self.input_layernorm(x, residual)
+        return *self.self_attn.project(x, cos, sin), residual
+
+    def attention_outputs(
+        self, attended: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The MLP's output after attention's output projection, and the stream before it."""
+        x = self.self_attn.o_proj(attended.flatten(1))
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
 
 
 class LlamaModel(nn.Module):
@@ -217,11 +168,6 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        # None: the kernel path for CUDA inputs, the torch path for anything else,
-        # decided once a step. Tests set True (and kernels.ops.force_triton) to run
-        # the CUDA path's Triton kernels in Triton's CPU interpreter; False keeps
-        # the torch path on a GPU, to compare or to rule the kernels out.
-        self.use_kernels: bool | None = None
         # Module names follow Hugging Face checkpoints so safetensors load by name.
         self.model = LlamaModel(config)
         self.lm_head = (
@@ -243,27 +189,12 @@ class LlamaForCausalLM(nn.Module):
         lays them out. Returns the final hidden states, [tokens, hidden_size].
         """
         h = self.model.embed_tokens(input_ids)
-        cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta, h.dtype)
-        use_kernels = input_ids.is_cuda if self.use_kernels is None else self.use_kernels
-        if use_kernels:
-            return self._forward_kernels(h, cos, sin, kv_cache, meta)
-        for layer in self.model.layers:
-            h = layer(h, cos, sin, kv_cache, meta)
-        return self.model.norm(h)
-
-    def _forward_kernels(
-        self,
-        h: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        kv_cache: PagedKVCache,
-        meta: AttentionMetadata,
-    ) -> torch.Tensor:
+        config = self.config
+        cos, sin = rotary_cos_sin_reference(positions, config.head_dim, config.rope_theta, h.dtype)
         residual = None
         for layer in self.model.layers:
-            h, residual = layer.forward_kernels(h, residual, cos, sin, kv_cache, meta)
-        h, _ = rms_norm_residual(h, residual, self.model.norm.weight, self.model.norm.eps)
-        return h
+            h, residual = layer(h, residual, cos, sin, kv_cache, meta)
+        return self.model.norm(h, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head

@@ -1,6 +1,7 @@
-"""The model's CUDA path (kernels/ wired in) against its torch path, on the CPU.
+"""The model's CUDA kernels (kernels/ wired in) against its torch twins, on the CPU.
 
-LlamaForCausalLM.use_kernels = True takes the path a CUDA step takes, and
+The model has one path: every op goes through kernels.ops, which takes the
+Triton kernel for a CUDA tensor and the torch twin elsewhere.
 kernels.ops.force_triton() sends every op to its Triton kernel on CPU tensors
 too, which Triton's interpreter runs. So a GPU-less machine checks the wiring:
 the fused residual stream, rotary on the projection's views, the decode
@@ -98,8 +99,7 @@ def launches(monkeypatch):
 def run_both(model: LlamaForCausalLM, dtype: torch.dtype):
     model = model.to(dtype)
     expected = two_steps(model, dtype)
-    model.use_kernels = True  # each run has a pool of its own; the weights are shared
-    with force_triton():
+    with force_triton():  # each run has a pool of its own; the weights are shared
         actual = two_steps(model, dtype)
     return actual, expected
 
@@ -112,21 +112,9 @@ def assert_steps_close(actual, expected, atol: float, rtol: float) -> None:
         torch.testing.assert_close(a, e, atol=atol, rtol=rtol)
 
 
-def test_cpu_steps_take_the_torch_path_and_never_a_kernel(tiny_model, launches):
-    assert tiny_model.use_kernels is None
-    with force_triton():  # even forced: the model itself decides not to call the ops
-        two_steps(tiny_model, torch.float32)
+def test_cpu_steps_run_the_torch_twins_and_never_a_kernel(tiny_model, launches):
+    two_steps(tiny_model, torch.float32)
     assert set(launches.values()) == {0}
-
-
-def test_the_kernel_path_with_the_torch_twins_is_the_torch_path(tiny_model):
-    # Not forced, the ops run their twins on the CPU: this checks the rearranged
-    # residual stream with nothing but summation order (decode attention) differing.
-    expected = two_steps(tiny_model, torch.float32)
-    tiny_model.use_kernels = True
-    actual = two_steps(tiny_model, torch.float32)
-    assert torch.equal(actual[0], expected[0])  # no decodes: bit for bit
-    assert_steps_close(actual, expected, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize(

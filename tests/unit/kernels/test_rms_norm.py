@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from kernels.rms_norm_ref import rms_norm_residual_reference
-from services.engine.model import RMSNorm
 from tests.unit.kernels.tolerances import assert_close, assert_rounds_like
 from tests.unit.kernels.triton_import import import_kernel
 
@@ -19,29 +18,32 @@ def inputs(rows: int, hidden: int, dtype: torch.dtype, seed: int = 0):
     return x, residual, weight
 
 
-def engine_norm(weight: torch.Tensor) -> RMSNorm:
-    norm = RMSNorm(weight.shape[0], EPS).to(weight.dtype)
+def transformers_norm(weight: torch.Tensor):
+    """transformers' Llama RMSNorm with this weight: the arithmetic the engine must round like."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(weight.shape[0], EPS).to(weight.dtype)
     norm.weight.data.copy_(weight)
     return norm
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_twin_is_the_engines_residual_add_then_rmsnorm(dtype):
+def test_the_twin_is_a_residual_add_then_transformers_rmsnorm(dtype):
     x, residual, weight = inputs(4, 48, dtype)
     normed, new_residual = rms_norm_residual_reference(x, residual, weight, EPS)
     # A decoder layer: the stream plus the sublayer's output, then the next norm.
     stream = residual + x
     with torch.no_grad():
-        expected = engine_norm(weight)(stream)
+        expected = transformers_norm(weight)(stream)
     assert torch.equal(new_residual, stream)
     assert torch.equal(normed, expected)
 
 
-def test_the_twin_without_a_residual_is_the_engines_rmsnorm():
+def test_the_twin_without_a_residual_is_transformers_rmsnorm():
     x, _, weight = inputs(4, 48, torch.bfloat16)
     normed, new_residual = rms_norm_residual_reference(x, None, weight, EPS)
     with torch.no_grad():
-        assert torch.equal(normed, engine_norm(weight)(x))
+        assert torch.equal(normed, transformers_norm(weight)(x))
     assert new_residual is x
 
 

@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from kernels.rotary_ref import rotary_cos_sin_reference, rotary_embedding_reference
-from services.engine.model import apply_rotary, rotary_cos_sin
 from tests.unit.kernels.tolerances import assert_close, assert_rounds_like
 from tests.unit.kernels.triton_import import import_kernel
 
@@ -24,15 +23,16 @@ def qk(tokens: int, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_twin_is_the_engines_rotary(dtype):
+def test_the_twin_is_transformers_rotary(dtype):
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
     q, k = qk(len(POSITIONS), 9, 3, 64, dtype)
     cos, sin = rotary_cos_sin_reference(POSITIONS, 64, THETA, dtype)
-    expected_cos, expected_sin = rotary_cos_sin(POSITIONS, 64, THETA, dtype)
-    assert torch.equal(cos, expected_cos)
-    assert torch.equal(sin, expected_sin)
     q_out, k_out = rotary_embedding_reference(q, k, cos, sin)
-    assert torch.equal(q_out, apply_rotary(q, cos, sin))
-    assert torch.equal(k_out, apply_rotary(k, cos, sin))
+    # transformers' cos and sin are [tokens, head_dim]; it adds the heads dimension itself.
+    expected = apply_rotary_pos_emb(q, k, cos[:, 0], sin[:, 0], unsqueeze_dim=1)
+    assert torch.equal(q_out, expected[0])
+    assert torch.equal(k_out, expected[1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
