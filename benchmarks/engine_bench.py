@@ -23,11 +23,13 @@ import torch
 from services.common.model_files import default_model_path
 from services.common.tokenizer_loader import load_tokenizer
 from services.engine.device import resolve_device, resolve_dtype
+from services.engine.engine_config import build_configs
 from services.engine.kv_cache import PagedKVCache
-from services.engine.llm_engine import EngineConfig, LLMEngine
+from services.engine.llm_engine import LLMEngine
 from services.engine.loader import load_model
 from services.engine.model_runner import ModelRunner
 from services.engine.sampling_params import SamplingParams
+from services.engine.settings import EngineSettings
 
 TOPICS = ["rivers", "volcanoes", "bread", "chess", "jazz", "bees", "glaciers", "trains"]
 
@@ -36,11 +38,11 @@ def chat_prompt(tokenizer, question: str) -> list[int]:
     return tokenizer.encode_chat([{"role": "user", "content": question}])
 
 
-def make_engine(model, config, tokenizer, dtype, device, **options) -> LLMEngine:
-    blocks = options.pop("num_blocks", 4096)
-    cache = PagedKVCache.allocate(config, blocks, 16, dtype, device)
-    engine_config = EngineConfig(num_blocks=blocks, max_model_len=config.max_model_len, **options)
-    return LLMEngine(engine_config, config, ModelRunner(model, config, cache, device), tokenizer)
+def make_engine(model, config, tokenizer, dtype, device, num_blocks=4096, **settings) -> LLMEngine:
+    """An engine over a pool of num_blocks, set up by EngineSettings fields."""
+    engine, config = build_configs(EngineSettings(**settings), config, num_blocks)
+    cache = PagedKVCache.allocate(config, num_blocks, engine.block_size, dtype, device)
+    return LLMEngine(engine, config, ModelRunner(model, config, cache, device), tokenizer)
 
 
 def drain(engine: LLMEngine) -> dict[str, list[float]]:

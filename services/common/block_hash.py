@@ -28,6 +28,10 @@ import hashlib
 import struct
 from collections.abc import Sequence
 
+# Tokens per block unless an engine is set up otherwise (--block-size): the
+# engine's default and the router's until an engine reports its own.
+BLOCK_SIZE = 16
+
 
 def hash_block(parent: int | None, token_ids: Sequence[int], salt: str = "") -> int:
     """Unsigned 64-bit hash of one block of token ids following the block hashed `parent`.

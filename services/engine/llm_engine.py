@@ -29,7 +29,6 @@ propagates, and the caller fails every request as before.
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
@@ -40,6 +39,7 @@ from services.common.logging import get_logger
 from services.common.text_tokenizer import TextTokenizer
 from services.engine import metrics
 from services.engine.block_manager import BlockManager
+from services.engine.engine_config import EngineConfig
 from services.engine.grammar.matcher import GrammarState
 from services.engine.grammar.spec import GrammarError
 from services.engine.isolation import bisect_failures
@@ -48,30 +48,14 @@ from services.engine.model_config import ModelConfig
 from services.engine.request import Request, SampleText, SeqOutput
 from services.engine.sampler import Sampler, make_generator
 from services.engine.sampling_params import SamplingParams
-from services.engine.scheduler import ScheduledSeq, Scheduler, SchedulerConfig, SchedulerOutput
+from services.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from services.engine.sequence import Sequence
-from services.engine.spec.config import SpecConfig
 from services.engine.spec.decoder import SpeculativeDecoder
 from services.engine.spec.proposer import TargetInfo
 from services.engine.step_stats import FinishedRequest, StepStats
 from services.engine.stop_strings import StopStringMatcher
 
 log = get_logger(__name__)
-
-
-@dataclass
-class EngineConfig:
-    num_blocks: int
-    max_model_len: int
-    block_size: int = 16
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    enable_chunked_prefill: bool = True
-    # Part of every block hash: caches of different weights never match.
-    cache_salt: str = ""
-    # "tenant" or "global": whether requests may ask to share blocks across tenants.
-    prefix_cache_sharing: str = "tenant"
-    speculative: SpecConfig = field(default_factory=SpecConfig)
 
 
 class RequestRejected(ValueError):
@@ -92,14 +76,7 @@ class LLMEngine:
         self.runner = runner
         self.tokenizer = tokenizer
         self.blocks = BlockManager(config.num_blocks, config.block_size, on_event=on_kv_event)
-        self.scheduler = Scheduler(
-            SchedulerConfig(
-                max_num_seqs=config.max_num_seqs,
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                enable_chunked_prefill=config.enable_chunked_prefill,
-            ),
-            self.blocks,
-        )
+        self.scheduler = Scheduler(config.scheduler, self.blocks)
         self.sampler = Sampler(model_config.eos_token_ids)
         target = TargetInfo(
             vocab_size=model_config.vocab_size,

@@ -5,19 +5,21 @@ accelerator benchmark times decoding with it; both want continuous batching
 and the same code path as serving, minus gRPC.
 """
 
+import dataclasses
+
 import torch
 from tqdm import tqdm
 
 from services.common.text_tokenizer import TextTokenizer
+from services.engine.engine_config import build_configs
 from services.engine.kv_cache import PagedKVCache
-from services.engine.llm_engine import EngineConfig, LLMEngine
+from services.engine.llm_engine import LLMEngine
 from services.engine.model import LlamaForCausalLM
 from services.engine.model_config import ModelConfig
 from services.engine.model_runner import ModelRunner
 from services.engine.sampling_params import SamplingParams
+from services.engine.settings import EngineSettings
 from services.engine.spec.config import SpecConfig
-
-BLOCK_SIZE = 16
 
 
 def offline_engine(
@@ -29,18 +31,16 @@ def offline_engine(
     speculative: SpecConfig | None = None,
 ) -> LLMEngine:
     """An engine whose KV pool holds max_num_seqs sequences of max_model_len at once."""
-    blocks = max_num_seqs * -(-max_model_len // BLOCK_SIZE)
+    settings = EngineSettings(max_num_seqs=max_num_seqs, max_model_len=max_model_len)
+    blocks = max_num_seqs * -(-max_model_len // settings.block_size)
+    engine, config = build_configs(settings, config, blocks)
+    if speculative is not None:
+        # The benchmarks compare proposers set up in code, not by flags.
+        engine = dataclasses.replace(engine, speculative=speculative)
     dtype = model.model.embed_tokens.weight.dtype
     device = model.model.embed_tokens.weight.device
-    cache = PagedKVCache.allocate(config, blocks, BLOCK_SIZE, dtype, device)
-    engine_config = EngineConfig(
-        num_blocks=blocks,
-        max_model_len=max_model_len,
-        block_size=BLOCK_SIZE,
-        max_num_seqs=max_num_seqs,
-        speculative=speculative or SpecConfig(),
-    )
-    return LLMEngine(engine_config, config, ModelRunner(model, config, cache, device), tokenizer)
+    cache = PagedKVCache.allocate(config, blocks, settings.block_size, dtype, device)
+    return LLMEngine(engine, config, ModelRunner(model, config, cache, device), tokenizer)
 
 
 @torch.inference_mode()

@@ -2,6 +2,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from services.common.block_hash import BLOCK_SIZE
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.settings import ServiceSettings
 from services.engine.quantization.config import GROUP_SIZES
@@ -44,7 +45,7 @@ class EngineSettings(ServiceSettings):
         description="engine-core intra-op threads; 0 = auto: every physical core the "
         "process may run on (its CPU affinity, within a cgroup CPU limit) but one",
     )
-    block_size: int = Field(16, gt=0, description="tokens per KV-cache block")
+    block_size: int = Field(BLOCK_SIZE, gt=0, description="tokens per KV-cache block")
     kv_cache_memory: int = Field(
         0, ge=0, description="bytes for the KV cache; 0 = derive from memory utilization"
     )

@@ -15,12 +15,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from services.common.block_hash import BLOCK_SIZE
 from services.engine.attention_metadata import AttentionMetadata
 from services.engine.kv_cache import PagedKVCache
 from services.engine.model import LlamaForCausalLM
 
 DEFAULT_TEXT = Path(__file__).parent / "data" / "pride_and_prejudice_ch1-3.txt"
-_BLOCK_SIZE = 16
 
 
 @dataclass
@@ -58,11 +58,11 @@ def window_logits(
 ) -> torch.Tensor:
     """Logits at every position of one sequence, prefilled in one step over a fresh pool."""
     dtype = model.model.embed_tokens.weight.dtype
-    blocks = -(-len(token_ids) // _BLOCK_SIZE)
-    pool = PagedKVCache.allocate(model.config, blocks, _BLOCK_SIZE, dtype, device)
+    blocks = -(-len(token_ids) // BLOCK_SIZE)
+    pool = PagedKVCache.allocate(model.config, blocks, BLOCK_SIZE, dtype, device)
     positions = torch.arange(len(token_ids))
     meta = AttentionMetadata.build(
-        positions, [len(token_ids)], [len(token_ids)], [list(range(blocks))], _BLOCK_SIZE, device
+        positions, [len(token_ids)], [len(token_ids)], [list(range(blocks))], BLOCK_SIZE, device
     )
     ids = torch.tensor(token_ids, device=device)
     return model.compute_logits(model(ids, positions.to(device), pool, meta))

@@ -9,6 +9,8 @@ is this router's own count of picks not yet released, exact between polls.
 
 from dataclasses import dataclass
 
+from services.common.block_hash import BLOCK_SIZE
+
 
 @dataclass
 class Endpoint:
@@ -27,7 +29,7 @@ class Endpoint:
     max_num_seqs: int = 0
     kv_cache_blocks: int = 0
     # How the engine hashes its blocks; the router hashes prompts the same way.
-    block_size: int = 16
+    block_size: int = BLOCK_SIZE
     cache_salt: str = ""
     prefix_cache_sharing: str = "tenant"
     kv_events_live: bool = False

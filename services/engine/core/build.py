@@ -5,7 +5,6 @@ physical core it may run on unless --torch-threads says otherwise
 (services/engine/machine_defaults.py).
 """
 
-import dataclasses
 import os
 import time
 
@@ -17,15 +16,15 @@ from services.common.model_files import resolve_model_path
 from services.common.tokenizer_loader import load_tokenizer
 from services.engine.compiled_forward import compile_forward
 from services.engine.device import resolve_device, resolve_dtype
+from services.engine.engine_config import build_configs
 from services.engine.kv_budget import kv_cache_bytes, model_bytes, num_blocks
 from services.engine.kv_cache import PagedKVCache
-from services.engine.llm_engine import EngineConfig, LLMEngine
+from services.engine.llm_engine import LLMEngine
 from services.engine.loader import load_model
 from services.engine.machine_defaults import resolve
 from services.engine.model_runner import ModelRunner
 from services.engine.quantization.config import QuantizationConfig
 from services.engine.settings import EngineSettings
-from services.engine.spec.config import SpecConfig
 
 log = get_logger(__name__)
 
@@ -43,13 +42,12 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
     model, config = load_model(path, dtype, device, progress=True, quantization=quantization)
     if not settings.enforce_eager:
         compile_forward(model)
-    max_model_len = min(settings.max_model_len or config.max_model_len, config.max_model_len)
-    config = dataclasses.replace(config, max_model_len=max_model_len)
     tokenizer = load_tokenizer(path)
     weight_bytes = model_bytes(model)
     memory = kv_cache_bytes(settings, device, weight_bytes)
     blocks = num_blocks(settings, config, dtype, memory)
-    cache = PagedKVCache.allocate(config, blocks, settings.block_size, dtype, device)
+    engine_config, config = build_configs(settings, config, blocks)
+    cache = PagedKVCache.allocate(config, blocks, engine_config.block_size, dtype, device)
     log.info(
         "engine_ready",
         path=str(path),
@@ -59,28 +57,11 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
         compiled=not settings.enforce_eager,
         torch_threads=torch.get_num_threads(),
         weight_bytes=weight_bytes,
-        max_model_len=max_model_len,
+        max_model_len=config.max_model_len,
         kv_cache_bytes=memory,
         kv_cache_blocks=blocks,
-        kv_cache_tokens=blocks * settings.block_size,
+        kv_cache_tokens=blocks * engine_config.block_size,
         load_seconds=round(time.perf_counter() - started, 2),
-    )
-    engine_config = EngineConfig(
-        num_blocks=blocks,
-        max_model_len=max_model_len,
-        block_size=settings.block_size,
-        max_num_seqs=settings.max_num_seqs,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        enable_chunked_prefill=settings.enable_chunked_prefill,
-        cache_salt=settings.cache_salt or settings.model_id,
-        prefix_cache_sharing=settings.prefix_cache_sharing,
-        speculative=SpecConfig(
-            method=settings.speculative_method,
-            num_tokens=settings.num_speculative_tokens,
-            max_batch=settings.speculative_max_batch,
-            draft_model=settings.speculative_draft_model,
-            draft_context=settings.speculative_draft_context,
-        ),
     )
     runner = ModelRunner(model, config, cache, device)
     return LLMEngine(engine_config, config, runner, tokenizer)

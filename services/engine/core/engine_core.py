@@ -50,7 +50,7 @@ class EngineCore:
         self._send(
             protocol.Ready(
                 max_model_len=config.max_model_len,
-                max_num_seqs=config.max_num_seqs,
+                max_num_seqs=config.scheduler.max_num_seqs,
                 block_size=config.block_size,
                 cache_salt=config.cache_salt,
                 prefix_cache_sharing=config.prefix_cache_sharing,

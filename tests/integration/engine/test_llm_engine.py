@@ -8,12 +8,13 @@ from prometheus_client import REGISTRY
 
 from services.distill.prompts import EDIT_TASKS
 from services.engine.checkpoint import save_model
+from services.engine.engine_config import build_configs
 from services.engine.kv_cache import PagedKVCache
-from services.engine.llm_engine import EngineConfig, LLMEngine, RequestRejected
+from services.engine.llm_engine import LLMEngine, RequestRejected
 from services.engine.model import LlamaForCausalLM
 from services.engine.model_runner import ModelRunner
 from services.engine.sampling_params import SamplingParams
-from services.engine.spec.config import SpecConfig
+from services.engine.settings import EngineSettings
 from services.eval.perplexity import DEFAULT_TEXT
 
 pytestmark = pytest.mark.slow
@@ -46,19 +47,13 @@ def prompts(hf_tokenizer) -> list[list[int]]:
     return [render(q) for q in [*QUESTIONS, LONG_QUESTION]]
 
 
-def make_engine(model, tokenizer, num_blocks=512, **overrides) -> LLMEngine:
+def make_engine(model, tokenizer, num_blocks=512, **settings) -> LLMEngine:
+    """An engine over a pool of num_blocks, set up as serving would be by these settings."""
     llama, config = model
-    options = dict(
-        num_blocks=num_blocks,
-        max_model_len=config.max_model_len,
-        block_size=16,
-        max_num_seqs=16,
-        max_num_batched_tokens=128,
-    )
-    options.update(overrides)
-    engine_config = EngineConfig(**options)
-    cache = PagedKVCache.allocate(config, num_blocks, 16, torch.float32, "cpu")
-    return LLMEngine(engine_config, config, ModelRunner(llama, config, cache, "cpu"), tokenizer)
+    options = dict(max_num_seqs=16, max_num_batched_tokens=128) | settings
+    engine, config = build_configs(EngineSettings(**options), config, num_blocks)
+    cache = PagedKVCache.allocate(config, num_blocks, engine.block_size, torch.float32, "cpu")
+    return LLMEngine(engine, config, ModelRunner(llama, config, cache, "cpu"), tokenizer)
 
 
 def greedy(max_tokens=NEW_TOKENS, **kw) -> SamplingParams:
@@ -257,7 +252,11 @@ def test_speculative_greedy_is_token_identical_and_accepts_drafts(
     )
     repeat = hf_tokenizer(rendered, add_special_tokens=False)["input_ids"]
     engine = make_engine(
-        model, tokenizer, speculative=SpecConfig(method="ngram", num_tokens=4, max_batch=8)
+        model,
+        tokenizer,
+        speculative_method="ngram",
+        num_speculative_tokens=4,
+        speculative_max_batch=8,
     )
     accepted = REGISTRY.get_sample_value("maas_engine_spec_accepted_tokens_total") or 0.0
     got = run(
@@ -296,13 +295,14 @@ def test_draft_model_speculation_is_token_identical(model, tokenizer, hf_greedy,
     draft = LlamaForCausalLM(dataclasses.replace(config, num_layers=2))
     wanted = draft.state_dict().keys()
     draft.load_state_dict({k: v for k, v in llama.state_dict().items() if k in wanted})
-    spec = SpecConfig(
-        method="draft",
-        draft_model=str(save_model(draft, tmp_path / "draft")),
-        max_batch=4,
-        draft_context=256,
+    engine = make_engine(
+        model,
+        tokenizer,
+        speculative_method="draft",
+        speculative_draft_model=str(save_model(draft, tmp_path / "draft")),
+        speculative_max_batch=4,
+        speculative_draft_context=256,
     )
-    engine = make_engine(model, tokenizer, speculative=spec)
     drafted = REGISTRY.get_sample_value("maas_engine_spec_draft_tokens_total") or 0.0
     got = run(
         engine,

@@ -7,16 +7,15 @@ import torch
 
 from services.common.chat_template import render_chat
 from services.engine.core.build import build_engine
-from services.engine.kv_cache import PagedKVCache
-from services.engine.llm_engine import EngineConfig, LLMEngine
+from services.engine.llm_engine import LLMEngine
 from services.engine.loader import load_model
-from services.engine.model_runner import ModelRunner
 from services.engine.quantization.config import QuantizationConfig
 from services.engine.quantization.int8 import Int8Linear
 from services.engine.quantization.quantize import quantize_model
 from services.engine.sampling_params import SamplingParams
 from services.engine.settings import EngineSettings
 from services.eval.perplexity import DEFAULT_TEXT, perplexity, window_logits
+from tests.integration.engine.test_llm_engine import make_engine
 
 pytestmark = pytest.mark.slow
 
@@ -66,12 +65,8 @@ def chat_prompt(tokenizer, question: str) -> list[int]:
 
 def float32_greedy(model, config, tokenizer) -> list[list[int]]:
     """float32 greedy answers to QUESTIONS, from the engine."""
-    cache = PagedKVCache.allocate(config, 128, 16, torch.float32, "cpu")
-    engine = LLMEngine(
-        EngineConfig(num_blocks=128, max_model_len=config.max_model_len),
-        config,
-        ModelRunner(model, config, cache, "cpu"),
-        tokenizer,
+    engine = make_engine(
+        (model, config), tokenizer, num_blocks=128, max_num_seqs=64, max_num_batched_tokens=2048
     )
     params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
     for i, question in enumerate(QUESTIONS):

@@ -15,7 +15,6 @@ from benchmarks.structured_schemas import SCHEMAS
 from services.engine.grammar.spec import GrammarSpec
 from services.engine.llm_engine import RequestRejected
 from services.engine.sampling_params import SamplingParams
-from services.engine.spec.config import SpecConfig
 from tests.integration.engine.test_llm_engine import make_engine, run, tokens
 
 pytestmark = pytest.mark.slow
@@ -101,7 +100,11 @@ def test_speculative_drafts_are_cut_where_the_grammar_forbids(model, tokenizer, 
     }
     plain = run(engine, {"r": (prompt, constrained("json_schema", json.dumps(schema)))})
     spec_engine = make_engine(
-        model, tokenizer, speculative=SpecConfig(method="ngram", num_tokens=4, max_batch=8)
+        model,
+        tokenizer,
+        speculative_method="ngram",
+        num_speculative_tokens=4,
+        speculative_max_batch=8,
     )
     drafted = REGISTRY.get_sample_value("maas_engine_spec_draft_tokens_total") or 0.0
     params = constrained("json_schema", json.dumps(schema), speculative=True)
