@@ -306,16 +306,22 @@ async def run(args, argv: list[str]) -> dict:
             # A peer that will not build or start costs its rows, not the others' (a long run).
             print(f"--- {server.name} failed: {error}", flush=True)
             report["servers"][server.name] = {"setup": server.setup, "error": str(error)}
+        # Written after every server: a run stopped later (it takes tens of minutes)
+        # keeps what it measured.
+        write_report(report, args)
+    return report
+
+
+def write_report(report: dict, args) -> None:
     maas_runs = [name for name in report["servers"] if name.startswith("maas")]
     report["ratios"] = peers_report.ratios(report["servers"], maas_runs, list(args.levels))
-    return report
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n")
 
 
 def main() -> None:
     args = build_parser().parse_args()
     report = asyncio.run(run(args, sys.argv[1:]))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
     plot = args.output.with_suffix(".png")
     peers_report.plot(report, plot)
     for run_name, per_level in report["ratios"].items():
