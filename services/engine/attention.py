@@ -24,7 +24,7 @@ def paged_attention(
     k_cache and v_cache are one layer's pool, [blocks, block_size, kv_heads, head_dim].
     Returns [tokens, heads, head_dim].
 
-    use_kernel is set on the kernel path (LlamaForCausalLM.use_kernels): the
+    use_kernel is set where the model runs Triton (kernels.ops.uses_triton): the
     decodes then run kernels.paged_attention_decode, which reads each sequence's blocks in
     place through its block table instead of gathering them for SDPA.
     Prefill chunks take SDPA either way.

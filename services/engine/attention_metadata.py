@@ -89,7 +89,10 @@ class AttentionMetadata:
             context_lens=list(context_lens),
             block_tables=device_tables,
             num_decodes=num_decodes,
-            decode_groups=_decode_groups(
+            # The CUDA path's kernel reads blocks in place through block_tables: no groups.
+            decode_groups=[]
+            if torch.device(device).type == "cuda"
+            else _decode_groups(
                 context_lens[:num_decodes], tables, block_size, group_positions, device
             ),
             decode_context_lens=decode_ctx,
@@ -112,18 +115,19 @@ def _decode_groups(
 ) -> list[DecodeGroup]:
     """Decodes longest first; a group grows while its padded gather fits group_positions."""
     order = sorted(range(len(context_lens)), key=lambda i: -context_lens[i])
+    blocks_of = [-(-n // block_size) for n in context_lens]
     members: list[list[int]] = []
     for i in order:
-        group = members[-1] if members else None
-        longest = -(-context_lens[group[0]] // block_size) * block_size if group else 0
-        if group and (len(group) + 1) * longest <= group_positions:
-            group.append(i)
+        if members and (len(members[-1]) + 1) * blocks_of[members[-1][0]] * block_size <= (
+            group_positions
+        ):
+            members[-1].append(i)
         else:
             members.append([i])
     # Two host-to-device copies for all groups, whatever their number.
     rows = torch.tensor(order, dtype=torch.long).to(device)
     block_ids = torch.cat(
-        [tables[group, : -(-context_lens[group[0]] // block_size)].flatten() for group in members]
+        [tables[group, : blocks_of[group[0]]].flatten() for group in members]
         or [torch.empty(0, dtype=torch.long)]
     ).to(device)
     lens = torch.tensor([context_lens[i] for i in order], device=device)
@@ -131,12 +135,11 @@ def _decode_groups(
     for group in members:
         longest = context_lens[group[0]]
         n = len(group)
-        blocks = n * -(-longest // block_size)
-        group_lens = lens[start : start + n]
+        blocks = n * blocks_of[group[0]]
         mask = None
         if context_lens[group[-1]] != longest:
             gathered = torch.arange(longest, device=device)
-            mask = (gathered < group_lens[:, None])[:, None, None, :]
+            mask = (gathered < lens[start : start + n, None])[:, None, None, :]
         groups.append(
             DecodeGroup(
                 rows=rows[start : start + n],
