@@ -77,14 +77,15 @@ def _omp() -> Choice:
 
 
 def _quantization() -> Choice:
-    # The AVX2 int8/int4 kernel (quantization/cpu_kernel.py) beats float32 per
-    # matmul at <= 32 rows, but no end-to-end ratio was measured yet; picking
-    # int4-g32 by machine would also need the model's GGUF blocks (lossless only
-    # on Q4_0/Q4_1), a compiler at run time, and the operator to pass "none".
+    # The AVX2 int8/int4 kernel (quantization/cpu_kernel.py) is faster than float32
+    # end to end at batch 1-32 (benchmarks/results/quant_avx2.json) and within the
+    # perplexity gate, but picking it by machine would also need the model's GGUF
+    # blocks (int4 is lossless only from Q4_0/Q4_1), a C++ compiler at run time
+    # (the runtime image has none), and the operator to pass "none" explicitly.
     return Choice(
         "none",
-        "no weight-only path is yet measured faster end to end than the unquantized "
-        "model within the perplexity gate (docs/quantization.md)",
+        "quantization changes the served weights; it stays an explicit choice "
+        "(docs/quantization.md has the measured speed and perplexity per CPU)",
     )
 
 
