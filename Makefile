@@ -41,12 +41,14 @@ run: $(STAMP)
 	$(BIN)/maas up $(ARGS)
 
 # One test process per core, at most four (each may hold two copies of the
-# model); a file stays whole on one worker, so its fixtures start once.
+# model); a file stays whole on one worker, so its fixtures start once, and the
+# vLLM files share one (tests/conftest.py). A crashed worker ends the run at
+# once, naming its test: xdist 3.8's replacement worker can wait forever.
 # TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
 # pytest exits 5 when it collects nothing; that is a failure here, not a pass.
 test: $(TEST_STAMP) $(BIN)/helm
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
 
 proto: $(TEST_STAMP)

@@ -9,6 +9,11 @@ from pathlib import Path
 # worker needs (the engine's own tests ran 7x slower). The engine core process
 # sets the same policy for itself.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Every engine a test starts (the stacks included) gets a 1 GiB budget, not the
+# 2 GiB default: its KV pool is zero-filled at start, and two workers' stacks,
+# engines and vLLM servers at 2 GiB each came past CI's 24 GiB (the OOM killer
+# took a test worker). 1 GiB still holds ~9k tokens of SmolLM2's KV cache.
+os.environ.setdefault("MAAS_CPU_MEMORY_BUDGET", str(1024**3))
 
 import pytest  # noqa: E402
 
@@ -25,6 +30,33 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
+# The files that start vLLM servers (~3 GiB each). `make test` runs them one after
+# another on one worker: two workers' vLLM at once came near CI's 24 GiB.
+VLLM_SERVER_FILES = ("tests/integration/vllm/", "tests/e2e/test_vllm_stack.py")
+
+
+def pytest_itemcollected(item):
+    if "vllm_python" in item.fixturenames and not item.nodeid.startswith(VLLM_SERVER_FILES):
+        raise pytest.UsageError(f"{item.nodeid} starts vLLM: add its file to VLLM_SERVER_FILES")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile (a file stays whole on one worker, so its module fixtures start
+    once), with every vLLM server file in one unit. xdist's loadgroup would say this
+    with marks, but xdist 3.8 cannot set a test's group on pytest 9.2 (it writes the
+    node's old `_nodeid`, which pytest no longer reads)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class VllmTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "vllm" if scope.startswith(VLLM_SERVER_FILES) else scope
+
+    return VllmTogether(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""One real vLLM server (CPU build) for the session, and the adapter in front of it.
+"""One real vLLM server (CPU build) for this package's tests, and the adapter in front of it.
 
 vLLM's python comes from services.peers (MAAS_VLLM_PYTHON, else the cached
 venv). Without one the tests skip, unless MAAS_REQUIRE_VLLM is set (CI sets it
@@ -44,7 +44,9 @@ def vllm_python():
     return python
 
 
-@pytest.fixture(scope="session")
+# Package scope: the server (~3 GiB) stops after the package's last test, not
+# at the end of the worker's session.
+@pytest.fixture(scope="package")
 def vllm_server(vllm_python, tmp_path_factory):
     config = VllmConfig(
         python=vllm_python,
@@ -81,7 +83,7 @@ def adapter_process(vllm_server, log_dir, **flags) -> tuple[ManagedProcess, str]
     return ManagedProcess("vllm-adapter", argv, log_dir / "adapter.log"), f"127.0.0.1:{port}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def adapter(vllm_server, tmp_path_factory) -> str:
     """`maas serve engine --backend vllm` as a process; its gRPC address."""
     process, address = adapter_process(vllm_server, tmp_path_factory.mktemp("adapter"))
