@@ -46,9 +46,12 @@ run: $(STAMP)
 # once, naming its test: xdist 3.8's replacement worker can wait forever.
 # TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 4 ? n : 4 )))
+# The whole run's bound (~17 min on 2 cores): past it pytest gets Ctrl-C and
+# prints what failed so far, where CI's own limit would print nothing.
+TEST_TIMEOUT ?= 60m
 # pytest exits 5 when it collects nothing; that is a failure here, not a pass.
 test: $(TEST_STAMP) $(BIN)/helm
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS); rc=$$?; \
+	timeout -s INT -k 2m $(TEST_TIMEOUT) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
 
 proto: $(TEST_STAMP)
