@@ -4,7 +4,8 @@ CPU per request moves with the machine's load (12-18 ms per stream for the
 same code at load 5-10), so a cut is measured A/B: the bench stack
 (gateway_bench.start_stack) with a second gateway run from a git revision's
 tree, both pinned to core 0, alternating rounds of admitted streamed chats;
-each round's gateway CPU per request, and the medians.
+each round's gateway CPU per request and median time to first token (a
+round trip saved shows there, not only in CPU), and the medians.
 """
 
 import argparse
@@ -81,6 +82,7 @@ async def run(args) -> dict:
             headers = {"Authorization": f"Bearer {key}"}
             sides = {"new": (stack["url"], stack["gateway_pid"]), "base": (url, old.pid)}
             cpu = {name: [] for name in sides}
+            ttft = {name: [] for name in sides}
             for turn in range(args.rounds + 1):
                 order = list(sides) if turn % 2 else list(reversed(sides))
                 for name in order:
@@ -90,7 +92,10 @@ async def run(args) -> dict:
                             await through_gateway(client, 20, args.tokens, "stub-fast")
                             continue
                         before = cpu_seconds(pid)
-                        await through_gateway(client, args.runs, args.tokens, "stub-fast")
+                        firsts, _, _ = await through_gateway(
+                            client, args.runs, args.tokens, "stub-fast"
+                        )
+                        ttft[name].append(statistics.median(firsts) * 1000)
                         cpu[name].append((cpu_seconds(pid) - before) * 1000 / args.runs)
         finally:
             if old is not None:
@@ -104,6 +109,8 @@ async def run(args) -> dict:
         "tokens": args.tokens,
         **{f"{name}_cpu_ms_median": round(statistics.median(v), 2) for name, v in cpu.items()},
         **{f"{name}_cpu_ms_rounds": [round(x, 2) for x in v] for name, v in cpu.items()},
+        **{f"{name}_ttft_ms_median": round(statistics.median(v), 2) for name, v in ttft.items()},
+        **{f"{name}_ttft_ms_rounds": [round(x, 2) for x in v] for name, v in ttft.items()},
     }
 
 

@@ -21,6 +21,11 @@ max_tokens against TPM. So a request that fails in between (a prompt over the
 context length) has still cost its tenant a request. A request with n
 sequences holds n lease members (id, id#2, ... id#n): it costs n of the
 tenant's concurrency, as it does of an engine's batch.
+
+ADMIT given the request's need (ARGV[9] > 0) does both steps in one call,
+for a request already tokenized: the checks run in the two steps' order, so
+the refusal names the limit the two calls would have named, and a request
+refused for its need (not its floor) is counted, as RESERVE's refusal is.
 """
 
 # Shared prelude: the clock, dropping what has left the window or whose lease
@@ -55,17 +60,18 @@ local function tokens_freed_in(enough, window)
   end
   return window
 end
--- {admitted, reason, retry_after_ms, requests_left, tokens_left, reset_ms}.
+-- {admitted, reason, retry_after_ms, requests_left, tokens_left, reset_ms,
+-- tokens asked (what a tokens or too_large refusal is about)}.
 -- OpenAI's reset headers: until the limit is back to its initial state,
 -- i.e. until the newest entry leaves the window.
-local function decision(reason, retry, rpm, tpm, window)
+local function decision(reason, retry, rpm, tpm, window, asked)
   local count = redis.call('ZCARD', log)
   local used = tonumber(redis.call('GET', sum_key) or '0')
   local reset = 0
   local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
   if #newest > 0 then reset = tonumber(newest[2]) + window - now end
   return {reason == '' and 1 or 0, reason, math.max(retry, 0), math.max(rpm - count, 0),
-          math.max(tpm - used, 0), math.max(reset, 0)}
+          math.max(tpm - used, 0), math.max(reset, 0), asked}
 end
 """
 
@@ -79,7 +85,8 @@ redis.call('LPUSHX', KEYS[5], 0)
 """
 
 # ARGV: request id, rpm, tpm, max concurrency, tokens needed at least, window
-# ms, lease ms, sequences. Counts the request and takes its lease, or refuses.
+# ms, lease ms, sequences, tokens needed (0: not known yet). Counts the
+# request, takes its lease and charges its need, or refuses.
 ADMIT = (
     _REFUSE_WHEN_FULL
     + _PRELUDE
@@ -87,13 +94,13 @@ ADMIT = (
 local id = ARGV[1]
 local rpm, tpm, conc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local floor, window, lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local seqs = tonumber(ARGV[8])
+local seqs, need = tonumber(ARGV[8]), tonumber(ARGV[9])
 expire(window)
 local count = redis.call('ZCARD', log)
 local used = tonumber(redis.call('GET', sum_key) or '0')
 local running = redis.call('ZCARD', inflight)
 
-local reason, retry = '', 0
+local reason, retry, asked, for_need = '', 0, floor, false
 if rpm > 0 and count + 1 > rpm then
   reason = 'requests'
   local oldest = redis.call('ZRANGE', log, 0, 0, 'WITHSCORES')
@@ -107,19 +114,34 @@ elseif tpm > 0 and used + floor > tpm then
 elseif conc > 0 and running + seqs > conc then
   reason = 'concurrency'
   retry = 1000
+elseif tpm > 0 and need > 0 then
+  asked, for_need = need, true
+  if need > tpm then
+    reason = 'too_large'
+    retry = window
+  elseif used + need > tpm then
+    reason = 'tokens'
+    retry = tokens_freed_in(used + need - tpm, window)
+  end
 end
 
-if reason == '' then
+-- Refused for its need, not its floor, the request was one all the same:
+-- counted, with no lease.
+if reason == '' or for_need then
+  local charge = (reason == '' and tpm > 0) and need or 0
   -- A tenant limited only in concurrency needs no log: it would grow with
   -- the request rate for nothing.
   if rpm > 0 or tpm > 0 then
     redis.call('ZADD', log, now, id)
-    redis.call('HSET', tokens, id, 0)
+    redis.call('HSET', tokens, id, charge)
   end
-  for k = 1, seqs do redis.call('ZADD', inflight, now + lease, lease_member(id, k)) end
+  if charge > 0 then redis.call('INCRBY', sum_key, charge) end
+  if reason == '' then
+    for k = 1, seqs do redis.call('ZADD', inflight, now + lease, lease_member(id, k)) end
+  end
   for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], window + lease) end
 end
-return decision(reason, retry, rpm, tpm, window)
+return decision(reason, retry, rpm, tpm, window, asked)
 """
 )
 
@@ -149,7 +171,7 @@ else
   redis.call('HSET', tokens, id, need)
   redis.call('INCRBY', sum_key, need - charged)
 end
-return decision(reason, retry, rpm, tpm, window)
+return decision(reason, retry, rpm, tpm, window, need)
 """
 )
 

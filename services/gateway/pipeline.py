@@ -2,7 +2,8 @@
 
 Pipeline.complete runs the steps in order:
 1. limits pre-check: key caps (400), quota, RPM and concurrency, counted
-   before any work is done for the request;
+   before any work is done for the request (for a tenant the limiter last
+   admitted, in step 4 instead, with its tokens: rate_limiter.py);
 2. resolve route: the model name (alias, canary, tier) -> a running deployment,
    or one scaled to zero;
 3. tokenize (prompt_encoder.py);
@@ -97,7 +98,9 @@ class Pipeline:
         # refused until its Retry-After, whatever its quota says.
         self.limiter.refuse_blocked(tenant, floor)
         await self.quotas.check(tenant.name)
-        limits = await self.limiter.admit(tenant, request.request_id, floor, request.n)
+        counted = self.limiter.counts_first(tenant)
+        if counted:
+            limits = await self.limiter.admit(tenant, request.request_id, floor, request.n)
         try:
             deployments = await self._deployments()
             route = self._route(request, tenant, set(deployments))
@@ -109,7 +112,14 @@ class Pipeline:
             room = max(prompt.max_model_len - len(prompt.token_ids), 1)
             max_tokens = request.max_tokens or min(tenant.max_tokens or room, room)
             need = len(prompt.token_ids) + request.n * max_tokens
-            limits = await self.limiter.reserve(limits, request.request_id, need)
+            if counted:
+                limits = await self.limiter.reserve(limits, request.request_id, need)
+            else:
+                # Whatever it answers, the request has been counted or refused.
+                counted = True
+                limits = await self.limiter.admit(
+                    tenant, request.request_id, floor, request.n, need
+                )
             if route.scales_to_zero and not ready(deployments.get(route.deployment)):
                 # Before the queue, which is sized from the replicas that are ready.
                 deployments = await self.hold.until_ready(route.deployment, tenant.name)
@@ -118,8 +128,15 @@ class Pipeline:
         except (QueueFullError, QueueTimeoutError) as exc:
             self._settle(tenant, request, 0)
             raise with_headers(unavailable(str(exc)), limits.headers()) from exc
-        except BaseException:
-            self._settle(tenant, request, 0)
+        except BaseException as exc:
+            if counted:
+                self._settle(tenant, request, 0)
+            elif isinstance(exc, Exception):
+                refusal = await self._count_late(tenant, request, floor)
+                if refusal is not None:
+                    raise refusal from exc
+            else:
+                self.background.run(self._count_late(tenant, request, floor))
             raise
         sampling = engine_pb2.SamplingParams()
         sampling.CopyFrom(request.sampling)
@@ -177,6 +194,19 @@ class Pipeline:
                     ticket.principal.tenant, ticket.request.request_id, used, ticket.request.n
                 )
                 self.background.after(ticket.delivered, settle)
+
+    async def _count_late(
+        self, tenant: Tenant, request: ParsedRequest, floor: int
+    ) -> APIError | None:
+        """Count a request that failed before it was counted (counts_first was
+        false) and end its lease; its refusal is the answer it would have had."""
+        try:
+            await self.limiter.admit(tenant, request.request_id, floor, request.n)
+        except APIError as refusal:
+            return refusal
+        finally:
+            self._settle(tenant, request, 0)
+        return None
 
     def _settle(self, tenant: Tenant, request: ParsedRequest, used: int) -> None:
         self.background.run(self.limiter.settle(tenant, request.request_id, used, request.n))

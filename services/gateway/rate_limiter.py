@@ -6,6 +6,12 @@ prompt + max_tokens (TPM), and it settles to what it really used when it
 ends, so the TPM window holds real usage, not guesses. A request with n
 sequences costs n of the tenant's concurrency.
 
+Two round trips before the first token are one too many for a tenant with
+room: one this replica last admitted is admitted once tokenized, counted and
+charged in one call (`admit` given `need`). A tenant it last refused, or
+has not seen, is counted before the tokenizer is asked, so a tenant at its
+limits still costs no work but the refusal (see `counts_first`).
+
 When Redis cannot be reached (connection errors, timeouts), `fail_open`
 serves the request without limits (logged and counted in
 maas_gateway_rate_limit_bypassed_total): an outage of the limiter should not
@@ -54,6 +60,8 @@ class LimitDecision:
     requests_left: int = 0
     tokens_left: int = 0
     reset_ms: int = 0
+    # The tokens a "tokens" or "too_large" refusal is about: the floor or the need.
+    asked: int = 0
     # Admitted without asking Redis (it was down): there are no counts to report.
     bypassed: bool = False
 
@@ -109,6 +117,8 @@ class RateLimiter:
         self._window_ms = int(window_seconds * 1000)
         # (tenant, its rpm) -> (when refused, the refusal), see _rpm_blocked.
         self._blocked: dict[tuple[str, int], tuple[float, LimitDecision]] = {}
+        # Tenants whose last answer on this replica was an admission.
+        self._roomy: set[str] = set()
         self._on_redis_error = on_redis_error
 
     @staticmethod
@@ -116,13 +126,21 @@ class RateLimiter:
         parts = ("log", "tokens", "sum", "inflight", "full")
         return [f"maas:rl:{{{tenant}}}:{part}" for part in parts]
 
+    def counts_first(self, tenant: Tenant) -> bool:
+        """Whether to count the request before tokenizing it (admit, then
+        reserve) rather than after (admit with its need): see the module doc.
+        Without a TPM there is nothing to reserve, so nothing to save."""
+        return not tenant.tpm or tenant.name not in self._roomy
+
     async def admit(
-        self, tenant: Tenant, request_id: str, floor: int, sequences: int = 1
+        self, tenant: Tenant, request_id: str, floor: int, sequences: int = 1, need: int = 0
     ) -> LimitDecision:
         """Count the request and take its lease of `sequences` slots, or raise the 429.
 
         `floor` is the fewest tokens it can need (n x max_tokens): a request
-        that cannot fit the TPM is refused before it is tokenized."""
+        that cannot fit the TPM is refused before it is tokenized. Given its
+        `need` (prompt + max_tokens), the request is also charged it, as
+        reserve() would."""
         if not tenant.limited:
             return LimitDecision(tenant, admitted=True)
         self.refuse_blocked(tenant, floor)
@@ -135,11 +153,12 @@ class RateLimiter:
             self._window_ms,
             self._lease_ms,
             sequences,
+            need,
         ]
         decision = await self._run(self._admit, tenant, args)
         if not decision.admitted and decision.reason == "requests":
             self._blocked[(tenant.name, tenant.rpm)] = (time.monotonic(), decision)
-        return self._raise_refused(decision, floor)
+        return self._raise_refused(decision)
 
     async def reserve(self, admitted: LimitDecision, request_id: str, need: int) -> LimitDecision:
         """Charge an admitted request's `need` tokens, or raise the 429. A refused
@@ -148,7 +167,7 @@ class RateLimiter:
         if not tenant.tpm or admitted.bypassed:
             return admitted
         args = [request_id, tenant.rpm, tenant.tpm, need, self._window_ms]
-        return self._raise_refused(await self._run(self._reserve, tenant, args), need)
+        return self._raise_refused(await self._run(self._reserve, tenant, args))
 
     async def _run(self, script, tenant: Tenant, args: list) -> LimitDecision:
         try:
@@ -157,17 +176,18 @@ class RateLimiter:
             if not unreachable(exc):
                 raise refused("rate-limit store", exc) from exc
             return self._redis_down(tenant, exc)
-        admitted, reason, retry, requests_left, tokens_left, reset = raw
-        return LimitDecision(
-            tenant, bool(admitted), reason, retry, requests_left, tokens_left, reset
-        )
+        return LimitDecision(tenant, bool(raw[0]), *raw[1:])
 
-    @staticmethod
-    def _raise_refused(decision: LimitDecision, need: int) -> LimitDecision:
-        if not decision.admitted:
-            REFUSED.labels(decision.reason).inc()
-            raise decision.error(need)
-        return decision
+    def _raise_refused(self, decision: LimitDecision) -> LimitDecision:
+        name = decision.tenant.name
+        if decision.admitted:
+            if len(self._roomy) > 10_000:
+                self._roomy.clear()
+            self._roomy.add(name)
+            return decision
+        self._roomy.discard(name)
+        REFUSED.labels(decision.reason).inc()
+        raise decision.error(decision.asked)
 
     def refuse_blocked(self, tenant: Tenant, floor: int) -> None:
         """Raise the 429 of a tenant still refused for RPM (see _rpm_blocked):

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import itertools
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -146,14 +147,18 @@ class StubTokenizer(tokenizer_pb2_grpc.TokenizerServicer):
     """Token-id prompts come back as they are; any text or chat is three tokens.
 
     `refuse`: (code, message) to abort every call with, as the real tokenizer
-    does for a prompt past the context length.
+    does for a prompt past the context length. `on_call`: awaited first in
+    every call, to look at what the gateway has done before tokenizing.
     """
 
     def __init__(self, max_model_len: int = 2048):
         self.max_model_len = max_model_len
         self.refuse: tuple[grpc.StatusCode, str] | None = None
+        self.on_call: Callable[[], Awaitable[None]] | None = None
 
     async def _encoded(self, token_ids, context) -> tokenizer_pb2.EncodeResponse:
+        if self.on_call is not None:
+            await self.on_call()
         if self.refuse is not None:
             await context.abort(*self.refuse)
         return tokenizer_pb2.EncodeResponse(

@@ -5,6 +5,7 @@ import uuid
 import grpc
 import pytest
 
+from services.common.redis_client import open_redis
 from services.gateway.errors import APIError
 from services.gateway.tenants import Tenant
 from tests.integration.gateway.conftest import MODEL
@@ -36,6 +37,37 @@ async def test_over_long_prompts_count_toward_rpm_and_free_their_slot(make_clust
     refused = await admit_over_long(cluster, who)
     assert refused.status == 429 and refused.code == "rate_limit_exceeded"
     assert refused.type == "requests"
+
+
+async def test_a_tenant_with_room_is_counted_once_tokenized_and_one_refused_before(
+    make_cluster, redis_url
+):
+    cluster = await make_cluster(replicas=1)
+    who = tenant(tpm=1000, max_concurrency=1)
+    redis = open_redis(redis_url)
+    counted_at_tokenizing = []
+
+    async def look() -> None:
+        counted_at_tokenizing.append(await redis.zcard(f"maas:rl:{{{who.name}}}:log"))
+
+    cluster.tokenizer.on_call = look
+    try:
+        # Not seen yet: counted first. Then admitted last: counted (and
+        # charged) in one call after tokenizing, so its tokenizer saw one.
+        assert await cluster.run(who, max_tokens=8)
+        await cluster.pipeline.background.wait()
+        held = await cluster.open(who, max_tokens=8)
+        assert counted_at_tokenizing == [1, 1]
+        # Tokenized, then refused for the held slot; refused last, the next
+        # is refused before the tokenizer is asked.
+        for _ in range(2):
+            with pytest.raises(APIError) as caught:
+                await cluster.complete(who, max_tokens=8)
+            assert caught.value.status == 429 and "concurrent" in caught.value.message
+        assert counted_at_tokenizing == [1, 1, 2]
+        assert [d async for d in held]
+    finally:
+        await redis.aclose()
 
 
 async def test_n_sequences_count_as_n_against_concurrency(make_cluster):

@@ -126,6 +126,36 @@ async def test_a_request_counts_before_its_tokens_are_known(replicas):
     assert not await admitted(first, who)
 
 
+async def test_admitted_with_its_need_it_is_counted_and_charged_in_one_call(replicas):
+    first, second = replicas
+    who = tenant(rpm=3, tpm=100, max_concurrency=2)
+    ok = await first.admit(who, "a", 1, need=60)
+    assert (ok.requests_left, ok.tokens_left) == (2, 40)
+    with pytest.raises(APIError) as caught:
+        await second.admit(who, "b", 1, need=41)
+    assert caught.value.type == "tokens" and "requested 41" in caught.value.message
+    # Refused for its need, "b" still counts as a request, but holds no slot.
+    ok = await second.admit(who, "c", 1, need=40)
+    assert (ok.requests_left, ok.tokens_left) == (0, 0)
+    with pytest.raises(APIError) as caught:
+        await first.admit(tenant(tpm=50), "d", 1, need=51)
+    assert "it needs 51 tokens" in caught.value.message
+
+
+async def test_one_call_names_the_limit_the_two_steps_would(replicas):
+    first, second = replicas
+    who = tenant(tpm=100, max_concurrency=1)
+    await first.admit(who, "a", 1, need=10)
+    # The two steps refuse for concurrency before the need is looked at.
+    with pytest.raises(APIError) as caught:
+        await second.admit(who, "b", 1, need=200)
+    assert "concurrent" in caught.value.message
+    # And for the floor before concurrency.
+    with pytest.raises(APIError) as caught:
+        await second.admit(who, "c", 95, need=200)
+    assert caught.value.type == "tokens" and "requested 95" in caught.value.message
+
+
 async def test_n_sequences_take_n_concurrency_slots(replicas):
     first, second = replicas
     who = tenant(max_concurrency=4)
