@@ -36,6 +36,7 @@ from services.gateway.background import Background
 from services.gateway.circuit_breaker import Breakers
 from services.gateway.delta import Delta
 from services.gateway.errors import APIError, from_upstream
+from services.gateway.rate_limiter import Settlement
 from services.gateway.ticket import Ticket
 from services.gateway.upstreams import Upstreams
 from services.gateway.usage_emitter import UsageEmitter
@@ -314,11 +315,13 @@ class EngineClient:
             duration_seconds=time.time() - started,
             traceparent=current_traceparent(),
         )
-        finish = self._finish(ticket.request.request_id, pick.endpoint_id, event)
         if after_delivery:
+            # A stream that started: the pipeline leaves its settlement to its bill.
+            settlement = ticket.settlement(event.prompt_tokens + event.completion_tokens)
+            finish = self._finish(ticket.request.request_id, pick.endpoint_id, event, settlement)
             self._background.after(ticket.delivered, finish)
         else:
-            self._background.run(finish)
+            self._background.run(self._finish(ticket.request.request_id, pick.endpoint_id, event))
         return event
 
     async def _pick(
@@ -341,9 +344,17 @@ class EngineClient:
                 raise failure.error from exc
             raise from_upstream(exc, ticket.request.model) from exc
 
-    async def _finish(self, request_id: str, endpoint_id: str, event: UsageEvent) -> None:
+    async def _finish(
+        self,
+        request_id: str,
+        endpoint_id: str,
+        event: UsageEvent,
+        settlement: Settlement | None = None,
+    ) -> None:
         if event.prompt_tokens or event.completion_tokens:
-            await self.usage.emit(event)
+            await self.usage.emit(event, settlement)
+        elif settlement is not None:
+            await settlement.answered(None)
         await self._release(
             request_id, endpoint_id, success=event.finish_reason in ("stop", "length")
         )

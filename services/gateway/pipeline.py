@@ -15,7 +15,8 @@ and returns a Completion whose deltas, as they are read, run
 7. stream, through the output filter,
 8. settle: free the slots and settle the tenant's tokens to what was really
    used (for a client that left before the first token: the prompt tokens
-   the engine computed and billed, see engine_client.py).
+   the engine computed and billed, see engine_client.py); for a stream that
+   started, in the round trip of its usage event (usage_emitter.py).
 
 A request that passed the limiter counts toward the tenant's RPM even if it
 then fails (an unknown model, a prompt too long for the context, queue full,
@@ -25,6 +26,7 @@ of the deployment's slots in the fair queue.
 """
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -141,7 +143,12 @@ class Pipeline:
         sampling = engine_pb2.SamplingParams()
         sampling.CopyFrom(request.sampling)
         sampling.max_tokens = max_tokens
-        return Ticket(principal, request, route, prompt, sampling, queue, limits)
+        settlement = functools.partial(
+            self.limiter.settlement, tenant, request.request_id, sequences=request.n
+        )
+        return Ticket(
+            principal, request, route, prompt, sampling, queue, limits, settlement=settlement
+        )
 
     async def _deployments(self) -> dict[str, router_pb2.DeploymentStats]:
         try:
@@ -166,9 +173,12 @@ class Pipeline:
         deltas = self.engine.generate(ticket)
         screen = self.output_filter.stream() if self.output_filter.enabled else None
         stopped: set[int] = set()
-        last: Delta | None = None
+        # Once a delta came, the engine client bills the stream, and its bill
+        # settles the tenant's tokens (ticket.settlement).
+        started = False
         try:
             async for delta in deltas:
+                started = True
                 if screen is not None:
                     if delta.index in stopped:
                         continue
@@ -179,19 +189,17 @@ class Pipeline:
                     if passed.stopped:
                         delta.finish_reason = "content_filter"
                         stopped.add(delta.index)
-                last = delta
                 yield delta
                 if len(stopped) == ticket.request.n:
                     return
         finally:
             await deltas.aclose()
             ticket.queue.release(ticket.request.n)
-            if last is None and ticket.abandoned is not None:
+            if not started and ticket.abandoned is not None:
                 self.background.run(self._settle_abandoned(ticket, ticket.abandoned))
-            else:
-                used = last.prompt_tokens + last.completion_tokens if last else 0
+            elif not started:
                 settle = self.limiter.settle(
-                    ticket.principal.tenant, ticket.request.request_id, used, ticket.request.n
+                    ticket.principal.tenant, ticket.request.request_id, 0, ticket.request.n
                 )
                 self.background.after(ticket.delivered, settle)
 

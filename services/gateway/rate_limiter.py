@@ -27,6 +27,8 @@ from typing import Literal
 
 from prometheus_client import Counter
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import NoScriptError
 
 from services.common.logging import get_logger
 from services.gateway.errors import APIError, unavailable
@@ -99,6 +101,29 @@ class LimitDecision:
             code="rate_limit_exceeded",
             headers={**self.headers(), "Retry-After": str(retry_after)},
         )
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """A request's settle(), sent in the round trip of its usage event
+    (usage_emitter.py) instead of one of its own."""
+
+    limiter: "RateLimiter"
+    tenant: Tenant
+    request_id: str
+    used: int
+    sequences: int
+
+    def queue(self, pipe: Pipeline) -> None:
+        self.limiter.queue_settle(pipe, self)
+
+    async def answered(self, result: object) -> None:
+        """The queued call's result, or None when it was never sent."""
+        if result is None or isinstance(result, NoScriptError):
+            # Unsent, or Redis lost its scripts (a restart): alone, as before.
+            await self.limiter.settle(self.tenant, self.request_id, self.used, self.sequences)
+        elif isinstance(result, Exception):
+            log.warning("rate_limit_settle_failed", tenant=self.tenant.name, error=str(result))
 
 
 class RateLimiter:
@@ -222,6 +247,19 @@ class RateLimiter:
         BYPASSED.inc()
         log.warning("rate_limit_bypassed", tenant=tenant.name, error=str(exc))
         return LimitDecision(tenant, admitted=True, bypassed=True)
+
+    def settlement(
+        self, tenant: Tenant, request_id: str, used: int, sequences: int = 1
+    ) -> Settlement | None:
+        """settle() to send along another call; None when there is nothing to settle."""
+        if not tenant.limited:
+            return None
+        return Settlement(self, tenant, request_id, used, sequences)
+
+    def queue_settle(self, pipe: Pipeline, s: Settlement) -> None:
+        # EVALSHA, not the Script: a pipeline holding Scripts asks SCRIPT EXISTS first.
+        args = [s.request_id, s.used, self._window_ms, s.sequences]
+        pipe.evalsha(self._settle.sha, 5, *self._keys(s.tenant.name), *args)
 
     async def settle(self, tenant: Tenant, request_id: str, used: int, sequences: int = 1) -> None:
         """Charge what the request really used and end its concurrency lease."""

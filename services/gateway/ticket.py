@@ -1,13 +1,14 @@
 """An admitted request: what the pipeline decided for it, carried to the engine."""
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from maas.v1 import engine_pb2
 from services.gateway.fair_queue import FairQueue
 from services.gateway.parsed_request import ParsedRequest
 from services.gateway.prompt_encoder import Prompt
-from services.gateway.rate_limiter import LimitDecision
+from services.gateway.rate_limiter import LimitDecision, Settlement
 from services.gateway.routing_table import Route
 from services.gateway.tenants import Principal
 
@@ -30,6 +31,9 @@ class Ticket:
     abandoned: asyncio.Task | None = None
     # Set by the front once the response's last byte is out (background.after).
     delivered: asyncio.Event = field(default_factory=asyncio.Event)
+    # The limiter's settle for the tokens used (rate_limiter.Settlement), for
+    # the engine client to send with the usage event of a stream that started.
+    settlement: Callable[[int], Settlement | None] = lambda used: None
 
     @property
     def headers(self) -> dict[str, str]:

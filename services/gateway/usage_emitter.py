@@ -2,7 +2,9 @@
 
 When Redis is unreachable the event goes to a durable local spool instead
 (usage_spool.py) and a replay task sends the spool, in order, once Redis is
-back. While the spool holds anything, new events queue behind it, so billing
+back. A finished request's TPM settlement (rate_limiter.Settlement) rides in
+its event's round trip; when the event is spooled, it is sent alone. While
+the spool holds anything, new events queue behind it, so billing
 sees events in the order requests finished. Replay reads the spool in a
 thread, never in the event loop, and at shutdown it runs until the spool is
 empty (or Redis fails), so what SIGTERM cut short is billed before the pod
@@ -27,6 +29,7 @@ from redis.exceptions import RedisError
 from services.common.logging import get_logger
 from services.common.tenant_labels import TenantLabels
 from services.common.usage_event import USAGE_STREAM, UsageEvent
+from services.gateway.rate_limiter import Settlement
 from services.gateway.usage_spool import UsageSpool, orphans
 
 log = get_logger(__name__)
@@ -58,24 +61,42 @@ class UsageEmitter:
         self._stopping = asyncio.Event()
         SPOOLED.set(len(spool))
 
-    async def emit(self, event: UsageEvent) -> None:
+    async def emit(self, event: UsageEvent, settlement: Settlement | None = None) -> None:
         TOKENS.labels(event.model, "prompt").inc(event.prompt_tokens)
         TOKENS.labels(event.model, "completion").inc(event.completion_tokens)
         if self._tenants is not None:
             tenant = self._tenants.label(event.tenant)
             TENANT_TOKENS.labels(tenant, "prompt").inc(event.prompt_tokens)
             TENANT_TOKENS.labels(tenant, "completion").inc(event.completion_tokens)
+        settled = await self._send(event, settlement)
+        if settlement is not None:
+            await settlement.answered(settled)
+
+    async def _send(self, event: UsageEvent, settlement: Settlement | None) -> object:
+        """Publish or spool the event; the settlement's result if it went along."""
         async with self._spool.lock:
             if not self._spool.has_events():
                 try:
-                    await self._redis.xadd(USAGE_STREAM, event.to_fields())
+                    settled = None
+                    if settlement is None:
+                        await self._redis.xadd(USAGE_STREAM, event.to_fields())
+                    else:
+                        pipe = self._redis.pipeline(transaction=False)
+                        settlement.queue(pipe)
+                        pipe.xadd(USAGE_STREAM, event.to_fields())
+                        settled, added = await pipe.execute(raise_on_error=False)
+                        if isinstance(added, RedisError):
+                            # Spooled, and settled again alone: harmless, a
+                            # settle sets the charge, it does not add to it.
+                            raise added
                     EMITTED.labels("published").inc()
-                    return
+                    return settled
                 except RedisError as exc:
                     log.warning("usage_spooled", error=str(exc), request_id=event.request_id)
             await self._spool.append(event)
             EMITTED.labels("spooled").inc()
             SPOOLED.inc()
+        return None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._replay_forever())

@@ -17,6 +17,8 @@ from prometheus_client import REGISTRY
 
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
+from services.gateway.rate_limiter import RateLimiter
+from services.gateway.tenants import Tenant
 from services.gateway.usage_emitter import REPLAY_BATCH, UsageEmitter
 from services.gateway.usage_spool import UsageSpool
 from services.local.ports import free_port
@@ -181,3 +183,23 @@ async def test_a_dead_replicas_spool_is_claimed_and_replayed_once(outage, tmp_pa
     assert not (root / "gateway-dead").exists()
     # A live replica's spool is its own to replay.
     assert (root / "gateway-alive" / "usage.jsonl").read_text().count("\n") == 3
+
+
+async def test_a_settlement_rides_with_its_event_and_survives_a_script_flush(outage, tmp_path):
+    await outage.up()
+    redis = open_redis(outage.url)
+    limiter = RateLimiter(redis, lease_seconds=60)
+    who = Tenant(name="settling", tpm=100, max_concurrency=1)
+    try:
+        await limiter.admit(who, "r0", 1, need=50)
+        # Redis forgets its scripts (a restart would): the settle sent along
+        # with the event is refused, and sent again alone.
+        await redis.script_flush()
+        async with emitter(outage.url, tmp_path / "spool") as usage:
+            await usage.emit(event(0), limiter.settlement(who, "r0", 1))
+        assert await stream_ids(outage.url) == ["r0"]
+        assert await redis.hget("maas:rl:{settling}:tokens", "r0") == "1"
+        # Its lease ended: the tenant's one slot is free.
+        assert (await limiter.admit(who, "r1", 1, need=10)).admitted
+    finally:
+        await redis.aclose()
