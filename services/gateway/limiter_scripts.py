@@ -60,6 +60,12 @@ local function tokens_freed_in(enough, window)
   end
   return window
 end
+-- The TPM's refusal of `need` more tokens beside `used`: reason, retry (ms).
+local function tpm_refusal(need, used, tpm, window)
+  if need > tpm then return 'too_large', window end
+  if used + need > tpm then return 'tokens', tokens_freed_in(used + need - tpm, window) end
+  return '', 0
+end
 -- {admitted, reason, retry_after_ms, requests_left, tokens_left, reset_ms,
 -- tokens asked (what a tokens or too_large refusal is about)}.
 -- OpenAI's reset headers: until the limit is back to its initial state,
@@ -105,24 +111,15 @@ if rpm > 0 and count + 1 > rpm then
   reason = 'requests'
   local oldest = redis.call('ZRANGE', log, 0, 0, 'WITHSCORES')
   retry = tonumber(oldest[2]) + window - now
-elseif tpm > 0 and floor > tpm then
-  reason = 'too_large'
-  retry = window
-elseif tpm > 0 and used + floor > tpm then
-  reason = 'tokens'
-  retry = tokens_freed_in(used + floor - tpm, window)
-elseif conc > 0 and running + seqs > conc then
+elseif tpm > 0 then
+  reason, retry = tpm_refusal(floor, used, tpm, window)
+end
+if reason == '' and conc > 0 and running + seqs > conc then
   reason = 'concurrency'
   retry = 1000
-elseif tpm > 0 and need > 0 then
+elseif reason == '' and tpm > 0 and need > 0 then
   asked, for_need = need, true
-  if need > tpm then
-    reason = 'too_large'
-    retry = window
-  elseif used + need > tpm then
-    reason = 'tokens'
-    retry = tokens_freed_in(used + need - tpm, window)
-  end
+  reason, retry = tpm_refusal(need, used, tpm, window)
 end
 
 -- Refused for its need, not its floor, the request was one all the same:
@@ -158,14 +155,8 @@ local rpm, tpm, need, window = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(AR
 expire(window)
 local charged = tonumber(redis.call('HGET', tokens, id) or '0')
 local used = tonumber(redis.call('GET', sum_key) or '0') - charged
-local reason, retry = '', 0
-if need > tpm then
-  reason = 'too_large'
-  retry = window
-elseif used + need > tpm then
-  reason = 'tokens'
-  retry = tokens_freed_in(used + need - tpm, window)
-else
+local reason, retry = tpm_refusal(need, used, tpm, window)
+if reason == '' then
   -- Tokenizing took longer than the window: the request counts again from now.
   if not redis.call('ZSCORE', log, id) then redis.call('ZADD', log, now, id) end
   redis.call('HSET', tokens, id, need)
