@@ -53,6 +53,12 @@ VARIANTS = {
     "int4-g32-gguf": (QuantizationConfig("int4", 32), torch.bfloat16),
     "int4-g32-gguf-float32": (QuantizationConfig("int4", 32), torch.float32),
     "int4-g64-float32": (QuantizationConfig("int4", 64), torch.float32),
+    # The LM head left in float32, to measure what the int8 head buys.
+    "int8-float32-float-head": (QuantizationConfig("int8", quantize_head=False), torch.float32),
+    "int4-g32-gguf-float32-float-head": (
+        QuantizationConfig("int4", 32, quantize_head=False),
+        torch.float32,
+    ),
 }
 BASELINE = "float32"
 BARS = {"int8": 1.9, "int4-g64": 3.5, "int4-g128": 3.5}  # weight memory ratio vs bfloat16

@@ -197,5 +197,8 @@ class LlamaForCausalLM(nn.Module):
         return self.model.norm(h, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        head = self.model.embed_tokens if self.lm_head is None else self.lm_head
-        return F.linear(hidden, head.weight)
+        if self.lm_head is None:
+            # The widest matmul: in row slices on the CPU (cpu_linear.py).
+            return cpu_linear.linear(hidden, self.model.embed_tokens.weight)
+        # A module: a quantized engine's head is one even when tied (quantize.py).
+        return self.lm_head(hidden)

@@ -13,9 +13,8 @@ from services.engine.quantization.int8 import Int8Linear
 from services.engine.quantization.linear import QuantizedLinear
 
 # The projections of each decoder layer: nearly all the weights outside the
-# embedding. The embedding (a lookup, and the LM head when tied) and an untied
-# LM head stay in float: the head is the one matmul whose error lands straight
-# in the logits, and quantizing a lookup table saves memory but no time.
+# embedding. The embedding stays a float lookup (quantizing a lookup table saves
+# memory but no time); the LM head is quantized apart, in int8 (quantize_head).
 TARGETS = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
 
 
@@ -51,6 +50,8 @@ def quantize_model(
         if child in TARGETS:
             quantized = _quantize(module, quantization, dtype, from_file.get(name))
             setattr(model.get_submodule(parent), child, quantized)
+    if quantization.quantize_head:
+        quantize_head(model, dtype)
     if dtype == torch.float32:
         cpu_kernel.library()  # built (once per machine) at load, not by the first request
     return model.to(dtype)
@@ -71,3 +72,15 @@ def _quantize(
     else:
         weight = from_file.to(linear.weight.device)  # the file is read on the CPU
     return make_int4_linear(weight, linear.bias, dtype, shard_sizes)
+
+
+def quantize_head(model: LlamaForCausalLM, dtype: torch.dtype) -> None:
+    """The LM head as an Int8Linear of its own; a tied embedding keeps its float copy.
+
+    int8 per row, whatever the layers' method: the head's error lands straight
+    in the logits, and int8 is what llama.cpp's files keep their output matrix
+    in (SmolLM2's GGUF: Q8_0). The lookup only reads a row per token, so the
+    float table costs memory (an extra quarter of it), not time.
+    """
+    head = model.model.embed_tokens if model.lm_head is None else model.lm_head
+    model.lm_head = Int8Linear(head.weight.data, None, dtype)

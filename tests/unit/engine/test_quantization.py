@@ -170,7 +170,7 @@ def test_quantize_model_swaps_the_projections_and_keeps_the_embedding_in_float(t
         for name, m in model.named_modules()
         if isinstance(m, QuantizedLinear)
     }
-    assert swapped == TARGETS
+    assert swapped == TARGETS | {"lm_head"}
     assert not any(isinstance(m, nn.Linear) for m in model.modules())
     assert model.model.embed_tokens.weight.dtype == torch.bfloat16
     attn = model.model.layers[0].self_attn
@@ -186,9 +186,33 @@ def test_quantization_keeps_the_qkv_bias(tiny_config):
     model = quantize_model(copy.deepcopy(float_model), QuantizationConfig("int8"), torch.float32)
     reference = logits(float_model, TOKENS)
     assert_close_relative(logits(model, TOKENS), reference, 0.03)
-    assert type(model.lm_head) is nn.Linear  # an untied LM head stays in float
+    assert isinstance(model.lm_head, Int8Linear)  # an untied head is quantized as a tied one
     model.model.layers[0].self_attn.qkv_proj.bias.data += 1
     assert not torch.allclose(logits(model, TOKENS), reference, atol=0.1)
+
+
+@pytest.mark.parametrize("method", ["int8", "int4"])
+def test_the_lm_head_is_int8_and_the_tied_embedding_stays_float(tiny_model, method):
+    embedding = tiny_model.model.embed_tokens.weight.detach().clone()
+    model = quantize_model(copy.deepcopy(tiny_model), QuantizationConfig(method, 32), torch.float32)
+    assert isinstance(model.lm_head, Int8Linear)
+    assert torch.equal(model.model.embed_tokens.weight, embedding)  # the lookup is exact
+    hidden = torch.randn(5, 32)
+    want = F.linear(hidden, embedding)
+    assert_close_relative(model.compute_logits(hidden), want, 0.02)
+    assert_close_relative(
+        model.compute_logits(hidden),
+        F.linear(hidden, dequantize_int8(model.lm_head.qweight, model.lm_head.scale)),
+        OUTPUT_TOLERANCE[torch.float32],
+    )
+
+
+def test_the_head_stays_float_when_asked(tiny_model):
+    config = QuantizationConfig("int8", quantize_head=False)
+    assert config.describe() == "int8-float-head"
+    model = quantize_model(copy.deepcopy(tiny_model), config, torch.float32)
+    assert model.lm_head is None  # tied: the float embedding is the head
+    assert isinstance(model.model.layers[0].mlp.down_proj, Int8Linear)
 
 
 def test_no_quantization_only_casts(tiny_model):
@@ -203,12 +227,19 @@ def test_weight_memory_counts_values_scales_and_minimums(tiny_model):
     int8 = quantized_weight_memory(
         quantize_model(copy.deepcopy(tiny_model), QuantizationConfig("int8"), torch.bfloat16)
     )
-    assert (int8.float32_bytes, int8.bfloat16_bytes, int8.layers) == (4 * weights, 2 * weights, 8)
+    # The int8 head: 64 x 32 weights, 64 rows.
+    weights, rows = weights + 64 * 32, rows + 64
+    assert (int8.float32_bytes, int8.bfloat16_bytes, int8.layers) == (4 * weights, 2 * weights, 9)
     assert int8.quantized_bytes == weights + 2 * rows  # one byte a weight, a bf16 scale a row
     int4 = quantized_weight_memory(
-        quantize_model(copy.deepcopy(tiny_model), QuantizationConfig("int4", 32), torch.bfloat16)
+        quantize_model(
+            copy.deepcopy(tiny_model),
+            QuantizationConfig("int4", 32, quantize_head=False),
+            torch.bfloat16,
+        )
     )
     # Half a byte a weight, and a bf16 scale and minimum per 32 weights.
+    weights -= 64 * 32
     assert int4.quantized_bytes == weights // 2 + 2 * 2 * weights // 32
     assert int4.ratio_vs_bfloat16 == pytest.approx(2 / (0.5 + 4 / 32))
 
