@@ -3,10 +3,11 @@
 torch's own CPU kernels for these formats are vectorised for bf16/fp16 only
 (in float32 they are 10-100x slower than a float32 matmul), and bf16 matmuls
 are unusable on an AVX2 CPU, which therefore serves in float32. Up to
-MAX_KERNEL_ROWS rows (decode steps) cpu_matmul.cpp dequantizes each weight
-row in registers and reads the weight once, at 1 or 0.5 bytes a weight
-instead of float32's 4; above that (prefill chunks), it dequantizes the
-weight into a float32 buffer for torch's float32 matmul, which then wins.
+MAX_KERNEL_ROWS rows (decode steps, up to 128 streams) cpu_matmul.cpp
+dequantizes each weight row in registers and reads the weight once, at 1 or
+0.5 bytes a weight instead of float32's 4; above that (prefill chunks), it
+dequantizes the weight into a float32 buffer for torch's float32 matmul,
+which then wins.
 
 The library is compiled once per machine into the maas cache (a few seconds
 with the system's C++ compiler) and loaded with ctypes: it needs no torch
@@ -33,9 +34,11 @@ log = get_logger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_matmul.cpp")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
-# Measured on SmolLM2-135M's projections (AVX2 EPYC, one thread): 2-5x a float32
-# matmul at 1-4 rows, ~1.3-2x at 8-16, on par at 32, 0.7-0.9x at 64.
-MAX_KERNEL_ROWS = 32
+# A decode step's matmuls of SmolLM2-135M (AVX2 EPYC, one thread; quant_kernel_bench):
+# the kernel beats dequantize + float32 matmul by 1.3-3x up to 128 rows (at 64 rows
+# that is a float32 write and read of every weight per step, ~1.7x the kernel's time);
+# at 256 rows the dense matmul's blocking wins.
+MAX_KERNEL_ROWS = 128
 # The kernel reads whole 8-wide vectors along K and int4 groups 32 weights at a time.
 _K_MULTIPLE = 8
 

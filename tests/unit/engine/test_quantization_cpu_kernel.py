@@ -15,9 +15,13 @@ AVX2 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 needs_avx2 = pytest.mark.skipif(not AVX2, reason="the kernels are for x86 CPUs with AVX2")
 # Only the order of the float32 sums differs from dequantize + matmul.
 TOLERANCE = 1e-5
-# 1: a decode token; 3 and 6: a tile of four rows with and without a remainder; the
-# kernel's last row count; one past it and a prefill chunk: dequantize + matmul.
-ROWS = [1, 3, 6, cpu_kernel.MAX_KERNEL_ROWS, cpu_kernel.MAX_KERNEL_ROWS + 1, 300]
+# 1: a decode token; 3 and 6: a group of four rows with and without a remainder; 33:
+# a batch past the four-row groups' L1 reuse; the kernel's last row count; one past it
+# and a prefill chunk: dequantize + matmul.
+ROWS = [1, 3, 6, 33, cpu_kernel.MAX_KERNEL_ROWS, cpu_kernel.MAX_KERNEL_ROWS + 1, 300]
+# 37 outputs fit one tile of the kernel's (and need not split evenly between threads);
+# 200 take several, the last one short.
+OUTPUTS = [37, 200]
 
 
 @needs_avx2
@@ -29,9 +33,9 @@ def test_the_kernels_build_and_run_float32_rows_on_this_cpu():
 
 @needs_avx2
 @pytest.mark.parametrize("rows", ROWS)
-def test_int8_kernel_equals_dequantize_and_matmul(rows):
-    # 37 outputs: the threads' split of the columns need not be even.
-    layer = Int8Linear(random_weight(37, 576), None, torch.float32)
+@pytest.mark.parametrize("outputs", OUTPUTS)
+def test_int8_kernel_equals_dequantize_and_matmul(rows, outputs):
+    layer = Int8Linear(random_weight(outputs, 576), None, torch.float32)
     x = torch.randn(rows, 576)
     expected = F.linear(x, dequantize_int8(layer.qweight, layer.scale))
     assert_close_relative(layer(x), expected, TOLERANCE)
@@ -40,8 +44,9 @@ def test_int8_kernel_equals_dequantize_and_matmul(rows):
 @needs_avx2
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("group_size", [32, 64, 128])
-def test_int4_kernel_equals_dequantize_and_matmul(rows, group_size):
-    int4 = Int4Weight.quantize(random_weight(37, 1536, seed=group_size), group_size)
+@pytest.mark.parametrize("outputs", OUTPUTS)
+def test_int4_kernel_equals_dequantize_and_matmul(rows, group_size, outputs):
+    int4 = Int4Weight.quantize(random_weight(outputs, 1536, seed=group_size), group_size)
     layer = make_int4_linear(int4, None, torch.float32)
     assert isinstance(layer, Int4Linear)
     x = torch.randn(rows, 1536)
@@ -59,9 +64,9 @@ def test_kernels_take_rows_that_are_not_contiguous():
 
 @needs_avx2
 def test_two_threads_give_the_one_thread_result():
-    int4 = Int4Weight.quantize(random_weight(96, 576), 32)
+    int4 = Int4Weight.quantize(random_weight(1000, 576), 32)  # six tiles
     layer = make_int4_linear(int4, None, torch.float32)
-    x = torch.randn(4, 576)
+    x = torch.randn(7, 576)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
