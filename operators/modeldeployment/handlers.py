@@ -124,7 +124,9 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         deleted = await delete_owned(ctx.deps.api, meta["namespace"], meta["name"])
         logger.info("deleted %s", ", ".join(deleted) or "nothing")
 
-    @kopf.timer(**resource, interval=ctx.interval_seconds)
+    # A failed tick (an API call that timed out) retries at the next interval, not
+    # after kopf's default minute: scaling must not go blind that long.
+    @kopf.timer(**resource, interval=ctx.interval_seconds, backoff=ctx.interval_seconds)
     async def autoscale(body, spec, patch, logger, **_):
         spec = defaulted_spec(dict(spec))
         result = await tick(ctx.deps, dict(body), spec, ctx.clock())
