@@ -14,12 +14,12 @@ call kernels.int8_matmul and kernels.int4_matmul, which pick by device too.
 """
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from kernels import rms_norm_residual, rotary_embedding, silu_and_mul
 from kernels.ops import uses_triton
 from kernels.rotary_ref import rotary_cos_sin_reference
+from services.engine import cpu_linear
 from services.engine.attention import paged_attention
 from services.engine.attention_metadata import AttentionMetadata
 from services.engine.kv_cache import PagedKVCache
@@ -198,6 +198,7 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:
-            return F.linear(hidden, self.model.embed_tokens.weight)
+            # The widest matmul: in row slices on the CPU (cpu_linear.py).
+            return cpu_linear.linear(hidden, self.model.embed_tokens.weight)
         # A module: a quantized engine's head is one even when tied (quantize.py).
         return self.lm_head(hidden)

@@ -1,0 +1,163 @@
+"""Where a decode step's CPU goes at a batch size: `python -m benchmarks.step_bench`.
+
+The engine in this process (no gRPC, no core process), float32, as many
+compute threads as the core would use (--threads), the peer benchmark's shape
+of work: greedy decodes of short prompts, all in the decode phase. Per batch it
+reports wall and thread CPU per step, the step's phases (StepStats), and with
+--profile torch's per-op CPU time in classes (linear, attention, elementwise,
+sampler), as shares of the ops' time.
+
+For an A/B, run it from two trees in turn (`--label`), e.g. a base revision
+exported with `git archive REV | tar -x -C /tmp/base`, and compare the medians.
+"""
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.machine import machine
+from services.common.model_files import default_model_path
+from services.common.tokenizer_loader import load_tokenizer
+from services.engine.loader import load_model
+from services.engine.offline import offline_engine
+from services.engine.sampling_params import SamplingParams
+
+# torch op name -> class. What matches none is "other ops".
+OP_CLASSES = {
+    "linear": ("aten::addmm", "aten::mm", "aten::linear", "aten::matmul", "aten::bmm"),
+    "attention": (
+        "aten::_scaled_dot_product",
+        "aten::scaled_dot_product",
+        "aten::index_select",
+        "aten::index_copy",
+        "aten::_softmax",
+        "aten::baddbmm",
+    ),
+    "sampler": ("aten::argmax", "aten::max", "aten::stack", "aten::multinomial", "aten::topk"),
+    "elementwise": (
+        "aten::mul",
+        "aten::add",
+        "aten::sub",
+        "aten::neg",
+        "aten::cat",
+        "aten::rsqrt",
+        "aten::pow",
+        "aten::mean",
+        "aten::silu",
+        "aten::to",
+        "aten::_to_copy",
+        "aten::copy_",
+        "aten::embedding",
+        "aten::cos",
+        "aten::sin",
+    ),
+}
+
+
+def op_class(name: str) -> str:
+    for cls, prefixes in OP_CLASSES.items():
+        if name.startswith(prefixes):
+            return cls
+    return "other ops"
+
+
+def decoding_engine(model, config, tokenizer, batch: int, prompt_len: int, steps: int):
+    """An engine whose batch requests have all finished prefill and decode from here."""
+    engine = offline_engine(model, config, tokenizer, batch, prompt_len + steps + 16)
+    rng = random.Random(batch)
+    params = SamplingParams(temperature=0, max_tokens=steps + 4, ignore_eos=True)
+    for i in range(batch):
+        prompt = [rng.randrange(100, config.vocab_size) for _ in range(prompt_len)]
+        engine.add_request(f"r{i}", prompt, params)
+    while engine.scheduler.waiting or any(
+        seq.num_computed_tokens < seq.num_prompt_tokens for seq in engine.scheduler.running
+    ):
+        engine.step()
+    engine.step()  # the first decode after prefill
+    return engine
+
+
+def measure(engine, steps: int) -> dict:
+    walls, cpus = [], []
+    phases: dict[str, list[float]] = {}
+    for _ in range(steps):
+        wall, cpu = time.perf_counter(), time.thread_time()
+        engine.step()
+        cpus.append(time.thread_time() - cpu)
+        walls.append(time.perf_counter() - wall)
+        for phase, seconds in engine.last_stats.phase_seconds.items():
+            phases.setdefault(phase, []).append(seconds)
+    return {
+        "wall_ms_p50": 1e3 * statistics.median(walls),
+        "cpu_ms_p50": 1e3 * statistics.median(cpus),
+        "phase_ms_p50": {k: 1e3 * statistics.median(v) for k, v in phases.items()},
+    }
+
+
+def profile(engine, steps: int) -> dict:
+    """torch's self time per op class, ms per step, beside the steps' thread CPU.
+
+    The profiler's op times are wall time inside each op: on a loaded machine
+    they include time the thread waited for a core, so read them as shares.
+    """
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        started = time.thread_time()
+        for _ in range(steps):
+            engine.step()
+        total = time.thread_time() - started
+    classes: dict[str, float] = {}
+    top = []
+    for event in prof.key_averages():
+        ms = event.self_cpu_time_total / 1e3 / steps
+        classes[op_class(event.key)] = classes.get(op_class(event.key), 0.0) + ms
+        top.append((ms, event.key, event.count // steps))
+    top.sort(reverse=True)
+    return {
+        "profiled_cpu_ms_per_step": 1e3 * total / steps,
+        "classes_ms_per_step": {k: round(v, 3) for k, v in classes.items()},
+        "top_ops": [{"op": k, "ms": round(ms, 3), "calls": n} for ms, k, n in top[:20]],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batches", type=int, nargs="+", default=[8, 32, 64])
+    parser.add_argument("--prompt-len", type=int, default=48)
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--label", default="")
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    path = default_model_path()
+    model, config = load_model(path, dtype=torch.float32, progress=False)
+    tokenizer = load_tokenizer(path)
+    result = {
+        "label": args.label,
+        "machine": machine(),
+        "load_before": os.getloadavg(),
+        "args": vars(args) | {"output": str(args.output)},
+        "batches": {},
+    }
+    for batch in args.batches:
+        steps = 2 * args.steps if args.profile else args.steps
+        engine = decoding_engine(model, config, tokenizer, batch, args.prompt_len, steps)
+        row = measure(engine, args.steps)
+        if args.profile:
+            row |= profile(engine, args.steps)
+        result["batches"][batch] = row
+        print(json.dumps({"label": args.label, "batch": batch} | row), flush=True)
+    result["load_after"] = os.getloadavg()
+    if args.output:
+        args.output.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
