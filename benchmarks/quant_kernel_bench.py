@@ -10,11 +10,12 @@ DRAM rather than cache. Candidates, each on the same weights and rows:
   code before this benchmark: a float32 write and read of every weight);
 - kernel: cpu_matmul.cpp's register kernel on all M rows in one call (its
   output rows in tiles whose weights stay in L2 while each group of four
-  activation rows passes over them);
+  activation rows passes over them): what cpu_kernel runs up to 32 rows;
 - chunks: the register kernel on --chunk rows at a time (the weight is read
   once per chunk, at 1 or 0.5 bytes a weight);
 - tiles: --tile-bytes of output rows dequantized at a time into one reused
-  buffer that stays in L2, then torch.mm of that tile.
+  buffer that stays in L2, then torch.mm of that tile: what cpu_kernel runs
+  above 32 rows.
 
 The candidates run interleaved, best of --repeats; the result is ms per step.
 """
@@ -160,7 +161,7 @@ def main() -> None:
     )
     parser.add_argument("--layers", type=int, default=8, help="decoder layers in a step")
     parser.add_argument("--chunk", type=int, default=32, help="rows per kernel call")
-    parser.add_argument("--tile-bytes", type=int, default=256 * 1024)
+    parser.add_argument("--tile-bytes", type=int, default=cpu_kernel.TILE_BYTES)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     if cpu_kernel.library() is None:

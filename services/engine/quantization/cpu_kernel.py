@@ -3,11 +3,11 @@
 torch's own CPU kernels for these formats are vectorised for bf16/fp16 only
 (in float32 they are 10-100x slower than a float32 matmul), and bf16 matmuls
 are unusable on an AVX2 CPU, which therefore serves in float32. Up to
-MAX_KERNEL_ROWS rows (decode steps, up to 128 streams) cpu_matmul.cpp
-dequantizes each weight row in registers and reads the weight once, at 1 or
-0.5 bytes a weight instead of float32's 4; above that (prefill chunks), it
-dequantizes the weight into a float32 buffer for torch's float32 matmul,
-which then wins.
+MAX_KERNEL_ROWS rows (decode steps) cpu_matmul.cpp dequantizes each weight
+row in registers and reads the weight once, at 1 or 0.5 bytes a weight
+instead of float32's 4; above that (wide batches, prefill chunks), it
+dequantizes a tile of output rows at a time into a float32 buffer that stays
+in L2, for torch's float32 matmul, which then wins.
 
 The library is compiled once per machine into the maas cache (a few seconds
 with the system's C++ compiler) and loaded with ctypes: it needs no torch
@@ -24,7 +24,6 @@ from functools import cache
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from kernels import ops
 from services.common.logging import get_logger
@@ -35,10 +34,11 @@ log = get_logger(__name__)
 SOURCE = Path(__file__).with_name("cpu_matmul.cpp")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
 # A decode step's matmuls of SmolLM2-135M (AVX2 EPYC, one thread; quant_kernel_bench):
-# the kernel beats dequantize + float32 matmul by 1.3-3x up to 128 rows (at 64 rows
-# that is a float32 write and read of every weight per step, ~1.7x the kernel's time);
-# at 256 rows the dense matmul's blocking wins.
-MAX_KERNEL_ROWS = 128
+# up to 32 rows the kernel wins; from 48 rows, dequantizing TILE_BYTES of float32
+# weight at a time for torch's matmul (1.1-1.4x the kernel at 48-128 rows, 1.2-1.7x
+# dequantizing the whole weight at 33-256).
+MAX_KERNEL_ROWS = 32
+TILE_BYTES = 256 * 1024  # half the EPYC's L2 per core
 # The kernel reads whole 8-wide vectors along K and int4 groups 32 weights at a time.
 _K_MULTIPLE = 8
 
@@ -109,7 +109,11 @@ def handles(rows: torch.Tensor, in_features: int) -> bool:
 def int8_matmul(rows: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """rows float32 [M, K] @ (q int8 [N, K] * scale float32 [N])^T -> [M, N]."""
     lib = library()
-    weight = (q.data_ptr(), scale.data_ptr())
+    k = q.shape[1]
+
+    def weight(first: int) -> tuple:
+        return q.data_ptr() + first * k, scale.data_ptr() + first * scale.element_size()
+
     return _matmul(rows, *q.shape, weight, lib.int8_matmul_f32, lib.int8_dequantize_f32)
 
 
@@ -123,18 +127,47 @@ def int4_matmul(
     """rows float32 [M, K] @ the int4 weight^T (quant_int4_ref.py's format, float32 scales)."""
     lib = library()
     n, k = packed.shape[0], packed.shape[1] * 2
-    weight = (packed.data_ptr(), scales.data_ptr(), mins.data_ptr(), group_size)
+    group_bytes = scales.shape[1] * scales.element_size()
+
+    def weight(first: int) -> tuple:
+        offset = first * group_bytes
+        return (
+            packed.data_ptr() + first * packed.shape[1],
+            scales.data_ptr() + offset,
+            mins.data_ptr() + offset,
+            group_size,
+        )
+
     return _matmul(rows, n, k, weight, lib.int4_matmul_f32, lib.int4_dequantize_f32)
 
 
-def _matmul(rows: torch.Tensor, n: int, k: int, weight: tuple, matmul, dequantize) -> torch.Tensor:
-    """The kernel for few rows; for many, its dequantization and torch's float32 matmul."""
+def _matmul(rows: torch.Tensor, n: int, k: int, weight, matmul, dequantize) -> torch.Tensor:
+    """The kernel for few rows; for more, dequantized tiles of the weight and torch's matmul.
+
+    weight(first) is the library's weight arguments from output row `first` on.
+    """
     threads = torch.get_num_threads()
-    if rows.shape[0] > MAX_KERNEL_ROWS:
-        dense = torch.empty(n, k)
-        dequantize(*weight, n, k, dense.data_ptr(), threads)
-        return F.linear(rows, dense)
-    rows = rows.contiguous()
-    out = torch.empty(rows.shape[0], n)
-    matmul(rows.data_ptr(), rows.shape[0], rows.stride(0), *weight, n, k, out.data_ptr(), threads)
-    return out
+    if rows.shape[0] <= MAX_KERNEL_ROWS:
+        rows = rows.contiguous()
+        out = torch.empty(rows.shape[0], n)
+        matmul(
+            rows.data_ptr(),
+            rows.shape[0],
+            rows.stride(0),
+            *weight(0),
+            n,
+            k,
+            out.data_ptr(),
+            threads,
+        )
+        return out
+    # One buffer that stays in L2 instead of the whole float32 weight, written to DRAM
+    # and read back at every call. Each tile's products are a contiguous block of out^T.
+    tile_rows = max(8, TILE_BYTES // (4 * k))
+    tile = torch.empty(tile_rows, k)
+    out_t = torch.empty(n, rows.shape[0])
+    for first in range(0, n, tile_rows):
+        count = min(tile_rows, n - first)
+        dequantize(*weight(first), count, k, tile.data_ptr(), threads)
+        torch.mm(tile[:count], rows.T, out=out_t[first : first + count])
+    return out_t.T.contiguous()

@@ -15,12 +15,12 @@ AVX2 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 needs_avx2 = pytest.mark.skipif(not AVX2, reason="the kernels are for x86 CPUs with AVX2")
 # Only the order of the float32 sums differs from dequantize + matmul.
 TOLERANCE = 1e-5
-# 1: a decode token; 3 and 6: a group of four rows with and without a remainder; 33:
-# a batch past the four-row groups' L1 reuse; the kernel's last row count; one past it
-# and a prefill chunk: dequantize + matmul.
-ROWS = [1, 3, 6, 33, cpu_kernel.MAX_KERNEL_ROWS, cpu_kernel.MAX_KERNEL_ROWS + 1, 300]
-# 37 outputs fit one tile of the kernel's (and need not split evenly between threads);
-# 200 take several, the last one short.
+# 1: a decode token; 3 and 6: a group of four rows with and without a remainder; the
+# kernel's last row count; one past it, a wide batch and a prefill chunk: dequantized
+# tiles + matmul.
+ROWS = [1, 3, 6, cpu_kernel.MAX_KERNEL_ROWS, cpu_kernel.MAX_KERNEL_ROWS + 1, 64, 300]
+# 37 outputs fit one tile, of the kernel's and of the dequantized ones (and need not
+# split evenly between threads); 200 take several, the last one short.
 OUTPUTS = [37, 200]
 
 
