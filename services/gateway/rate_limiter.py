@@ -154,8 +154,15 @@ class RateLimiter:
     def counts_first(self, tenant: Tenant) -> bool:
         """Whether to count the request before tokenizing it (admit, then
         reserve) rather than after (admit with its need): see the module doc.
-        Without a TPM there is nothing to reserve, so nothing to save."""
-        return not tenant.tpm or tenant.name not in self._roomy
+        Without a TPM there is nothing to reserve, so nothing to save.
+
+        The one-call path is claimed here and given back by the admission, so a
+        tenant has at most one uncounted request at the tokenizer: a burst is
+        counted before its requests are tokenized, all but the first."""
+        if not tenant.tpm or tenant.name not in self._roomy:
+            return True
+        self._roomy.discard(tenant.name)
+        return False
 
     async def admit(
         self, tenant: Tenant, request_id: str, floor: int, sequences: int = 1, need: int = 0

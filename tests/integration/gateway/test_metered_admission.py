@@ -1,5 +1,6 @@
 """Admission meters a request before any work is done for it, and n sequences cost n."""
 
+import asyncio
 import uuid
 
 import grpc
@@ -99,3 +100,25 @@ async def test_n_sequences_take_n_slots_of_the_deployment(make_cluster):
     assert caught.value.status == 503 and "full" in caught.value.message
     assert [d async for d in four]
     assert await cluster.run()
+
+
+async def test_a_burst_from_a_tenant_with_room_is_counted_before_it_is_tokenized(make_cluster):
+    """A hostile burst: 16 requests at once from a tenant that holds its one slot.
+    Only one of them may reach the tokenizer before the limiter sees it."""
+    cluster = await make_cluster(replicas=1)
+    who = tenant(tpm=100_000, max_concurrency=1)
+    assert await cluster.run(who, max_tokens=8)  # admitted last: the one-call path
+    await cluster.pipeline.background.wait()
+    held = await cluster.open(who, max_tokens=8)
+    calls = []
+
+    async def count() -> None:
+        calls.append(1)
+
+    cluster.tokenizer.on_call = count
+    results = await asyncio.gather(
+        *(cluster.complete(who, max_tokens=8) for _ in range(16)), return_exceptions=True
+    )
+    assert all(isinstance(r, APIError) and r.status == 429 for r in results)
+    assert len(calls) <= 1
+    assert [d async for d in held]
