@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PROTOS := $(wildcard proto/maas/v1/*.proto)
 
-.PHONY: run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel bench-structured bench-peers bench-vllm install install-test install-vllm install-helm crd chart-lint chart-template clean
+.PHONY: run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel bench-structured bench-peers bench-static bench-vllm install install-test install-vllm install-helm crd chart-lint chart-template clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -125,6 +125,10 @@ bench-accel: $(STAMP) $(DRAFT)/model.safetensors
 # workload (each peer's venv is built once, minutes). ARGS for a small run: --levels 1,8.
 bench-peers: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.peers_bench --output benchmarks/results/peers.json $(ARGS)
+
+# Issue #13: the whole stack against transformers' static batches of 16.
+bench-static: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.static_batching_bench $(ARGS)
 
 # Issue #14: our path's added TTFT/ITL in front of vLLM (gateway against vLLM
 # directly, 1 and 8 streams), and prefix_affinity against round_robin over two

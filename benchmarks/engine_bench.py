@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.hf_static import load_hf_model, static_tokens_per_s
 from services.common.model_files import default_model_path
 from services.common.tokenizer_loader import load_tokenizer
 from services.engine.device import resolve_device, resolve_dtype
@@ -89,26 +90,7 @@ def bench_continuous_vs_static(model, config, tokenizer, hf_model, dtype, device
     ours = sum(lengths) / (time.perf_counter() - started)
     result = {"requests": n, "output_tokens": sum(lengths), "continuous_tokens_per_s": ours}
     for batch in (8, 32):
-        started = time.perf_counter()
-        for first in range(0, n, batch):
-            group = list(range(first, min(first + batch, n)))
-            width = max(len(prompts[i]) for i in group)
-            # Left padding, as decoder-only batched generation needs.
-            ids = torch.tensor([[0] * (width - len(prompts[i])) + prompts[i] for i in group])
-            mask = torch.tensor(
-                [[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in group]
-            )
-            longest = max(lengths[i] for i in group)
-            with torch.inference_mode():
-                hf_model.generate(
-                    ids.to(device),
-                    attention_mask=mask.to(device),
-                    max_new_tokens=longest,
-                    min_new_tokens=longest,
-                    do_sample=False,
-                    pad_token_id=0,
-                )
-        static = sum(lengths) / (time.perf_counter() - started)
+        static = static_tokens_per_s(hf_model, prompts, lengths, batch, device)
         result[f"static_batch_{batch}_tokens_per_s"] = static
         result[f"speedup_vs_static_{batch}"] = ours / static
     return result
@@ -277,21 +259,13 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto")
     args = parser.parse_args()
 
-    import transformers
-
     device = resolve_device("auto")
     dtype = resolve_dtype(args.dtype, device)
     path = default_model_path()
     model, config = load_model(path, dtype=dtype, device=device, progress=False)
     tokenizer = load_tokenizer(path)
     # transformers computes GGUF checkpoints in float32 (its fastest path for them).
-    hf_model = (
-        transformers.AutoModelForCausalLM.from_pretrained(
-            str(path.parent), gguf_file=path.name, dtype=torch.float32
-        )
-        .to(device)
-        .eval()
-    )
+    hf_model = load_hf_model(path, torch.float32, device)
     peak = matmul_peak(dtype, device)
     results = {
         "benchmark": "engine",

@@ -259,17 +259,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def maas_variant(text: str) -> tuple[str, list[str]]:
+    """--maas-variant NAME=FLAGS as its name and engine flags."""
+    label, sep, flags = text.partition("=")
+    if not sep or not label:
+        raise SystemExit(f"--maas-variant wants NAME=FLAGS, got {text!r}")
+    return label, shlex.split(flags)
+
+
 def servers_from(args) -> list[Server]:
     chosen = []
     for name in args.servers.split(","):
         if name == "maas":
             chosen.append(maas_server("maas", shlex.split(args.maas_args), args.levels))
-            for variant in args.maas_variant:
-                label, sep, flags = variant.partition("=")
-                if not sep or not label:
-                    raise SystemExit(f"--maas-variant wants NAME=FLAGS, got {variant!r}")
+            for label, flags in map(maas_variant, args.maas_variant):
                 levels = args.variant_levels or args.levels
-                chosen.append(maas_server(f"maas-{label}", shlex.split(flags), levels))
+                chosen.append(maas_server(f"maas-{label}", flags, levels))
         elif name == "vllm-float32":
             chosen.append(vllm_server("float32", args.levels, args))
         elif name == "vllm-bfloat16":

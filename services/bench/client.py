@@ -71,8 +71,9 @@ class ChatClient:
             headers["x-session-id"] = session
         return await self._stream("/chat/completions", body, headers)
 
-    async def complete(self, prompt: str, max_tokens: int) -> RequestResult:
-        """A streamed text completion (/v1/completions): the raw prompt, no chat template."""
+    async def complete(self, prompt: str | list[int], max_tokens: int) -> RequestResult:
+        """A streamed text completion (/v1/completions): the raw prompt (text or token
+        ids), no chat template."""
         return await self._stream(
             "/completions", {"prompt": prompt, **self._generation(max_tokens)}
         )
