@@ -14,6 +14,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # engines and vLLM servers at 2 GiB each came past CI's 24 GiB (the OOM killer
 # took a test worker). 1 GiB still holds ~9k tokens of SmolLM2's KV cache.
 os.environ.setdefault("MAAS_CPU_MEMORY_BUDGET", str(1024**3))
+# Every engine core a test starts computes on one thread: the auto default uses
+# every core for wide steps, and with a worker per core a two-thread team waits
+# on the other worker's processes at every op (tests that measure threads pass
+# their own count).
+os.environ.setdefault("MAAS_TORCH_THREADS", "1")
 
 import pytest  # noqa: E402
 
