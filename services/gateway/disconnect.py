@@ -1,44 +1,80 @@
-"""Stop work for a client that has gone away.
+"""Stop work for a client that has gone away, with no task waiting for it to go.
 
-Streamed responses get this from Starlette, which cancels the stream when
-the server reports http.disconnect. A non-streamed response is computed
-inside the handler, where nobody listens for that message, so a client that
-gave up would keep its engine request (and KV blocks) running to the end;
-`unless_disconnected` races the work against the disconnect instead.
+The gateway's HTTP protocol (http_protocol.py) puts its connection's
+ClientWatch in each request's scope. Work done for the client runs inside
+`cancelled_if_gone(scope)`; when the connection is lost, the watch cancels
+the task in that block wherever it waits (the engine's first token, a
+stalled engine's next token, a send), and the block turns that cancellation
+into ClientGoneError. The work's own cleanup runs as for any cancellation:
+the engine request is aborted or cancelled, its slot freed, its tokens
+settled (pipeline.py, engine_client.py).
+
+What this replaces cost tasks on every request: Starlette streams a response
+under ASGI spec < 2.4 (uvicorn's) from a task of its own beside one waiting
+for http.disconnect, and the wait for the first token raced the work, in a
+task, against another task waiting for http.disconnect.
+
+Under a server without the watch (an in-process test transport) the block
+cancels nothing.
 """
 
 import asyncio
-from collections.abc import Awaitable
-from typing import TypeVar
 
-from starlette.types import Receive
+from starlette.types import Scope
 
-T = TypeVar("T")
+WATCH = "maas.client_watch"
 
 
 class ClientGoneError(Exception):
     pass
 
 
-async def _disconnected(receive: Receive) -> None:
-    # The body was read already, so the next message is the disconnect.
-    while (await receive())["type"] != "http.disconnect":
-        pass
+class ClientWatch:
+    """One connection's: `lost` cancels the task in a `cancelled_if_gone` block."""
+
+    __slots__ = ("gone", "task")
+
+    def __init__(self):
+        self.gone = False
+        self.task: asyncio.Task | None = None
+
+    def lost(self) -> None:
+        self.gone = True
+        if self.task is not None:
+            self.task.cancel()
 
 
-async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
-    """The result of `work`; raises ClientGoneError (after cancelling `work`)
-    if the client disconnects first."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(receive))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-            # Let its cleanup (closing the engine stream) run before going on.
-            await asyncio.gather(task, return_exceptions=True)
-    if task.cancelled():
-        raise ClientGoneError()
-    return task.result()
+class cancelled_if_gone:
+    """Raises ClientGoneError from the block if the client is gone, at its
+    start or while it runs; other exceptions and cancellations pass."""
+
+    __slots__ = ("_watch", "_task", "_cancelling")
+
+    def __init__(self, scope: Scope):
+        self._watch: ClientWatch | None = scope.get("extensions", {}).get(WATCH)
+
+    def __enter__(self) -> None:
+        watch = self._watch
+        if watch is None:
+            return
+        if watch.gone:
+            raise ClientGoneError()
+        self._task = asyncio.current_task()
+        # A cancellation already asked of the task is not the watch's.
+        self._cancelling = self._task.cancelling()
+        watch.task = self._task
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        watch = self._watch
+        if watch is None:
+            return
+        watch.task = None
+        # If gone, the watch cancelled this task (undone here, always); as in
+        # asyncio.timeout, only a cancellation no one else asked for becomes
+        # the client's leaving.
+        if (
+            watch.gone
+            and self._task.uncancel() <= self._cancelling
+            and exc_type is asyncio.CancelledError
+        ):
+            raise ClientGoneError() from exc

@@ -16,12 +16,17 @@ only); a connection that sends nothing at all is never closed either. So:
   this answers with an OpenAI error and reads nothing.
 
 The body's own deadline is BodyGuard's: the app is running by then.
+
+Each connection also has a ClientWatch (disconnect.py) in its requests'
+scopes, which its loss sets off: work for a client that left is cancelled
+without a task per request waiting for http.disconnect.
 """
 
 from dataclasses import dataclass
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from services.gateway.disconnect import WATCH, ClientWatch
 from services.gateway.errors import APIError, unavailable
 from services.gateway.refusal import raw_response
 
@@ -40,6 +45,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._awaiting_headers = True
         self._header_bytes = 0
         self._header_timer = None
+        self._watch = ClientWatch()
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -68,6 +74,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope["extensions"] = {WATCH: self._watch}
         self._awaiting_headers = True
         self._header_bytes = 0
 
@@ -84,7 +91,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        # After uvicorn's own: by then a send to this connection does nothing.
         super().connection_lost(exc)
+        self._watch.lost()
 
     def _arm_header_timer(self) -> None:
         # Cancelled only when a request's headers are complete.

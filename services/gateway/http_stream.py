@@ -4,6 +4,10 @@ Shared by the chat and text routes; everything that differs between them is
 in openai_format.ResponseShape. The completion is told it was delivered once
 the last byte is sent (the stream's end, or the JSON response's background
 task), or at once on a path that sends nothing more of it.
+
+Everything here runs in the task uvicorn gives the request, the SSE stream
+included (EventStream); a client that leaves cancels that task's work
+through its connection's watch (disconnect.py).
 """
 
 from collections.abc import AsyncIterator
@@ -12,9 +16,10 @@ import msgspec
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
+from starlette.types import Receive, Scope, Send
 
 from services.gateway.delta import Delta
-from services.gateway.disconnect import ClientGoneError, unless_disconnected
+from services.gateway.disconnect import ClientGoneError, cancelled_if_gone
 from services.gateway.errors import APIError
 from services.gateway.http_metrics import RESPONSES
 from services.gateway.openai_format import Choices, ResponseShape
@@ -37,6 +42,22 @@ def sse(body: dict) -> bytes:
     """One SSE frame, as bytes (the server would encode text again); msgspec
     writes a chunk's JSON in a fraction of json.dumps's time, once per token."""
     return b"data: " + _ENCODE(body) + b"\n\n"
+
+
+class EventStream(StreamingResponse):
+    """An SSE response sent from the request's own task. Starlette's streams
+    from another, beside a third waiting for http.disconnect, unless the
+    server speaks ASGI 2.4 (uvicorn does not); its frames' generator is
+    closed here whatever happens, so its cleanup never waits for the GC."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            with cancelled_if_gone(scope):
+                await self.stream_response(send)
+        except ClientGoneError:
+            pass
+        finally:
+            await self.body_iterator.aclose()
 
 
 async def respond(
@@ -87,18 +108,18 @@ async def _answer(
     try:
         # Pull the first delta before answering, so failures before any token
         # (no capacity, bad prompt ids) still get a proper status code.
-        first = await unless_disconnected(request.receive, anext(deltas))
-        if not body.stream:
-            full = await unless_disconnected(request.receive, collect(shape, first, deltas))
-            RESPONSES.labels(route, 200).inc()
-            return JSONResponse(
-                full, headers=headers, background=BackgroundTask(completion.delivered)
-            )
+        with cancelled_if_gone(request.scope):
+            first = await anext(deltas)
+            if not body.stream:
+                full = await collect(shape, first, deltas)
     except ClientGoneError:
         await deltas.aclose()
         completion.delivered()
         RESPONSES.labels(route, CLIENT_CLOSED).inc()
         return Response(status_code=CLIENT_CLOSED)
+    if not body.stream:
+        RESPONSES.labels(route, 200).inc()
+        return JSONResponse(full, headers=headers, background=BackgroundTask(completion.delivered))
 
     async def events():
         last = first
@@ -121,4 +142,4 @@ async def _answer(
             completion.delivered()
 
     RESPONSES.labels(route, 200).inc()
-    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+    return EventStream(events(), media_type="text/event-stream", headers=headers)

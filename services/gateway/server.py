@@ -99,6 +99,30 @@ def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, route
     )
 
 
+def http_server(settings: GatewaySettings, gateway: Gateway) -> uvicorn.Server:
+    """The HTTP front: the app on uvicorn, over our protocol (http_protocol.py)."""
+    limits = ConnectionLimits(
+        settings.max_connections, settings.max_header_bytes, settings.header_timeout_seconds
+    )
+    config = uvicorn.Config(
+        create_app(gateway),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        http=partial(GuardedHttpProtocol, limits=limits),
+        # No route speaks WebSocket: an Upgrade header must not switch protocols.
+        ws="none",
+        # One log line per request would cost more than shedding a 429;
+        # maas_gateway_http_responses_total counts them instead.
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+    )
+    http = uvicorn.Server(config)
+    # Signals are ours, not uvicorn's: one SIGTERM stops both fronts in order.
+    http.install_signal_handlers = lambda: None
+    return http
+
+
 async def run_gateway(settings: GatewaySettings) -> None:
     """The gateway process: both fronts until SIGTERM, then a drain in order."""
     redis = open_redis(settings.redis_url)
@@ -126,25 +150,7 @@ async def run_gateway(settings: GatewaySettings) -> None:
     gateway = Gateway(
         pipeline, auth, redis, settings.max_body_bytes, billing, settings.body_timeout_seconds
     )
-    limits = ConnectionLimits(
-        settings.max_connections, settings.max_header_bytes, settings.header_timeout_seconds
-    )
-    config = uvicorn.Config(
-        create_app(gateway),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        http=partial(GuardedHttpProtocol, limits=limits),
-        # No route speaks WebSocket: an Upgrade header must not switch protocols.
-        ws="none",
-        # One log line per request would cost more than shedding a 429;
-        # maas_gateway_http_responses_total counts them instead.
-        access_log=False,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
-    )
-    http = uvicorn.Server(config)
-    # Signals are ours, not uvicorn's: one SIGTERM stops both fronts in order.
-    http.install_signal_handlers = lambda: None
+    http = http_server(settings, gateway)
     http_task = asyncio.create_task(http.serve())
     stop = asyncio.Event()
     install_stop_signals(stop)

@@ -37,6 +37,8 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
         # Say the request entered a model step before failing or hanging.
         self.scheduled = False
         self.hang = False
+        # Stream this many chunks, then nothing more until cancelled.
+        self.stall_after: int | None = None
         self.served = 0
         self.active: set[str] = set()
         self.cancelled_at: dict[str, float] = {}
@@ -58,6 +60,8 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
             if self.hang:
                 await asyncio.Event().wait()
             for i, text in enumerate(self.chunks[:limit]):
+                if i == self.stall_after:
+                    await asyncio.Event().wait()
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 response = engine_pb2.GenerateResponse(
