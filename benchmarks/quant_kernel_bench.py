@@ -10,14 +10,18 @@ DRAM rather than cache. Candidates, each on the same weights and rows:
   code before this benchmark: a float32 write and read of every weight);
 - kernel: cpu_matmul.cpp's register kernel on all M rows in one call (its
   output rows in tiles whose weights stay in L2 while each group of four
-  activation rows passes over them): what cpu_kernel runs up to 32 rows;
-- chunks: the register kernel on --chunk rows at a time (the weight is read
-  once per chunk, at 1 or 0.5 bytes a weight);
+  activation rows passes over them, each weight dequantized in registers
+  once per group): what cpu_kernel runs for a few rows;
 - tiles: --tile-bytes of output rows dequantized at a time into one reused
-  buffer that stays in L2, then torch.mm of that tile: what cpu_kernel runs
-  above 32 rows.
+  buffer that stays in L2, then torch.mm of that tile (session 6's path
+  above 32 rows);
+- gemm: cpu_matmul.cpp's panels, one call: --panel-bytes of output rows
+  dequantized once into a float32 buffer, then its register-blocked
+  micro-kernel over every activation row: what cpu_kernel runs above a few
+  rows.
 
-The candidates run interleaved, best of --repeats; the result is ms per step.
+The candidates run interleaved, best of --repeats; the result is ms per step,
+of wall time and of the thread's CPU time.
 """
 
 import argparse
@@ -51,17 +55,19 @@ class Weight:
         lib = cpu_kernel.library()
         if method == "int8":
             self.q, self.scale = quantize_int8(dense)
-            self.row_bytes, self.matmul_fn, self.dequant_fn = (
+            self.row_bytes, self.matmul_fn, self.dequant_fn, self.gemm_fn = (
                 self.k,
                 lib.int8_matmul_f32,
                 lib.int8_dequantize_f32,
+                lib.int8_gemm_f32,
             )
         else:
             self.packed, self.scales, self.mins = quantize_int4(dense, 32)
-            self.row_bytes, self.matmul_fn, self.dequant_fn = (
+            self.row_bytes, self.matmul_fn, self.dequant_fn, self.gemm_fn = (
                 self.k // 2,
                 lib.int4_matmul_f32,
                 lib.int4_dequantize_f32,
+                lib.int4_gemm_f32,
             )
 
     def pointers(self, first_row: int) -> tuple:
@@ -99,10 +105,12 @@ def run_kernel(x, w, args):
     return out
 
 
-def run_chunks(x, w, args):
+def run_gemm(x, w, args):
     out = torch.empty(x.shape[0], w.n)
-    for start in range(0, x.shape[0], args.chunk):
-        _kernel(x[start : start + args.chunk], w, out[start : start + args.chunk])
+    m = x.shape[0]
+    w.gemm_fn(
+        x.data_ptr(), m, x.stride(0), *w.pointers(0), w.n, w.k, out.data_ptr(), args.panel_bytes, 1
+    )
     return out
 
 
@@ -122,16 +130,17 @@ CANDIDATES = {
     "float32": run_float32,
     "dequantize": run_dequantize,
     "kernel": run_kernel,
-    "chunks": run_chunks,
     "tiles": run_tiles,
+    "gemm": run_gemm,
 }
 
 
-def step_ms(run, x_by_k, weights, args) -> float:
-    started = time.perf_counter()
+def step_ms(run, x_by_k, weights, args) -> tuple[float, float]:
+    """Wall and thread CPU ms: on shared cores the CPU time leaves out the preempted time."""
+    started, cpu_started = time.perf_counter(), time.thread_time()
     for w in weights:
         run(x_by_k[w.k], w, args)
-    return 1000 * (time.perf_counter() - started)
+    return 1000 * (time.perf_counter() - started), 1000 * (time.thread_time() - cpu_started)
 
 
 def check(weights, args) -> None:
@@ -160,9 +169,10 @@ def main() -> None:
         "--candidates", nargs="+", choices=list(CANDIDATES), default=list(CANDIDATES)
     )
     parser.add_argument("--layers", type=int, default=8, help="decoder layers in a step")
-    parser.add_argument("--chunk", type=int, default=32, help="rows per kernel call")
-    parser.add_argument("--tile-bytes", type=int, default=cpu_kernel.TILE_BYTES)
+    parser.add_argument("--tile-bytes", type=int, default=256 * 1024)
+    parser.add_argument("--panel-bytes", type=int, default=cpu_kernel.PANEL_BYTES)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--section", default="panels", help="key of the results file")
     args = parser.parse_args()
     if cpu_kernel.library() is None:
         sys.exit("the AVX2 kernels do not run on this machine")
@@ -175,14 +185,23 @@ def main() -> None:
         weights = [Weight(torch.randn(n, k) * 0.02, method) for n, k in shapes]
         check(weights, args)
         best = {name: {} for name in args.candidates}
+        best_cpu = {name: {} for name in args.candidates}
         for m in args.rows:
             x_by_k = {k: torch.randn(m, k) for k in {k for _, k in shapes}}
             for _ in range(args.repeats):
                 for name in args.candidates:
-                    ms = step_ms(CANDIDATES[name], x_by_k, weights, args)
+                    ms, cpu_ms = step_ms(CANDIDATES[name], x_by_k, weights, args)
                     best[name][str(m)] = round(min(best[name].get(str(m), ms), ms), 2)
-            print(method, m, {name: best[name][str(m)] for name in args.candidates}, flush=True)
-        results[method] = {"ms_per_step": best}
+                    best_cpu[name][str(m)] = round(
+                        min(best_cpu[name].get(str(m), cpu_ms), cpu_ms), 2
+                    )
+            print(
+                method,
+                m,
+                {name: (best[name][str(m)], best_cpu[name][str(m)]) for name in args.candidates},
+                flush=True,
+            )
+        results[method] = {"ms_per_step": best, "thread_cpu_ms_per_step": best_cpu}
         del weights
     section = {
         "command": "python -m benchmarks.quant_kernel_bench " + " ".join(sys.argv[1:]),
@@ -191,11 +210,11 @@ def main() -> None:
         "platform": platform.platform(),
         "threads": 1,
         "layers": args.layers,
-        "chunk": args.chunk,
         "tile_bytes": args.tile_bytes,
+        "panel_bytes": args.panel_bytes,
         "methods": results,
     }
-    update_results(args.output, "above_kernel_rows", section)
+    update_results(args.output, args.section, section)
     print(json.dumps(section, indent=2))
 
 

@@ -3,11 +3,13 @@
 torch's own CPU kernels for these formats are vectorised for bf16/fp16 only
 (in float32 they are 10-100x slower than a float32 matmul), and bf16 matmuls
 are unusable on an AVX2 CPU, which therefore serves in float32. Up to
-MAX_KERNEL_ROWS rows (decode steps) cpu_matmul.cpp dequantizes each weight
-row in registers and reads the weight once, at 1 or 0.5 bytes a weight
-instead of float32's 4; above that (wide batches, prefill chunks), it
-dequantizes a tile of output rows at a time into a float32 buffer that stays
-in L2, for torch's float32 matmul, which then wins.
+MAX_ROW_KERNEL_ROWS rows (narrow decode steps) cpu_matmul.cpp dequantizes
+each weight row in registers and reads the weight once, at 1 or 0.5 bytes a
+weight instead of float32's 4; above that (wider decode batches, prefill
+chunks: compute-bound), it runs as a GEMM of its own, in one call: panels
+of PANEL_BYTES of output rows dequantized once each into a float32 buffer
+that stays in L2, multiplied by every activation row with a register-blocked
+micro-kernel. Both write the [M, N] output directly.
 
 The library is compiled once per machine into the maas cache (a few seconds
 with the system's C++ compiler) and loaded with ctypes: it needs no torch
@@ -33,12 +35,15 @@ log = get_logger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_matmul.cpp")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
-# A decode step's matmuls of SmolLM2-135M (AVX2 EPYC, one thread; quant_kernel_bench):
-# up to 32 rows the kernel wins; from 48 rows, dequantizing TILE_BYTES of float32
-# weight at a time for torch's matmul (1.1-1.4x the kernel at 48-128 rows, 1.2-1.7x
-# dequantizing the whole weight at 33-256).
-MAX_KERNEL_ROWS = 32
-TILE_BYTES = 256 * 1024  # half the EPYC's L2 per core
+# A decode step's matmuls of SmolLM2-135M (AVX2 EPYC, one thread, thread CPU ms;
+# quant_kernel_bench, "panels"): the row kernel wins up to 4 rows (int8 17 ms against
+# the GEMM's 25 at 4), the GEMM from 5-8 on (21 against 23 at 8; 1.5-2x the row kernel
+# and session 6's dequantized L2 tiles + torch.mm at 32-128, and ahead of float32's
+# F.linear up to 256 rows, prefill included).
+MAX_ROW_KERNEL_ROWS = 4
+# 54 float32 rows of SmolLM2's 576 inputs: a quarter of the EPYC's 512 KiB L2 per core,
+# leaving room for the activations; 32-256 KiB measured within noise of each other.
+PANEL_BYTES = 128 * 1024
 # The kernel reads whole 8-wide vectors along K and int4 groups 32 weights at a time.
 _K_MULTIPLE = 8
 
@@ -47,6 +52,8 @@ _I = ctypes.c_int64
 _SIGNATURES = {
     "int8_matmul_f32": [_P, _I, _I, _P, _P, _I, _I, _P, ctypes.c_int],
     "int4_matmul_f32": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, ctypes.c_int],
+    "int8_gemm_f32": [_P, _I, _I, _P, _P, _I, _I, _P, _I, ctypes.c_int],
+    "int4_gemm_f32": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, _I, ctypes.c_int],
     "int8_dequantize_f32": [_P, _P, _I, _I, _P, ctypes.c_int],
     "int4_dequantize_f32": [_P, _P, _P, _I, _I, _I, _P, ctypes.c_int],
 }
@@ -109,12 +116,8 @@ def handles(rows: torch.Tensor, in_features: int) -> bool:
 def int8_matmul(rows: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """rows float32 [M, K] @ (q int8 [N, K] * scale float32 [N])^T -> [M, N]."""
     lib = library()
-    k = q.shape[1]
-
-    def weight(first: int) -> tuple:
-        return q.data_ptr() + first * k, scale.data_ptr() + first * scale.element_size()
-
-    return _matmul(rows, *q.shape, weight, lib.int8_matmul_f32, lib.int8_dequantize_f32)
+    weight = (q.data_ptr(), scale.data_ptr())
+    return _matmul(rows, *q.shape, weight, lib.int8_matmul_f32, lib.int8_gemm_f32)
 
 
 def int4_matmul(
@@ -127,47 +130,20 @@ def int4_matmul(
     """rows float32 [M, K] @ the int4 weight^T (quant_int4_ref.py's format, float32 scales)."""
     lib = library()
     n, k = packed.shape[0], packed.shape[1] * 2
-    group_bytes = scales.shape[1] * scales.element_size()
-
-    def weight(first: int) -> tuple:
-        offset = first * group_bytes
-        return (
-            packed.data_ptr() + first * packed.shape[1],
-            scales.data_ptr() + offset,
-            mins.data_ptr() + offset,
-            group_size,
-        )
-
-    return _matmul(rows, n, k, weight, lib.int4_matmul_f32, lib.int4_dequantize_f32)
+    weight = (packed.data_ptr(), scales.data_ptr(), mins.data_ptr(), group_size)
+    return _matmul(rows, n, k, weight, lib.int4_matmul_f32, lib.int4_gemm_f32)
 
 
-def _matmul(rows: torch.Tensor, n: int, k: int, weight, matmul, dequantize) -> torch.Tensor:
-    """The kernel for few rows; for more, dequantized tiles of the weight and torch's matmul.
-
-    weight(first) is the library's weight arguments from output row `first` on.
-    """
+def _matmul(rows: torch.Tensor, n: int, k: int, weight: tuple, matmul, gemm) -> torch.Tensor:
+    """The row kernel for a few rows, the panel GEMM for more; weight is the library's arguments."""
     threads = torch.get_num_threads()
-    if rows.shape[0] <= MAX_KERNEL_ROWS:
-        rows = rows.contiguous()
-        out = torch.empty(rows.shape[0], n)
-        matmul(
-            rows.data_ptr(),
-            rows.shape[0],
-            rows.stride(0),
-            *weight(0),
-            n,
-            k,
-            out.data_ptr(),
-            threads,
+    rows = rows.contiguous()
+    m = rows.shape[0]
+    out = torch.empty(m, n)
+    if m <= MAX_ROW_KERNEL_ROWS:
+        matmul(rows.data_ptr(), m, rows.stride(0), *weight, n, k, out.data_ptr(), threads)
+    else:
+        gemm(
+            rows.data_ptr(), m, rows.stride(0), *weight, n, k, out.data_ptr(), PANEL_BYTES, threads
         )
-        return out
-    # One buffer that stays in L2 instead of the whole float32 weight, written to DRAM
-    # and read back at every call. Each tile's products are a contiguous block of out^T.
-    tile_rows = max(8, TILE_BYTES // (4 * k))
-    tile = torch.empty(tile_rows, k)
-    out_t = torch.empty(n, rows.shape[0])
-    for first in range(0, n, tile_rows):
-        count = min(tile_rows, n - first)
-        dequantize(*weight(first), count, k, tile.data_ptr(), threads)
-        torch.mm(tile[:count], rows.T, out=out_t[first : first + count])
-    return out_t.T.contiguous()
+    return out

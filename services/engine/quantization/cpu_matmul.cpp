@@ -1,14 +1,18 @@
 // x @ W^T in float32 with W stored as int8 per channel or int4 per group (our formats),
 // for x86 CPUs with AVX2 + FMA. Built at first use by cpu_kernel.py, called through ctypes.
 //
-// Each weight row is dequantized in registers and dotted with ROWS activation rows at a
-// time; the rows of a tile of outputs stay in L2 for all the activation rows, so the
-// weight is read from memory once, as 1 byte (int8) or half a byte (int4) a weight,
-// which is what a decode step is bound by. Every product and sum is float32, as in
-// dequantize + matmul; only the order of the sum differs.
+// A few activation rows (int8_matmul_f32, int4_matmul_f32): each weight row is
+// dequantized in registers and dotted with ROWS activation rows at a time; the rows of a
+// tile of outputs stay in L2 for all the activation rows, so the weight is read from
+// memory once, as 1 byte (int8) or half a byte (int4) a weight, which is what a narrow
+// decode step is bound by. More rows: the panel GEMM (int8_gemm_f32, int4_gemm_f32).
+// Every product and sum is float32, as in dequantize + matmul; only the order of the sum
+// differs.
 
 #include <immintrin.h>
 #include <stdint.h>
+
+#include <vector>
 
 namespace {
 
@@ -126,6 +130,78 @@ void dequantize(const Row& row, int64_t k, float* w) {
   }
 }
 
+// Wider calls (from a few rows: decode batches, prefill) are compute-bound, so they run as
+// a GEMM: a panel of output rows is dequantized once into a float32 buffer that stays in
+// L2, and a register-blocked micro-kernel multiplies it by every activation row. The
+// micro-kernel dots NR weight rows with MR activation rows along K: NR * MR accumulators,
+// NR weight vectors and one activation vector are the 16 ymm registers, and each FMA
+// costs 7/12 of a load (the broadcast form's [K][16] panel would need a transpose to
+// dequantize into; this one is the weight's own row order).
+constexpr int MR = 4;
+constexpr int NR = 3;
+
+template <int NW, int MX>
+void micro_kernel(const float* w, int64_t k, const float* x, int64_t x_stride, float* out,
+                  int64_t out_stride) {
+  __m256 acc[NW][MX];
+  for (int i = 0; i < NW; i++)
+    for (int r = 0; r < MX; r++) acc[i][r] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < k; j += 8) {
+    __m256 wv[NW];
+    for (int i = 0; i < NW; i++) wv[i] = _mm256_loadu_ps(w + i * k + j);
+    for (int r = 0; r < MX; r++) {
+      __m256 xv = _mm256_loadu_ps(x + r * x_stride + j);
+      for (int i = 0; i < NW; i++) acc[i][r] = _mm256_fmadd_ps(wv[i], xv, acc[i][r]);
+    }
+  }
+  for (int r = 0; r < MX; r++)
+    for (int i = 0; i < NW; i++) out[r * out_stride + i] = hsum(acc[i][r]);
+}
+
+// The micro-kernel for the last, short block of rows or of the panel.
+template <int NW, int MX>
+void micro_rows(int64_t mx, const float* w, int64_t k, const float* x, int64_t x_stride,
+                float* out, int64_t out_stride) {
+  if constexpr (MX > 1)
+    if (mx < MX) return micro_rows<NW, MX - 1>(mx, w, k, x, x_stride, out, out_stride);
+  micro_kernel<NW, MX>(w, k, x, x_stride, out, out_stride);
+}
+
+template <int NW>
+void micro_any(int64_t nw, int64_t mx, const float* w, int64_t k, const float* x,
+               int64_t x_stride, float* out, int64_t out_stride) {
+  if constexpr (NW > 1)
+    if (nw < NW) return micro_any<NW - 1>(nw, mx, w, k, x, x_stride, out, out_stride);
+  micro_rows<NW, MR>(mx, w, k, x, x_stride, out, out_stride);
+}
+
+// Grown once per thread (OpenMP keeps its threads), never freed: no allocation per call.
+float* scratch(int64_t floats) {
+  static thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
+  return buffer.data();
+}
+
+// Panels have a fixed size whatever the thread count, and each output is summed by one
+// micro-kernel in one order: the result does not depend on the threads.
+template <class MakeRow>
+void panel_matmul(MakeRow make_row, const float* x, int64_t m, int64_t x_stride, int64_t n,
+                  int64_t k, int64_t panel_bytes, float* out, int threads) {
+  int64_t panel = panel_bytes / (4 * k) / NR * NR;
+  if (panel < NR) panel = NR;
+  int64_t panels = (n + panel - 1) / panel;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t p = 0; p < panels; p++) {
+    int64_t first = p * panel, count = first + panel < n ? panel : n - first;
+    float* w = scratch(panel * k);
+    for (int64_t i = 0; i < count; i++) dequantize(make_row(first + i), k, w + i * k);
+    for (int64_t r = 0; r < m; r += MR)
+      for (int64_t i = 0; i < count; i += NR)
+        micro_any<NR>(count - i, m - r, w + i * k, k, x + r * x_stride, x_stride,
+                      out + r * n + first + i, n);
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -148,7 +224,8 @@ void int4_matmul_f32(const float* x, int64_t m, int64_t x_stride, const uint8_t*
   tiled_matmul(row, x, m, x_stride, n, k, k / 2, out, threads);
 }
 
-// The float32 weights [n, k], for a matmul library to multiply many rows at once.
+// The float32 weights [n, k]: what benchmarks/quant_kernel_bench.py measures the kernels
+// against (dequantize + torch's matmul).
 void int8_dequantize_f32(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w,
                          int threads) {
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -163,6 +240,25 @@ void int4_dequantize_f32(const uint8_t* packed, const float* scales, const float
     Int4Row row{packed + col * (k / 2), scales + col * groups, mins + col * groups, group};
     dequantize(row, k, w + col * k);
   }
+}
+
+// The same products for many rows (decode batches, prefill): dequantized panels of
+// panel_bytes of float32 weight rows, each multiplied by every activation row.
+void int8_gemm_f32(const float* x, int64_t m, int64_t x_stride, const int8_t* q,
+                   const float* scale, int64_t n, int64_t k, float* out, int64_t panel_bytes,
+                   int threads) {
+  auto row = [=](int64_t col) { return Int8Row{q + col * k, scale[col]}; };
+  panel_matmul(row, x, m, x_stride, n, k, panel_bytes, out, threads);
+}
+
+void int4_gemm_f32(const float* x, int64_t m, int64_t x_stride, const uint8_t* packed,
+                   const float* scales, const float* mins, int64_t group, int64_t n, int64_t k,
+                   float* out, int64_t panel_bytes, int threads) {
+  int64_t groups = k / group;
+  auto row = [=](int64_t col) {
+    return Int4Row{packed + col * (k / 2), scales + col * groups, mins + col * groups, group};
+  };
+  panel_matmul(row, x, m, x_stride, n, k, panel_bytes, out, threads);
 }
 
 }  // extern "C"

@@ -7,7 +7,12 @@ import torch.nn.functional as F
 from kernels.quant_int4_ref import dequantize_int4
 from kernels.quant_int8_ref import dequantize_int8
 from services.engine.quantization import cpu_kernel
-from services.engine.quantization.int4 import Int4Linear, Int4Weight, make_int4_linear
+from services.engine.quantization.int4 import (
+    Int4Linear,
+    Int4Weight,
+    int4_group_size,
+    make_int4_linear,
+)
 from services.engine.quantization.int8 import Int8Linear
 from tests.unit.engine.test_quantization import assert_close_relative, random_weight
 
@@ -15,13 +20,17 @@ AVX2 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 needs_avx2 = pytest.mark.skipif(not AVX2, reason="the kernels are for x86 CPUs with AVX2")
 # Only the order of the float32 sums differs from dequantize + matmul.
 TOLERANCE = 1e-5
-# 1: a decode token; 3 and 6: a group of four rows with and without a remainder; the
-# kernel's last row count; one past it, a wide batch and a prefill chunk: dequantized
-# tiles + matmul.
-ROWS = [1, 3, 6, cpu_kernel.MAX_KERNEL_ROWS, cpu_kernel.MAX_KERNEL_ROWS + 1, 64, 300]
-# 37 outputs fit one tile, of the kernel's and of the dequantized ones (and need not
-# split evenly between threads); 200 take several, the last one short.
+# 1: a decode token; 3, 5, 6, 7: the micro-kernels' blocks of four rows with and without
+# a remainder; then wide decode batches and a prefill chunk.
+ROWS = [1, 3, 5, 6, 7, 16, 33, 64, 300]
+# 37 outputs fit one tile or panel (and need not split evenly between threads or into
+# the micro-kernel's three weight rows); 200 take several, the last one short.
 OUTPUTS = [37, 200]
+INPUTS = [576, 1536]
+# Each kernel at every row count, whichever the layers pick for it.
+ROW_KERNEL = 10**9
+PANEL_GEMM = 0
+KERNELS = pytest.mark.parametrize("row_kernel_rows", [ROW_KERNEL, PANEL_GEMM], ids=["rows", "gemm"])
 
 
 @needs_avx2
@@ -32,30 +41,43 @@ def test_the_kernels_build_and_run_float32_rows_on_this_cpu():
 
 
 @needs_avx2
+@KERNELS
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("outputs", OUTPUTS)
-def test_int8_kernel_equals_dequantize_and_matmul(rows, outputs):
-    layer = Int8Linear(random_weight(outputs, 576), None, torch.float32)
-    x = torch.randn(rows, 576)
+@pytest.mark.parametrize("inputs", INPUTS)
+def test_int8_kernel_equals_dequantize_and_matmul(
+    monkeypatch, row_kernel_rows, rows, outputs, inputs
+):
+    monkeypatch.setattr(cpu_kernel, "MAX_ROW_KERNEL_ROWS", row_kernel_rows)
+    layer = Int8Linear(random_weight(outputs, inputs), None, torch.float32)
+    x = torch.randn(rows, inputs)
     expected = F.linear(x, dequantize_int8(layer.qweight, layer.scale))
     assert_close_relative(layer(x), expected, TOLERANCE)
 
 
 @needs_avx2
+@KERNELS
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 @pytest.mark.parametrize("outputs", OUTPUTS)
-def test_int4_kernel_equals_dequantize_and_matmul(rows, group_size, outputs):
-    int4 = Int4Weight.quantize(random_weight(outputs, 1536, seed=group_size), group_size)
+@pytest.mark.parametrize("inputs", INPUTS)
+def test_int4_kernel_equals_dequantize_and_matmul(
+    monkeypatch, row_kernel_rows, rows, group_size, outputs, inputs
+):
+    monkeypatch.setattr(cpu_kernel, "MAX_ROW_KERNEL_ROWS", row_kernel_rows)
+    group_size = int4_group_size(inputs, group_size)  # 576 inputs take 64 for 128
+    int4 = Int4Weight.quantize(random_weight(outputs, inputs, seed=group_size), group_size)
     layer = make_int4_linear(int4, None, torch.float32)
     assert isinstance(layer, Int4Linear)
-    x = torch.randn(rows, 1536)
+    x = torch.randn(rows, inputs)
     expected = F.linear(x, dequantize_int4(int4.packed, int4.scales, int4.mins, group_size))
     assert_close_relative(layer(x), expected, TOLERANCE)
 
 
 @needs_avx2
-def test_kernels_take_rows_that_are_not_contiguous():
+@KERNELS
+def test_kernels_take_rows_that_are_not_contiguous(monkeypatch, row_kernel_rows):
+    monkeypatch.setattr(cpu_kernel, "MAX_ROW_KERNEL_ROWS", row_kernel_rows)
     layer = Int8Linear(random_weight(40, 64), None, torch.float32)
     x = torch.randn(64, 5).T  # a view with a column stride of 5
     expected = F.linear(x, dequantize_int8(layer.qweight, layer.scale))
@@ -63,8 +85,10 @@ def test_kernels_take_rows_that_are_not_contiguous():
 
 
 @needs_avx2
-def test_two_threads_give_the_one_thread_result():
-    int4 = Int4Weight.quantize(random_weight(1000, 576), 32)  # six tiles
+@KERNELS
+def test_two_threads_give_the_one_thread_result(monkeypatch, row_kernel_rows):
+    monkeypatch.setattr(cpu_kernel, "MAX_ROW_KERNEL_ROWS", row_kernel_rows)
+    int4 = Int4Weight.quantize(random_weight(1000, 576), 32)  # several tiles and panels
     layer = make_int4_linear(int4, None, torch.float32)
     x = torch.randn(7, 576)
     threads = torch.get_num_threads()
