@@ -19,8 +19,8 @@ from services.gateway.routes.deps import Gateway
 from services.gateway.server import http_server
 from services.gateway.settings import GatewaySettings
 from services.gateway.tenants import TenantStore
-from services.local.ports import free_port
 from tests.integration.gateway.conftest import MODEL
+from tests.integration.gateway.task_count import tasks_created
 
 # Long enough for any wait below on a loaded machine; a leak waits forever.
 HANG_GUARD_SECONDS = 60
@@ -38,13 +38,13 @@ async def served(make_cluster, redis_url):
         f"gone-{uuid.uuid4().hex[:8]}", rpm=10_000, tpm=10_000_000, max_concurrency=100
     )
     _, api_key = await store.create_key(tenant.name)
-    port = free_port()
-    settings = GatewaySettings(redis_url=redis_url, port=port)
+    settings = GatewaySettings(redis_url=redis_url, port=0)
     server = http_server(settings, Gateway(cluster.pipeline, Authenticator(store), redis, 1 << 20))
     serving = asyncio.create_task(server.serve())
     while not server.started:
         assert not serving.done(), "the HTTP server did not start"
         await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
     yield cluster, port, api_key, tenant.name, redis
     server.should_exit = True
     await serving
@@ -135,21 +135,10 @@ HTTP_LAYER = ("starlette", "anyio", "fastapi", "disconnect.py", "_wrap_awaitable
 
 async def test_a_streamed_request_makes_no_task_of_the_http_layer(served):
     _, port, api_key, _, _ = served
-    loop = asyncio.get_running_loop()
-    created: list[asyncio.Task] = []
-
-    def factory(loop, coro, **kwargs):
-        task = asyncio.Task(coro, loop=loop, **kwargs)
-        created.append(task)
-        return task
-
-    loop.set_task_factory(factory)
-    try:
+    with tasks_created() as created:
         reader, writer = await post(port, api_key, chat(stream=True))
         await reader.readuntil(b"data: [DONE]\n\n")
         writer.close()
-    finally:
-        loop.set_task_factory(None)
     origins = [origin(task) for task in created]
     assert any("run_asgi" in o for o in origins), origins  # uvicorn's task for the request
     assert [o for o in origins if any(part in o for part in HTTP_LAYER)] == [], origins

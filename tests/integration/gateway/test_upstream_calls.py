@@ -19,6 +19,7 @@ from maas.v1 import router_pb2, router_pb2_grpc
 from services.common.service_token import ENV, METADATA_KEY
 from services.gateway.upstreams import Upstreams
 from tests.integration.gateway.stubs import StubRouter, start
+from tests.integration.gateway.task_count import tasks_created
 from tests.unit.common.span_capture import captured_spans
 
 tracer = trace.get_tracer("test")
@@ -91,21 +92,10 @@ async def test_a_failed_call_is_counted_with_its_code(router):
 async def test_a_unary_call_makes_only_the_task_grpc_gives_every_call(router):
     _, upstreams = router
     await upstreams.router.Pick(PICK, timeout=5)  # connected, method resolved
-    loop = asyncio.get_running_loop()
-    created: list[asyncio.Task] = []
-
-    def factory(loop, coro, **kwargs):
-        task = asyncio.Task(coro, loop=loop, **kwargs)
-        created.append(task)
-        return task
-
-    loop.set_task_factory(factory)
-    try:
+    with tasks_created() as created:
         await upstreams.router.Pick(PICK, timeout=5)
         for _ in range(5):  # what the call's end schedules runs too
             await asyncio.sleep(0)
-    finally:
-        loop.set_task_factory(None)
     # Intercepted, it was three: the interceptor's, the call's, and one reading
     # its status to count it.
     assert len(created) == 1
