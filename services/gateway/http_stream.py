@@ -63,7 +63,13 @@ class EventStream(StreamingResponse):
 async def respond(
     request: Request, pipeline: Pipeline, parsed: ParsedRequest, body: SamplingFields, chat: bool
 ) -> Response:
-    completion = await pipeline.complete(request.state.principal, parsed)
+    try:
+        # A client gone while its request waits (a queue slot, a cold start)
+        # gives its place up at once.
+        with cancelled_if_gone(request.scope):
+            completion = await pipeline.complete(request.state.principal, parsed)
+    except ClientGoneError:
+        return gone(request.url.path)
     shape = ResponseShape(
         parsed.request_id,
         body.model,
@@ -80,6 +86,11 @@ async def respond(
     except BaseException:
         completion.delivered()
         raise
+
+
+def gone(route: str) -> Response:
+    RESPONSES.labels(route, CLIENT_CLOSED).inc()
+    return Response(status_code=CLIENT_CLOSED)
 
 
 async def prepend(first: Delta, rest: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
@@ -115,8 +126,7 @@ async def _answer(
     except ClientGoneError:
         await deltas.aclose()
         completion.delivered()
-        RESPONSES.labels(route, CLIENT_CLOSED).inc()
-        return Response(status_code=CLIENT_CLOSED)
+        return gone(route)
     if not body.stream:
         RESPONSES.labels(route, 200).inc()
         return JSONResponse(full, headers=headers, background=BackgroundTask(completion.delivered))

@@ -28,27 +28,41 @@ TOKENS = [f" t{i}" for i in range(8)]
 
 
 @pytest.fixture
-async def served(make_cluster, redis_url):
-    """(cluster, port, api key, tenant name, redis) with the HTTP front serving."""
-    cluster = await make_cluster(replicas=1, chunks=TOKENS)
-    redis = open_redis(redis_url)
-    store = TenantStore(redis)
-    # Limited, so the limiter keeps its charge and lease in Redis.
-    tenant = await store.create_tenant(
-        f"gone-{uuid.uuid4().hex[:8]}", rpm=10_000, tpm=10_000_000, max_concurrency=100
-    )
-    _, api_key = await store.create_key(tenant.name)
-    settings = GatewaySettings(redis_url=redis_url, port=0)
-    server = http_server(settings, Gateway(cluster.pipeline, Authenticator(store), redis, 1 << 20))
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        assert not serving.done(), "the HTTP server did not start"
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield cluster, port, api_key, tenant.name, redis
-    server.should_exit = True
-    await serving
-    await redis.aclose()
+async def serve(make_cluster, redis_url):
+    """serve(**make_cluster arguments) -> (cluster, port, api key, tenant name,
+    redis): the HTTP front serving over a stub cluster of one engine."""
+    running = []
+
+    async def start(**cluster_args):
+        cluster = await make_cluster(**{"replicas": 1, "chunks": TOKENS, **cluster_args})
+        redis = open_redis(redis_url)
+        store = TenantStore(redis)
+        # Limited, so the limiter keeps its charge and lease in Redis.
+        tenant = await store.create_tenant(
+            f"gone-{uuid.uuid4().hex[:8]}", rpm=10_000, tpm=10_000_000, max_concurrency=100
+        )
+        _, api_key = await store.create_key(tenant.name)
+        settings = GatewaySettings(redis_url=redis_url, port=0)
+        gateway = Gateway(cluster.pipeline, Authenticator(store), redis, 1 << 20)
+        server = http_server(settings, gateway)
+        serving = asyncio.create_task(server.serve())
+        running.append((server, serving, redis))
+        while not server.started:
+            assert not serving.done(), "the HTTP server did not start"
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        return cluster, port, api_key, tenant.name, redis
+
+    yield start
+    for server, serving, redis in running:
+        server.should_exit = True
+        await serving
+        await redis.aclose()
+
+
+@pytest.fixture
+async def served(serve):
+    return await serve()
 
 
 async def post(port: int, api_key: str, body: dict):
@@ -142,3 +156,25 @@ async def test_a_streamed_request_makes_no_task_of_the_http_layer(served):
     origins = [origin(task) for task in created]
     assert any("run_asgi" in o for o in origins), origins  # uvicorn's task for the request
     assert [o for o in origins if any(part in o for part in HTTP_LAYER)] == [], origins
+
+
+async def test_a_client_gone_while_queued_gives_its_place_up_at_once(serve):
+    """One slot, held by a stalled stream: the second request waits for it,
+    and its leaving must not wait for the first to end (nor the queue timeout)."""
+    one_slot = f"deployments:\n  {MODEL}: {{max_in_flight: 1}}\n"
+    cluster, port, api_key, tenant, redis = await serve(routes=one_slot, queue_timeout_seconds=3600)
+    (engine,) = cluster.engines
+    engine.stall_after = 1
+    holder, holding = await post(port, api_key, chat(stream=True))
+    await holder.readuntil(b"data: ")
+    _, waiting = await post(port, api_key, chat(stream=True))
+    leases = f"maas:rl:{{{tenant}}}:inflight"
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while await redis.zcard(leases) < 2:  # the second is counted
+            await asyncio.sleep(0.01)
+        waiting.close()
+        while await redis.zcard(leases) > 1:  # and its lease is given back
+            await asyncio.sleep(0.01)
+    await cluster.pipeline.background.wait()
+    assert engine.served == 1 and len(engine.active) == 1  # the first still streams
+    holding.close()
