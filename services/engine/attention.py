@@ -32,8 +32,13 @@ def paged_attention(
     kv_heads, head_dim = k_cache.shape[2:]
     k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k)
     v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v)
-    out = torch.empty_like(q)
     decodes = meta.num_decodes
+    groups = meta.decode_groups
+    if not use_kernel and decodes == q.shape[0] and len(groups) == 1 and groups[0].first == 0:
+        # Every decode in one group, nothing else (any batch-1 decode step): its
+        # output is the step's, with no copy into a batch-wide one.
+        return _decode(q, k_cache, v_cache, groups[0])
+    out = torch.empty_like(q)
     if decodes and use_kernel:
         # The kernel's pool layout is this layer's slice of PagedKVCache as it is,
         # and the padded block tables' filler (block 0) is a valid id it never reads.
@@ -41,8 +46,13 @@ def paged_attention(
             q[:decodes], k_cache, v_cache, meta.block_tables[:decodes], meta.decode_context_lens
         )
     else:
-        for group in meta.decode_groups:
-            out.index_copy_(0, group.rows, _decode(q, k_cache, v_cache, group))
+        for group in groups:
+            if group.first is None:
+                queries = q.index_select(0, group.rows)
+                out.index_copy_(0, group.rows, _decode(queries, k_cache, v_cache, group))
+            else:
+                rows = slice(group.first, group.first + group.rows.shape[0])
+                out[rows] = _decode(q[rows], k_cache, v_cache, group)
     bounds = pairwise(meta.query_start_loc[decodes:])
     chunks = zip(bounds, meta.prefill_block_ids, meta.prefill_masks, strict=True)
     for (start, end), block_ids, mask in chunks:
@@ -61,20 +71,21 @@ def _gather(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
 def _decode(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup
 ) -> torch.Tensor:
-    """The group's decodes, [n, heads, head_dim]; q holds the whole batch's queries."""
-    seqs = group.rows.shape[0]
-    heads, head_dim = q.shape[1:]
+    """The group's decodes, [n, heads, head_dim], from their queries q [n, heads, head_dim]."""
+    seqs, heads, head_dim = q.shape
     kv_heads = k_cache.shape[2]
-    # [seqs, kv_heads, positions, head_dim] as a strided view: SDPA reads it without a copy.
+    per_seq = group.block_ids.shape[0] // seqs * k_cache.shape[1] * kv_heads * head_dim
+    # Each decode's gathered blocks as [seqs, kv_heads, positions, head_dim] in one
+    # strided view (SDPA reads it without a copy) rather than three chained ones: at a
+    # few tokens a layer's attention costs what its ops cost to call.
+    shape = (seqs, kv_heads, group.positions, head_dim)
+    strides = (per_seq, head_dim, kv_heads * head_dim, 1)
     keys, values = (
-        _gather(cache, group.block_ids)
-        .view(seqs, -1, kv_heads, head_dim)[:, : group.positions]
-        .transpose(1, 2)
-        for cache in (k_cache, v_cache)
+        _gather(cache, group.block_ids).as_strided(shape, strides) for cache in (k_cache, v_cache)
     )
     # The query heads that share a KV head become that head's rows of queries,
     # so grouped-query attention needs no copies of K and V per query head.
-    grouped = q.index_select(0, group.rows).view(seqs, kv_heads, heads // kv_heads, head_dim)
+    grouped = q.view(seqs, kv_heads, heads // kv_heads, head_dim)
     out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=group.mask)
     return out.view(seqs, heads, head_dim)
 

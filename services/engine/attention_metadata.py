@@ -22,6 +22,10 @@ DECODE_GROUP_POSITIONS = 1024
 @dataclass
 class DecodeGroup:
     rows: torch.Tensor  # [n]: the group's decodes, as rows of the batch
+    # The first of rows when they are consecutive rows in order (the runner orders
+    # decodes longest first, so all its groups are): attention then slices the
+    # batch instead of gathering and scattering its rows. None otherwise.
+    first: int | None
     # [n * blocks of the longest]: each decode's blocks, padded with block 0.
     block_ids: torch.Tensor
     positions: int  # the longest context in the group: the gathered positions attended
@@ -140,9 +144,11 @@ def _decode_groups(
         if context_lens[group[-1]] != longest:
             gathered = torch.arange(longest, device=device)
             mask = (gathered < lens[start : start + n, None])[:, None, None, :]
+        consecutive = group == list(range(group[0], group[0] + n))
         groups.append(
             DecodeGroup(
                 rows=rows[start : start + n],
+                first=group[0] if consecutive else None,
                 block_ids=block_ids[offset : offset + blocks],
                 positions=longest,
                 mask=mask,

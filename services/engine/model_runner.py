@@ -33,8 +33,10 @@ class ModelRunner:
         as they are: advancing num_computed_tokens is the caller's bookkeeping.
         """
         self.kv_cache.copy_blocks(block_copies)
-        # Single-token entries first: attention runs the leading ones as one batch.
-        order = sorted(range(len(scheduled)), key=lambda i: scheduled[i].num_new_tokens != 1)
+        # Single-token entries first: attention runs the leading ones as one batch, in
+        # groups longest context first (attention_metadata.py); in that order already,
+        # each group is a slice of the batch.
+        order = sorted(range(len(scheduled)), key=lambda i: _decode_first(scheduled[i]))
         batch = [scheduled[i] for i in order]
         input_ids: list[int] = []
         positions: list[int] = []
@@ -66,6 +68,15 @@ class ModelRunner:
             for i, entry in enumerate(scheduled)
             for row in range(last_row[i] - entry.num_logits + 1, last_row[i] + 1)
         ]
-        # The LM head is the widest matmul: run it only where a token is sampled.
-        picked = hidden[torch.tensor(rows, dtype=torch.long, device=self.device)]
-        return self.model.compute_logits(picked).float()
+        # The LM head is the widest matmul: run it only where a token is sampled
+        # (a decode-only step samples at every row, in order: nothing to pick).
+        if rows != list(range(hidden.shape[0])):
+            hidden = hidden[torch.tensor(rows, dtype=torch.long, device=self.device)]
+        return self.model.compute_logits(hidden).float()
+
+
+def _decode_first(entry: ScheduledSeq) -> tuple[bool, int]:
+    """Sort key: decodes (one new token) first, longest context first; the rest after."""
+    if entry.num_new_tokens == 1:
+        return False, -entry.seq.num_computed_tokens
+    return True, 0

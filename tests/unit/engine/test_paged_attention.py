@@ -193,3 +193,22 @@ def test_grouped_decodes_read_only_their_own_context():
     assert len(meta.decode_groups) > 4
     out = paged_attention(q, torch.stack(k_new), torch.stack(v_new), k_cache, v_cache, meta)
     torch.testing.assert_close(out, torch.stack(expected), atol=1e-4, rtol=1e-4)
+
+
+def test_decodes_longest_first_are_slices_of_the_batch():
+    # The runner's order (longest context first): every group is consecutive rows,
+    # so attention slices the batch; out of that order a group names its rows.
+    def groups(context_lens):
+        meta = AttentionMetadata.build(
+            torch.tensor(context_lens) - 1,
+            query_lens=[1] * len(context_lens),
+            context_lens=context_lens,
+            block_tables=[list(range(-(-n // 4))) for n in context_lens],
+            block_size=4,
+            device="cpu",
+            group_positions=16,
+        )
+        return [(g.rows.tolist(), g.first) for g in meta.decode_groups]
+
+    assert groups([20, 9, 5, 3]) == [([0], 0), ([1], 1), ([2, 3], 2)]
+    assert groups([3, 20, 5, 9]) == [([1], 1), ([3], 3), ([2, 0], None)]
