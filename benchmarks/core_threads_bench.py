@@ -2,8 +2,10 @@
 
 Each variant is `maas serve engine` started alone with its environment and
 flags, driven over gRPC Generate (greedy, ignore_eos, float32) at 1 and 8
-streams; the variants rotate round by round so a changing machine load
-falls on all of them. Output tokens/s, CPU ms per token of the core and of
+streams (--levels); the variants rotate round by round so a changing machine
+load falls on all of them. --variant NAME=FLAGS adds one of engine flags,
+e.g. the per-step threads: `--variant 'wide16=--torch-threads 2
+--compute-wide-rows 16'`. Output tokens/s, CPU ms per token of the core and of
 the serving process (from /proc), and the load average, per variant and
 round, into benchmarks/results/core_threads.json. The numbers behind the
 core's thread default are in docs/engine.md.
@@ -12,6 +14,7 @@ core's thread default are in docs/engine.md.
 import argparse
 import asyncio
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -28,21 +31,17 @@ from services.common.tokenizer_loader import load_tokenizer
 from services.local.ports import free_port
 
 TOPICS = ["rivers", "volcanoes", "bread", "chess", "jazz", "bees", "glaciers", "trains"]
+# Two threads in every step, as before the per-step threads (core/compute_threads.py).
+TWO = ["--torch-threads", "2", "--compute-wide-rows", "1"]
 # name: (OpenMP environment, engine flags)
 VARIANTS = {
     "auto": ({}, []),
     "1-thread": ({"OMP_WAIT_POLICY": "PASSIVE"}, ["--torch-threads", "1"]),
-    "2-passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, ["--torch-threads", "2"]),
-    "2-spin10k": (
-        {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "10000"},
-        ["--torch-threads", "2"],
-    ),
-    "2-spin100k": (
-        {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "100000"},
-        ["--torch-threads", "2"],
-    ),
-    "2-gomp-default": ({"GOMP_SPINCOUNT": "300000"}, ["--torch-threads", "2"]),
-    "2-active": ({"OMP_WAIT_POLICY": "ACTIVE"}, ["--torch-threads", "2"]),
+    "2-passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, TWO),
+    "2-spin10k": ({"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "10000"}, TWO),
+    "2-spin100k": ({"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "100000"}, TWO),
+    "2-gomp-default": ({"GOMP_SPINCOUNT": "300000"}, TWO),
+    "2-active": ({"OMP_WAIT_POLICY": "ACTIVE"}, TWO),
 }
 OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
@@ -107,8 +106,10 @@ async def drive(address: str, serving: int, prompts, levels: dict[int, int]) -> 
     return results
 
 
-def run_variant(name: str, prompts, levels: dict[int, int], autogroup_nice: int | None) -> dict:
-    omp, flags = VARIANTS[name]
+def run_variant(
+    variant: tuple[dict, list[str]], prompts, levels: dict[int, int], autogroup_nice: int | None
+) -> dict:
+    omp, flags = variant
     env = {k: v for k, v in os.environ.items() if k not in OMP_VARIABLES} | omp
     port = free_port()
     argv = [sys.executable, "-m", "services.cli", "serve", "engine", "--port", str(port)]
@@ -131,7 +132,17 @@ def main() -> None:
     parser.add_argument("--variants", default="auto,2-passive,2-spin100k,2-active")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens-1", type=int, default=128, help="output tokens at 1 stream")
-    parser.add_argument("--tokens-8", type=int, default=64, help="output tokens per stream at 8")
+    parser.add_argument(
+        "--tokens-8", type=int, default=64, help="output tokens per stream above 1 stream"
+    )
+    parser.add_argument("--levels", default="1,8", help="streams, comma-separated")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=FLAGS",
+        help="a variant of engine flags (OpenMP PASSIVE), repeatable; list it in --variants",
+    )
     parser.add_argument(
         "--autogroup-nice",
         type=int,
@@ -140,21 +151,27 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/core_threads.json"))
     args = parser.parse_args()
     names = args.variants.split(",")
+    variants = dict(VARIANTS)
+    for spec in args.variant:
+        name, _, flags = spec.partition("=")
+        variants[name] = ({"OMP_WAIT_POLICY": "PASSIVE"}, flags.split())
     tokenizer = load_tokenizer(default_model_path())
     prompts = [
         tokenizer.encode_chat([{"role": "user", "content": f"Tell me a long story about {t}."}])
         for t in TOPICS
     ]
-    levels = {1: args.tokens_1, 8: args.tokens_8}
+    levels = {
+        n: args.tokens_1 if n == 1 else args.tokens_8 for n in map(int, args.levels.split(","))
+    }
     rows = []
     for round_ in range(args.rounds):
         shift = round_ % len(names)
         for name in names[shift:] + names[:shift]:
-            row = {"round": round_, "variant": name}
-            row |= run_variant(name, prompts, levels, args.autogroup_nice)
+            row = {"round": round_, "variant": name, "flags": variants[name][1]}
+            row |= run_variant(variants[name], prompts, levels, args.autogroup_nice)
             print(row, flush=True)
             rows.append(row)
-    command = "python -m benchmarks.core_threads_bench " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.core_threads_bench " + shlex.join(sys.argv[1:])
     update_results(
         args.output, "core_threads", {"command": command, "machine": machine(), "rows": rows}
     )

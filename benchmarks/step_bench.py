@@ -7,7 +7,11 @@ reports wall and thread CPU per step, the step's phases (StepStats), and with
 --profile torch's per-op CPU time in classes (linear, attention, elementwise,
 sampler), as shares of the ops' time.
 
-For an A/B, run it from two trees in turn (`--label`), e.g. a base revision
+With --threads-ab 1 2 it runs each batch's decode steps on one and two
+threads in alternating rounds instead, and reports wall ms and tokens/s per
+count (the numbers behind the core's --compute-wide-rows; docs/engine.md).
+
+For an A/B of code, run it from two trees in turn (`--label`), e.g. a base revision
 exported with `git archive REV | tar -x -C /tmp/base`, and compare the medians.
 """
 
@@ -19,14 +23,19 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
+# The core's wait policy (machine_defaults._omp), before torch loads OpenMP: with
+# libgomp's default spinning, two threads here burned 7x one's CPU per step.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from benchmarks.machine import machine
-from services.common.model_files import default_model_path
-from services.common.tokenizer_loader import load_tokenizer
-from services.engine.loader import load_model
-from services.engine.offline import offline_engine
-from services.engine.sampling_params import SamplingParams
+import torch  # noqa: E402
+
+from benchmarks.machine import machine  # noqa: E402
+from services.common.model_files import default_model_path  # noqa: E402
+from services.common.tokenizer_loader import load_tokenizer  # noqa: E402
+from services.engine.loader import load_model  # noqa: E402
+from services.engine.offline import offline_engine  # noqa: E402
+from services.engine.quantization.config import METHODS, QuantizationConfig  # noqa: E402
+from services.engine.sampling_params import SamplingParams  # noqa: E402
 
 # torch op name -> class. What matches none is "other ops".
 OP_CLASSES = {
@@ -100,6 +109,45 @@ def measure(engine, steps: int) -> dict:
     }
 
 
+def threads_ab(engine, counts: list[int], rounds: int, steps: int) -> dict:
+    """Decode steps on each thread count in turn, the order reversed every round.
+
+    Wall time is what a stream sees; process CPU covers every thread of the team.
+    The contexts grow a token a step, and the alternating order spreads that
+    evenly over the counts.
+    """
+    batch = len(engine.scheduler.running)
+    walls: dict[int, list[float]] = {n: [] for n in counts}
+    cpus: dict[int, list[float]] = {n: [] for n in counts}
+    loads = []
+    for round_ in range(rounds):
+        for n in counts if round_ % 2 == 0 else counts[::-1]:
+            torch.set_num_threads(n)
+            for _ in range(steps):
+                wall, cpu = time.perf_counter(), time.process_time()
+                engine.step()
+                cpus[n].append(time.process_time() - cpu)
+                walls[n].append(time.perf_counter() - wall)
+        loads.append(round(os.getloadavg()[0], 2))
+    rows = {}
+    for n in counts:
+        wall = statistics.median(walls[n])
+        rows[str(n)] = {
+            "wall_ms_p50": round(1e3 * wall, 1),
+            "tokens_per_s": round(batch / wall, 2),
+            "process_cpu_ms_p50": round(1e3 * statistics.median(cpus[n]), 1),
+        }
+    return {"threads": rows, "load_average_1m": loads}
+
+
+def set_threads_cost_us(counts: list[int], calls: int = 2000) -> float:
+    """Microseconds per torch.set_num_threads call, alternating between the counts."""
+    started = time.perf_counter()
+    for i in range(calls):
+        torch.set_num_threads(counts[i % len(counts)])
+    return round(1e6 * (time.perf_counter() - started) / calls, 2)
+
+
 def profile(engine, steps: int) -> dict:
     """torch's self time per op class, ms per step, beside the steps' thread CPU.
 
@@ -132,12 +180,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--threads-ab",
+        type=int,
+        nargs="+",
+        help="decode steps on these thread counts, interleaved (--rounds of --steps each)",
+    )
+    parser.add_argument("--rounds", type=int, default=4, help="--threads-ab rounds")
+    parser.add_argument("--quantization", choices=METHODS, default="none")
     parser.add_argument("--label", default="")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     path = default_model_path()
-    model, config = load_model(path, dtype=torch.float32, progress=False)
+    quantization = QuantizationConfig(args.quantization)
+    model, config = load_model(path, torch.float32, progress=False, quantization=quantization)
     tokenizer = load_tokenizer(path)
     result = {
         "label": args.label,
@@ -146,10 +203,17 @@ def main() -> None:
         "args": vars(args) | {"output": str(args.output)},
         "batches": {},
     }
+    if args.threads_ab:
+        result["set_num_threads_us"] = set_threads_cost_us(args.threads_ab)
     for batch in args.batches:
         steps = 2 * args.steps if args.profile else args.steps
+        if args.threads_ab:
+            steps = args.steps * args.rounds * len(args.threads_ab)
         engine = decoding_engine(model, config, tokenizer, batch, args.prompt_len, steps)
-        row = measure(engine, args.steps)
+        if args.threads_ab:
+            row = threads_ab(engine, args.threads_ab, args.rounds, args.steps)
+        else:
+            row = measure(engine, args.steps)
         if args.profile:
             row |= profile(engine, args.steps)
         result["batches"][batch] = row

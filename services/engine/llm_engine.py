@@ -90,6 +90,9 @@ class LLMEngine:
         self._grammars_lock = threading.Lock()
         # Called with a request's id when it first enters a step.
         self.on_scheduled: Callable[[str], None] | None = None
+        # Called with the rows a step computes (decode rows + prefill tokens)
+        # before its forward: the core picks its compute threads (core/compute_threads.py).
+        self.before_forward: Callable[[int], None] | None = None
         self.last_stats = StepStats()  # the latest step's, for tools and tests
 
     @property
@@ -252,6 +255,8 @@ class LLMEngine:
             plan = self.scheduler.schedule()
             self._admit(plan, stats)
             stats.phase_seconds["schedule"] = time.perf_counter() - started
+            if self.before_forward is not None:
+                self.before_forward(stats.num_decode_tokens + stats.num_prefill_tokens)
             ran = self._run(plan, culprits, stats)
             return self._postprocess(ran, culprits, stats)
         finally:

@@ -3,7 +3,8 @@
 `derive` is the rule: from what the CPU has (flags, cores, a cgroup CPU
 limit) or that the model runs on CUDA, it picks the dtype, the core
 process's compute threads, OpenMP's wait policy, the quantization default
-and the batch above which speculative decoding stops. `resolve` applies it
+and the batch above which speculative decoding stops, and from how many rows
+a step computes on every core. `resolve` applies it
 to settings: a flag or environment variable that names a value always
 wins; only `auto` (0 for the counts) is filled in. The serving process
 resolves once before starting the core and logs the outcome as one
@@ -28,6 +29,14 @@ OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 # the FMA width, native bf16 halves the bytes read per weight and AMX
 # multiplies the FLOP/s again, a GPU's ratio is some 10x a CPU's. Estimates.
 VERIFY_ROWS = {"avx2": 20, "avx512": 40, "bf16": 80, "cuda": 320}
+# Rows a step computes (decode rows + prefill tokens) from which it runs on
+# every core. On the 2-core AMD EPYC (avx2), through the whole stack on a quiet
+# machine, two threads gained 14% at 32 streams (issue #13's table: 138.7 vs
+# 121.5 tok/s), 6% at 8 (session 4: 47.4 vs 44.7) and lost 11% at one (11.0
+# vs 12.4); beside other work (load 5-7) they lost at every batch from 1 to
+# 64, float32 and int8 (benchmarks/results/step_threads_*.json). 32 is where the
+# quiet gain is clear; below it a preemption costs more than the core adds.
+WIDE_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -47,23 +56,33 @@ def machine_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
 
 
 def _threads(machine: MachineProfile) -> Choice:
-    """Every compute core but one, which the serving process and the OS keep.
-
-    An OpenMP team waits at each op for its slowest thread, so one thread
-    preempted by the serving process (it wakes for every token) or a
-    neighbour stalls the whole step. On the 2-core AMD EPYC (avx2, float32
-    SmolLM2, benchmarks/core_threads_bench.py, load 8-16, docs/engine.md) one
-    core thread beat two in every pair: 1 stream 8.5-10.8 vs 5.9-7.8 tok/s,
-    8 streams 28.6-32.4 vs 12.6-18.0; quiet, two gained 6% at 8 streams and
-    lost 11% at one. vLLM's CPU backend reserves a core for its front end too.
-    """
+    """Every compute core: a wide step uses them all, a narrower one all but one (_wide_rows)."""
     cores = machine.compute_cores
     why = f"{machine.physical_cores} physical cores of the {machine.cpus} CPUs it may run on"
     if machine.cpu_quota is not None:
         why += f", cgroup limit {machine.cpu_quota:g} CPUs"
-    if cores == 1:
-        return Choice(1, why)
-    return Choice(cores - 1, why + ", one left to the serving process (1 thread) and the OS")
+    return Choice(cores, why)
+
+
+def _wide_rows(machine: MachineProfile, on_cuda: bool) -> Choice:
+    """Rows from which a step computes on every core instead of leaving one to the serving side.
+
+    An OpenMP team waits at each op for its slowest thread, so one thread
+    preempted by the serving process (it wakes for every token) or a
+    neighbour stalls the whole step: on the 2-core AMD EPYC (avx2) one core
+    thread beat two at 1 and 8 streams (core_threads_bench, docs/engine.md).
+    A wide step's matmuls are long and compute-bound: a preemption costs them
+    little and the last core adds nearly its share.
+    """
+    if on_cuda:
+        return Choice(1, "CUDA computes the step; the CPU threads only launch it")
+    if machine.compute_cores == 1:
+        return Choice(1, "one core: nothing to leave over")
+    return Choice(
+        WIDE_ROWS,
+        f"from {WIDE_ROWS} rows every core gained on the quiet 2-core AVX2 EPYC (docs/engine.md); "
+        "narrower steps leave one core to the serving process",
+    )
 
 
 def _omp() -> Choice:
@@ -109,10 +128,10 @@ def derive(
     machine: MachineProfile, on_cuda: bool, draft_tokens: int, max_num_seqs: int
 ) -> dict[str, Choice]:
     """Every `auto` value for this machine, with why; a pure function of its arguments."""
-    threads = _threads(machine)
     return {
         "dtype": machine_dtype(machine, on_cuda),
-        "torch_threads": threads,
+        "torch_threads": _threads(machine),
+        "compute_wide_rows": _wide_rows(machine, on_cuda),
         "omp": _omp(),
         "quantization": _quantization(),
         "speculative_max_batch": _spec_max_batch(machine, on_cuda, draft_tokens, max_num_seqs),
@@ -141,7 +160,7 @@ class Resolved:
 
 
 # Settings whose `auto` this module fills in, and the value that means `auto`.
-_AUTO = {"dtype": "auto", "torch_threads": 0, "speculative_max_batch": 0}
+_AUTO = {"dtype": "auto", "torch_threads": 0, "compute_wide_rows": 0, "speculative_max_batch": 0}
 
 
 def resolve(

@@ -42,8 +42,16 @@ class EngineSettings(ServiceSettings):
     torch_threads: int = Field(
         0,
         ge=0,
-        description="engine-core intra-op threads; 0 = auto: every physical core the "
-        "process may run on (its CPU affinity, within a cgroup CPU limit) but one",
+        description="engine-core intra-op threads of a wide step (--compute-wide-rows), one "
+        "fewer for a narrower one; 0 = auto: every physical core the process may run on "
+        "(its CPU affinity, within a cgroup CPU limit)",
+    )
+    compute_wide_rows: int = Field(
+        0,
+        ge=0,
+        description="rows a step computes (decode rows + prefill tokens) from which the core "
+        "computes on all --torch-threads; narrower steps leave one core to the serving side; "
+        "0 = auto: per machine (services/engine/machine_defaults.py); 1 = every step",
     )
     block_size: int = Field(BLOCK_SIZE, gt=0, description="tokens per KV-cache block")
     kv_cache_memory: int = Field(

@@ -47,10 +47,13 @@ def machine_defaults(engine_log: Path) -> str:
             continue
         entry = json.loads(line)
         omp = " ".join(f"{k}={v}" for k, v in entry["omp"].items())
+        threads, wide_rows = entry["torch_threads"], entry["compute_wide_rows"]
+        if threads > 1 and wide_rows > 1:
+            threads = f"{threads} from {wide_rows} rows a step, {threads - 1} below"
         return (
             f"engine on {entry['cpu_model']} ({' '.join(entry['cpu_flags']) or 'no SIMD flags'}"
             f"{', ' + entry['gpu'] if entry['gpu'] else ''}): {entry['dtype']}, "
-            f"compute threads {entry['torch_threads']}, {omp}, quantization "
+            f"compute threads {threads}, {omp}, quantization "
             f"{entry['quantization']}, speculation up to batch {entry['speculative_max_batch']} "
             "(why: engine_machine_defaults in its log)\n"
         )

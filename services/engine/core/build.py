@@ -1,8 +1,9 @@
 """Build the LLMEngine from settings: load the model, size the KV cache.
 
 Runs in the engine-core process (process.py), which computes on every
-physical core it may run on but one unless --torch-threads says otherwise
-(services/engine/machine_defaults.py).
+physical core it may run on unless --torch-threads says otherwise
+(services/engine/machine_defaults.py), one fewer in narrow steps
+(compute_threads.py).
 """
 
 import os

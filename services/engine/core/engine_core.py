@@ -16,6 +16,7 @@ import zmq
 from services.common.logging import get_logger
 from services.engine import metrics
 from services.engine.core import protocol
+from services.engine.core.compute_threads import ComputeThreads
 from services.engine.core.grammar_compiles import GrammarCompiles, aborted
 from services.engine.core.metrics_relay import engine_metrics_text
 from services.engine.llm_engine import LLMEngine, RequestRejected
@@ -30,7 +31,13 @@ METRICS_INTERVAL_SECONDS = 1.0
 
 
 class EngineCore:
-    def __init__(self, engine: LLMEngine, input_address: str, output_address: str):
+    def __init__(
+        self,
+        engine: LLMEngine,
+        input_address: str,
+        output_address: str,
+        threads: ComputeThreads | None = None,  # None: the threads torch has, every step
+    ):
         self.engine = engine
         self._context = zmq.Context()
         self._inputs = self._context.socket(zmq.PULL)
@@ -44,6 +51,8 @@ class EngineCore:
         self._compiles = GrammarCompiles(engine.compile_grammar)
         engine.blocks.on_event = lambda kind, hashes: self._batch.kv_events.append((kind, hashes))
         engine.on_scheduled = self._batch_scheduled
+        if threads is not None:
+            engine.before_forward = threads.apply
 
     def run(self) -> None:
         config = self.engine.config

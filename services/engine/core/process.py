@@ -3,10 +3,11 @@
 Started by the serving process (launcher.py) through services.local.guard,
 so the kernel kills it when the serving process dies: no orphan core
 holding the model's memory. It loads the model, computes with every core it
-may run on (build.py picks the threads), and runs EngineCore
-until told to shut down. SIGINT is ignored: a terminal's Ctrl-C reaches the
-whole process group, and the serving process stops the core itself, after
-its in-flight requests have finished.
+may run on (build.py picks the threads; wide steps use them all, narrow ones
+one fewer: compute_threads.py), and runs EngineCore until told to shut down.
+SIGINT is ignored: a terminal's Ctrl-C reaches the whole process group, and
+the serving process stops the core itself, after its in-flight requests have
+finished.
 """
 
 import signal
@@ -16,6 +17,7 @@ import threading
 from services.common.logging import configure_logging, get_logger
 from services.engine.core.addresses import CoreAddresses
 from services.engine.core.build import build_engine
+from services.engine.core.compute_threads import ComputeThreads
 from services.engine.core.engine_core import EngineCore
 from services.engine.settings import EngineSettings
 
@@ -32,7 +34,8 @@ def main() -> None:
     # Off the start path: the first request with a grammar would wait seconds for it.
     threading.Thread(target=engine.grammar_compiler, name="grammar-compiler", daemon=True).start()
     log.info("engine_core_started")
-    EngineCore(engine, addresses.inputs, addresses.outputs).run()
+    threads = ComputeThreads(settings.torch_threads, settings.compute_wide_rows)
+    EngineCore(engine, addresses.inputs, addresses.outputs, threads).run()
     log.info("engine_core_stopped")
 
 

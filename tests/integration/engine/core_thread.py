@@ -11,16 +11,17 @@ from contextlib import asynccontextmanager
 
 from services.engine.async_engine import AsyncEngine
 from services.engine.core.addresses import CoreAddresses
+from services.engine.core.compute_threads import ComputeThreads
 from services.engine.core.engine_core import EngineCore
 from services.engine.llm_engine import LLMEngine
 
 
 @asynccontextmanager
-async def core_on_thread(engine: LLMEngine):
+async def core_on_thread(engine: LLMEngine, threads: ComputeThreads | None = None):
     with tempfile.TemporaryDirectory(prefix="maas-core-") as directory:
         addresses = CoreAddresses.under(directory)
         client = AsyncEngine(addresses)
-        core = EngineCore(engine, addresses.inputs, addresses.outputs)
+        core = EngineCore(engine, addresses.inputs, addresses.outputs, threads)
         thread = threading.Thread(target=core.run, name="engine-core", daemon=True)
         thread.start()
         try:

@@ -8,7 +8,7 @@ from structlog.testing import capture_logs
 from services.common.machine_profile import MachineProfile
 from services.common.settings import parse_settings
 from services.engine.core.launcher import resolve_for_core
-from services.engine.machine_defaults import derive, resolve
+from services.engine.machine_defaults import WIDE_ROWS, derive, resolve
 from services.engine.settings import EngineSettings
 from services.local.up import machine_defaults
 
@@ -28,6 +28,13 @@ GPU_HOST = MachineProfile(
 )
 
 
+@pytest.fixture(autouse=True)
+def _auto_settings(monkeypatch):
+    # A test run may pin its engines' threads (MAAS_TORCH_THREADS); here they must be auto.
+    for name in ("MAAS_TORCH_THREADS", "MAAS_COMPUTE_WIDE_ROWS"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def values(machine: MachineProfile, on_cuda: bool = False) -> dict:
     return {
         name: choice.value
@@ -35,11 +42,12 @@ def values(machine: MachineProfile, on_cuda: bool = False) -> dict:
     }
 
 
-def test_an_avx2_epyc_computes_in_float32_on_one_core_with_sleeping_threads():
+def test_an_avx2_epyc_computes_in_float32_on_both_cores_in_wide_steps_only():
     assert values(EPYC) == {
         "dtype": "float32",
-        # The other core is the serving process's: an OpenMP team of two lost to it.
-        "torch_threads": 1,
+        # Narrower steps leave the other core to the serving process: a team of two lost to it.
+        "torch_threads": 2,
+        "compute_wide_rows": WIDE_ROWS,
         "omp": {"OMP_WAIT_POLICY": "PASSIVE"},
         "quantization": "none",
         # Measured here: n-gram speculation paid up to batch 4 and lost at 8.
@@ -49,7 +57,7 @@ def test_an_avx2_epyc_computes_in_float32_on_one_core_with_sleeping_threads():
 
 def test_an_amx_xeon_serves_bfloat16_on_its_physical_cores():
     chosen = values(XEON)
-    assert (chosen["dtype"], chosen["torch_threads"]) == ("bfloat16", 15)
+    assert (chosen["dtype"], chosen["torch_threads"]) == ("bfloat16", 16)
     assert chosen["speculative_max_batch"] > values(EPYC)["speculative_max_batch"]
 
 
@@ -57,6 +65,8 @@ def test_a_cuda_device_serves_bfloat16_and_speculates_up_to_the_batch_cap():
     chosen = values(GPU_HOST, on_cuda=True)
     assert chosen["dtype"] == "bfloat16"
     assert chosen["speculative_max_batch"] == 64
+    # The GPU computes; the CPU threads need no switching.
+    assert chosen["compute_wide_rows"] == 1
     assert (
         derive(GPU_HOST, True, draft_tokens=4, max_num_seqs=8)["speculative_max_batch"].value == 8
     )
@@ -64,16 +74,17 @@ def test_a_cuda_device_serves_bfloat16_and_speculates_up_to_the_batch_cap():
 
 def test_a_one_core_machine_or_pod_computes_on_its_one_core():
     one_core = MachineProfile("AMD EPYC", EPYC.flags, cpus=1, physical_cores=1)
-    assert values(one_core)["torch_threads"] == 1
+    assert (values(one_core)["torch_threads"], values(one_core)["compute_wide_rows"]) == (1, 1)
     limited = MachineProfile("AMD EPYC", EPYC.flags, cpus=64, physical_cores=32, cpu_quota=4.0)
-    assert values(limited)["torch_threads"] == 3
+    assert values(limited)["torch_threads"] == 4
 
 
 def test_engine_settings_resolve_auto_through_the_machine():
     settings = parse_settings(EngineSettings, [], "engine")
     resolved = resolve(settings, XEON, on_cuda=False, environ={})
     chosen = resolved.settings
-    assert (chosen.dtype, chosen.torch_threads, chosen.quantization) == ("bfloat16", 15, "none")
+    assert (chosen.dtype, chosen.torch_threads, chosen.quantization) == ("bfloat16", 16, "none")
+    assert chosen.compute_wide_rows == WIDE_ROWS
     assert chosen.speculative_max_batch == values(XEON)["speculative_max_batch"]
     assert resolved.core_env == {"OMP_WAIT_POLICY": "PASSIVE"}
     assert resolved.choices["dtype"].source == "auto"
@@ -81,11 +92,12 @@ def test_engine_settings_resolve_auto_through_the_machine():
 
 def test_explicit_flags_and_openmp_environment_win():
     flags = ["--dtype", "float32", "--torch-threads", "3", "--quantization", "int8"]
+    flags += ["--compute-wide-rows", "1"]
     settings = parse_settings(EngineSettings, [*flags, "--speculative-max-batch", "2"], "engine")
     resolved = resolve(settings, XEON, on_cuda=False, environ={"GOMP_SPINCOUNT": "1000"})
     chosen = resolved.settings
     assert (chosen.dtype, chosen.torch_threads, chosen.quantization) == ("float32", 3, "int8")
-    assert chosen.speculative_max_batch == 2
+    assert (chosen.speculative_max_batch, chosen.compute_wide_rows) == (2, 1)
     # The core inherits the environment's OpenMP variables; none are added.
     assert resolved.core_env == {}
     assert {c.source for c in resolved.choices.values()} == {"flag", "env"}
@@ -103,7 +115,8 @@ def test_the_launcher_logs_one_line_with_every_choice_and_why(monkeypatch):
         resolved = resolve_for_core(parse_settings(EngineSettings, ["--device", "cpu"], "engine"))
     (line,) = [entry for entry in logs if entry["event"] == "engine_machine_defaults"]
     assert line["cpu_model"] and isinstance(line["cpu_flags"], list)
-    for name in ("dtype", "torch_threads", "omp", "quantization", "speculative_max_batch"):
+    names = ("dtype", "torch_threads", "compute_wide_rows", "omp", "quantization")
+    for name in (*names, "speculative_max_batch"):
         assert line[f"{name}_why"].startswith("auto: ")
     assert (line["dtype"], line["torch_threads"]) == (
         resolved.settings.dtype,
@@ -123,6 +136,9 @@ def test_maas_up_shows_the_engines_choices_from_its_log(tmp_path):
     log = tmp_path / "engine-0.log"
     log.write_text('{"event": "engine_starting"}\n' + json.dumps(entry) + "\n")
     shown = machine_defaults(log)
-    assert shown.startswith("engine on AMD EPYC (avx avx2 f16c fma): float32, compute threads 1")
+    assert shown.startswith(
+        "engine on AMD EPYC (avx avx2 f16c fma): float32, "
+        f"compute threads 2 from {WIDE_ROWS} rows a step, 1 below"
+    )
     assert "OMP_WAIT_POLICY=PASSIVE" in shown and "batch 4" in shown
     assert machine_defaults(tmp_path / "missing.log") == ""
