@@ -68,6 +68,13 @@ def _gather(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
     return rows.view(-1, *cache.shape[2:])
 
 
+def _blocks(cache: torch.Tensor, group: DecodeGroup) -> torch.Tensor:
+    """The group's blocks back to back: in place when they are one run in the pool."""
+    if group.first_block is None:
+        return _gather(cache, group.block_ids)
+    return cache[group.first_block : group.first_block + group.block_ids.shape[0]]
+
+
 def _decode(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup
 ) -> torch.Tensor:
@@ -81,7 +88,7 @@ def _decode(
     shape = (seqs, kv_heads, group.positions, head_dim)
     strides = (per_seq, head_dim, kv_heads * head_dim, 1)
     keys, values = (
-        _gather(cache, group.block_ids).as_strided(shape, strides) for cache in (k_cache, v_cache)
+        _blocks(cache, group).as_strided(shape, strides) for cache in (k_cache, v_cache)
     )
     # The query heads that share a KV head become that head's rows of queries,
     # so grouped-query attention needs no copies of K and V per query head.

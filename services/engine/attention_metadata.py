@@ -28,6 +28,10 @@ class DecodeGroup:
     first: int | None
     # [n * blocks of the longest]: each decode's blocks, padded with block 0.
     block_ids: torch.Tensor
+    # A group of one decode whose blocks are consecutive in the pool (a lone stream's
+    # usually are: the free list hands them out in order): the first of them, and
+    # attention reads the pool in place instead of gathering. None otherwise.
+    first_block: int | None
     positions: int  # the longest context in the group: the gathered positions attended
     # [n, 1, 1, positions]: True where the position is in that decode's context;
     # None when every decode of the group has the same context.
@@ -145,11 +149,14 @@ def _decode_groups(
             gathered = torch.arange(longest, device=device)
             mask = (gathered < lens[start : start + n, None])[:, None, None, :]
         consecutive = group == list(range(group[0], group[0] + n))
+        ids = tables[group[0], : blocks_of[group[0]]].tolist() if n == 1 else []
+        in_place = bool(ids) and ids == list(range(ids[0], ids[0] + len(ids)))
         groups.append(
             DecodeGroup(
                 rows=rows[start : start + n],
                 first=group[0] if consecutive else None,
                 block_ids=block_ids[offset : offset + blocks],
+                first_block=ids[0] if in_place else None,
                 positions=longest,
                 mask=mask,
             )

@@ -3,6 +3,7 @@
 import random
 from dataclasses import dataclass
 
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
@@ -212,3 +213,27 @@ def test_decodes_longest_first_are_slices_of_the_batch():
 
     assert groups([20, 9, 5, 3]) == [([0], 0), ([1], 1), ([2, 3], 2)]
     assert groups([3, 20, 5, 9]) == [([1], 1), ([3], 3), ([2, 0], None)]
+
+
+@pytest.mark.parametrize(("table", "first_block"), [([5, 6, 7], 5), ([5, 7, 6], None)])
+def test_a_lone_decode_over_consecutive_blocks_reads_them_in_place(table, first_block):
+    gen = torch.Generator().manual_seed(3)
+    context = 10
+    # Garbage everywhere else: a read outside the table's blocks would show.
+    k_cache = torch.randn(NUM_BLOCKS, BLOCK_SIZE, KV_HEADS, HEAD_DIM, generator=gen) * 1e3
+    v_cache = torch.randn(NUM_BLOCKS, BLOCK_SIZE, KV_HEADS, HEAD_DIM, generator=gen) * 1e3
+    q = torch.randn(1, HEADS, HEAD_DIM, generator=gen)
+    k = torch.randn(context, KV_HEADS, HEAD_DIM, generator=gen)
+    v = torch.randn(context, KV_HEADS, HEAD_DIM, generator=gen)
+    for position in range(context - 1):
+        k_cache.view(-1, KV_HEADS, HEAD_DIM)[slot(table, position)] = k[position]
+        v_cache.view(-1, KV_HEADS, HEAD_DIM)[slot(table, position)] = v[position]
+    meta = AttentionMetadata.build(
+        torch.tensor([context - 1]), [1], [context], [table], BLOCK_SIZE, "cpu"
+    )
+    assert meta.decode_groups[0].first_block == first_block
+    out = paged_attention(q, k[-1:], v[-1:], k_cache, v_cache, meta)
+    dense = F.scaled_dot_product_attention(
+        q[0, :, None], k.transpose(0, 1), v.transpose(0, 1), enable_gqa=True
+    )
+    torch.testing.assert_close(out, dense[None, :, 0], atol=1e-4, rtol=1e-4)
