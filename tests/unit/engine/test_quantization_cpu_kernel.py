@@ -21,8 +21,9 @@ needs_avx2 = pytest.mark.skipif(not AVX2, reason="the kernels are for x86 CPUs w
 # Only the order of the float32 sums differs from dequantize + matmul.
 TOLERANCE = 1e-5
 # 1: a decode token; 3, 5, 6, 7: the micro-kernels' blocks of four rows with and without
-# a remainder; then wide decode batches and a prefill chunk.
-ROWS = [1, 3, 5, 6, 7, 16, 33, 64, 300]
+# a remainder; then wide decode batches, a prefill chunk, and one longer than the GEMM's
+# 512-row blocks.
+ROWS = [1, 3, 5, 6, 7, 16, 33, 64, 300, 600]
 # 37 outputs fit one tile or panel (and need not split evenly between threads or into
 # the micro-kernel's three weight rows); 200 take several, the last one short.
 OUTPUTS = [37, 200]
