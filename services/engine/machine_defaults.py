@@ -96,9 +96,9 @@ def _omp() -> Choice:
 
 
 def _quantization() -> Choice:
-    # The AVX2 int8/int4 kernel (quantization/cpu_kernel.py) is faster than float32
-    # end to end at batch 1-32 (benchmarks/results/quant_avx2.json) and within the
-    # perplexity gate, but picking it by machine would also need the model's GGUF
+    # The AVX2 int8/int4 kernels (quantization/cpu_kernel.py) are faster than float32
+    # at 1-256 rows (benchmarks/results/quant_kernel.json, quant_avx2_panels.json) and
+    # within the perplexity gate, but picking them by machine would also need the model's GGUF
     # blocks (int4 is lossless only from Q4_0/Q4_1), a C++ compiler at run time
     # (the runtime image has none), and the operator to pass "none" explicitly.
     return Choice(
