@@ -5,6 +5,7 @@ the public HTTP port.
 """
 
 import asyncio
+import contextlib
 from functools import partial
 from pathlib import Path
 
@@ -118,8 +119,11 @@ def http_server(settings: GatewaySettings, gateway: Gateway) -> uvicorn.Server:
         timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
     )
     http = uvicorn.Server(config)
-    # Signals are ours, not uvicorn's: one SIGTERM stops both fronts in order.
-    http.install_signal_handlers = lambda: None
+    # Signals are ours, not uvicorn's: one SIGTERM stops both fronts in order
+    # (run_gateway). uvicorn takes SIGTERM/SIGINT for the whole of serve() in
+    # capture_signals (0.54 has no install_signal_handlers to turn off), and would
+    # close the HTTP front first, before health says NOT_SERVING.
+    http.capture_signals = contextlib.nullcontext
     return http
 
 
