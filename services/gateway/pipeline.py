@@ -102,7 +102,13 @@ class Pipeline:
         await self.quotas.check(tenant.name)
         counted = self.limiter.counts_first(tenant)
         if counted:
-            limits = await self.limiter.admit(tenant, request.request_id, floor, request.n)
+            try:
+                limits = await self.limiter.admit(tenant, request.request_id, floor, request.n)
+            except asyncio.CancelledError:
+                # Cancelled in flight (a client gone, a cancelled call), the script
+                # may have run with its reply unread: give back what it may have taken.
+                self._settle(tenant, request, 0)
+                raise
         try:
             deployments = await self._deployments()
             route = self._route(request, tenant, set(deployments))

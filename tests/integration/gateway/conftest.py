@@ -73,7 +73,14 @@ async def make_cluster(redis_url, tmp_path):
     """make_cluster(replicas=2, chunks=..., delay=..., **gateway settings)."""
     servers, redis_clients, upstreams, pipelines = [], [], [], []
 
-    async def make(replicas: int = 2, chunks=CHUNKS, delay: float = 0.0, routes="", **settings):
+    async def make(
+        replicas: int = 2,
+        chunks=CHUNKS,
+        delay: float = 0.0,
+        routes="",
+        via_redis: str = "",  # another address of the same Redis (a relay)
+        **settings,
+    ):
         engines, endpoints = [], []
         for index in range(replicas):
             engine = StubEngine(MODEL, list(chunks), delay)
@@ -90,13 +97,13 @@ async def make_cluster(redis_url, tmp_path):
         )
         servers.append(server)
         config = GatewaySettings(
-            redis_url=redis_url,
+            redis_url=via_redis or redis_url,
             router_address=router_address,
             models_cache_seconds=0,
             usage_spool_dir=str(tmp_path / f"spool-{len(pipelines)}"),
             **settings,
         )
-        redis = open_redis(redis_url)
+        redis = open_redis(via_redis or redis_url)
         redis_clients.append(redis)
         up = Upstreams(tokenizer_address, router_address)
         upstreams.append(up)
