@@ -8,14 +8,14 @@ DRAM rather than cache. Candidates, each on the same weights and rows:
 - float32: F.linear on float32 weights (what a float32 engine runs);
 - dequantize: the whole weight into a float32 buffer, then F.linear (the
   code before this benchmark: a float32 write and read of every weight);
-- kernel: cpu_matmul.cpp's register kernel on all M rows in one call (its
+- kernel: matmul.cpp's register kernel on all M rows in one call (its
   output rows in tiles whose weights stay in L2 while each group of four
   activation rows passes over them, each weight dequantized in registers
   once per group): what cpu_kernel runs for a few rows;
 - tiles: --tile-bytes of output rows dequantized at a time into one reused
   buffer that stays in L2, then torch.mm of that tile (session 6's path
   above 32 rows);
-- gemm: cpu_matmul.cpp's panels, one call: --panel-bytes of output rows
+- gemm: matmul.cpp's panels, one call: --panel-bytes of output rows
   dequantized once into a float32 buffer, then its register-blocked
   micro-kernel over every activation row: what cpu_kernel runs above a few
   rows.

@@ -1,9 +1,9 @@
-"""float32 int8/int4 matmuls for x86 CPUs with AVX2 + FMA: cpu_matmul.cpp, built at first use.
+"""float32 int8/int4 matmuls for x86 CPUs with AVX2 + FMA: native/matmul.cpp.
 
 torch's own CPU kernels for these formats are vectorised for bf16/fp16 only
 (in float32 they are 10-100x slower than a float32 matmul), and bf16 matmuls
 are unusable on an AVX2 CPU, which therefore serves in float32. Up to
-MAX_ROW_KERNEL_ROWS rows (narrow decode steps) cpu_matmul.cpp dequantizes
+MAX_ROW_KERNEL_ROWS rows (narrow decode steps) matmul.cpp dequantizes
 each weight row in registers and reads the weight once, at 1 or 0.5 bytes a
 weight instead of float32's 4; above that (wider decode batches, prefill
 chunks: compute-bound), it runs as a GEMM of its own, in one call: panels
@@ -11,30 +11,19 @@ of PANEL_BYTES of output rows dequantized once each into a float32 buffer
 that stays in L2, multiplied by every activation row with a register-blocked
 micro-kernel. Both write the [M, N] output directly.
 
-The library is compiled once per machine into the maas cache (a few seconds
-with the system's C++ compiler) and loaded with ctypes: it needs no torch
-headers, only data pointers. Without a compiler, or on another CPU, library()
-is None and the layers keep dequantize + matmul.
+The library is the engine's native one (services/engine/native/library.py);
+where it cannot be built, library() is None and the layers keep dequantize +
+matmul.
 """
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
 from functools import cache
-from pathlib import Path
 
 import torch
 
 from kernels import ops
-from services.common.logging import get_logger
-from services.common.model_cache import cache_root, publish
+from services.engine.native import library as native
 
-log = get_logger(__name__)
-
-SOURCE = Path(__file__).with_name("cpu_matmul.cpp")
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
 # A decode step's matmuls of SmolLM2-135M (AVX2 EPYC, one thread, thread CPU ms;
 # quant_kernel_bench, "panels"): the row kernel wins up to 4 rows (int8 17 ms against
 # the GEMM's 25 at 4), the GEMM from 5-8 on (21 against 23 at 8; 1.5-2x the row kernel
@@ -47,57 +36,22 @@ PANEL_BYTES = 128 * 1024
 # The kernel reads whole 8-wide vectors along K and int4 groups 32 weights at a time.
 _K_MULTIPLE = 8
 
-_P = ctypes.c_void_p
-_I = ctypes.c_int64
+_P = native.POINTER
+_I = native.INT
 _SIGNATURES = {
-    "int8_matmul_f32": [_P, _I, _I, _P, _P, _I, _I, _P, ctypes.c_int],
-    "int4_matmul_f32": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, ctypes.c_int],
-    "int8_gemm_f32": [_P, _I, _I, _P, _P, _I, _I, _P, _I, ctypes.c_int],
-    "int4_gemm_f32": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, _I, ctypes.c_int],
-    "int8_dequantize_f32": [_P, _P, _I, _I, _P, ctypes.c_int],
-    "int4_dequantize_f32": [_P, _P, _P, _I, _I, _I, _P, ctypes.c_int],
+    "int8_matmul_f32": [_P, _I, _I, _P, _P, _I, _I, _P, native.THREADS],
+    "int4_matmul_f32": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, native.THREADS],
+    "int8_gemm_f32": [_P, _I, _I, _P, _P, _I, _I, _P, _I, native.THREADS],
+    "int4_gemm_f32": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, _I, native.THREADS],
+    "int8_dequantize_f32": [_P, _P, _I, _I, _P, native.THREADS],
+    "int4_dequantize_f32": [_P, _P, _P, _I, _I, _I, _P, native.THREADS],
 }
-
-
-def _cpu_supported() -> bool:
-    # torch reports the widest vector ISA it dispatches to on this CPU; both imply AVX2 + FMA.
-    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-
-
-def _build(target: Path, compiler: str) -> None:
-    done = subprocess.run(
-        [compiler, *FLAGS, "-o", str(target), str(SOURCE)], capture_output=True, text=True
-    )
-    if done.returncode:
-        # An OSError, so that publish removes the partial file and reports it.
-        raise OSError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
 
 
 @cache
 def library() -> ctypes.CDLL | None:
-    """The compiled kernels, or None where they cannot run (not AVX2, no compiler)."""
-    if not _cpu_supported():
-        return None
-    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if compiler is None:
-        log.warning("quant_cpu_kernel_unavailable", reason="no C++ compiler")
-        return None
-    identity = SOURCE.read_bytes() + " ".join(FLAGS).encode()
-    folder = cache_root() / "cpu_kernels"
-    name = f"cpu_matmul-{hashlib.sha256(identity).hexdigest()[:16]}.so"
-    if not (folder / name).is_file() and not publish(
-        folder, name, lambda path: _build(path, compiler)
-    ):
-        log.warning("quant_cpu_kernel_unavailable", reason="build failed or cache unwritable")
-        return None
-    try:
-        lib = ctypes.CDLL(str(folder / name))
-    except OSError as error:
-        log.warning("quant_cpu_kernel_unavailable", reason=str(error))
-        return None
-    for function, argtypes in _SIGNATURES.items():
-        getattr(lib, function).argtypes = argtypes
-    return lib
+    """The engine's native library with these kernels' signatures bound, or None."""
+    return native.bind(_SIGNATURES)
 
 
 def handles(rows: torch.Tensor, in_features: int) -> bool:

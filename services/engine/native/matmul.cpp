@@ -1,5 +1,5 @@
 // x @ W^T in float32 with W stored as int8 per channel or int4 per group (our formats),
-// for x86 CPUs with AVX2 + FMA. Built at first use by cpu_kernel.py, called through ctypes.
+// for x86 CPUs with AVX2 + FMA. Built with the other .cpp files here by library.py; quantization/cpu_kernel.py calls it.
 //
 // A few activation rows (int8_matmul_f32, int4_matmul_f32): each weight row is
 // dequantized in registers and dotted with ROWS activation rows at a time; the rows of a
