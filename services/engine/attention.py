@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import paged_attention_decode
+from services.engine import native_attention
 from services.engine.attention_metadata import AttentionMetadata, DecodeGroup
 
 
@@ -26,13 +27,20 @@ def paged_attention(
 
     use_kernel is set where the model runs Triton (kernels.ops.uses_triton): the
     decodes then run kernels.paged_attention_decode, which reads each sequence's blocks in
-    place through its block table instead of gathering them for SDPA.
+    place through its block table instead of gathering them for SDPA. On a CPU with the
+    native library (float32) they run services/engine/native_attention.py, which reads
+    them in place too; elsewhere, the torch path below: grouped gathers and SDPA.
     Prefill chunks take SDPA either way.
     """
+    decodes = meta.num_decodes
+    if not use_kernel and native_attention.handles(q, k_cache):
+        # One native call stores every new key and value and attends the decodes in
+        # place; the metadata's decode groups are never built.
+        out = native_attention.store_and_attend(q, k, v, k_cache, v_cache, meta)
+        return _prefills(q, k_cache, v_cache, meta, out)
     kv_heads, head_dim = k_cache.shape[2:]
     k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k)
     v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v)
-    decodes = meta.num_decodes
     groups = meta.decode_groups
     if not use_kernel and decodes == q.shape[0] and len(groups) == 1 and groups[0].first == 0:
         # Every decode in one group, nothing else (any batch-1 decode step): its
@@ -53,7 +61,18 @@ def paged_attention(
             else:
                 rows = slice(group.first, group.first + group.rows.shape[0])
                 out[rows] = _decode(q[rows], k_cache, v_cache, group)
-    bounds = pairwise(meta.query_start_loc[decodes:])
+    return _prefills(q, k_cache, v_cache, meta, out)
+
+
+def _prefills(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """out with each prefill chunk's rows attended by SDPA (their k, v already stored)."""
+    bounds = pairwise(meta.query_start_loc[meta.num_decodes :])
     chunks = zip(bounds, meta.prefill_block_ids, meta.prefill_masks, strict=True)
     for (start, end), block_ids, mask in chunks:
         out[start:end] = _prefill(q[start:end], k_cache, v_cache, block_ids, mask)

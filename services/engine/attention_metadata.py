@@ -7,6 +7,7 @@ of its own.
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -45,8 +46,6 @@ class AttentionMetadata:
     context_lens: list[int]  # per sequence: positions it attends over, computed plus new
     block_tables: torch.Tensor  # [seqs, most blocks], padded with block 0
     num_decodes: int  # the leading sequences with exactly one new token
-    # The decodes longest context first, cut so each group pads only to its own longest.
-    decode_groups: list[DecodeGroup]
     # [decodes]: each decode's context length, on the device (the paged decode kernel's input).
     decode_context_lens: torch.Tensor
     # Per prefill chunk, the blocks holding its context.
@@ -54,6 +53,27 @@ class AttentionMetadata:
     # Per prefill chunk, [new, context]: a new token sees the positions up to its own,
     # including the ones computed in earlier steps.
     prefill_masks: list[torch.Tensor]
+    block_size: int
+    group_positions: int  # the decode groups' gather budget
+
+    @cached_property
+    def decode_groups(self) -> list[DecodeGroup]:
+        """The decodes longest context first, cut so each group pads only to its own longest.
+
+        Built at first use: only the torch path reads them (the Triton kernel and the
+        native CPU one read the block tables in place), and at 64 decodes they cost
+        about a millisecond a step.
+        """
+        device = self.block_tables.device
+        if device.type == "cuda":
+            return []
+        return _decode_groups(
+            self.context_lens[: self.num_decodes],
+            self.block_tables,
+            self.block_size,
+            self.group_positions,
+            device,
+        )
 
     @classmethod
     def build(
@@ -97,12 +117,6 @@ class AttentionMetadata:
             context_lens=list(context_lens),
             block_tables=device_tables,
             num_decodes=num_decodes,
-            # The CUDA path's kernel reads blocks in place through block_tables: no groups.
-            decode_groups=[]
-            if torch.device(device).type == "cuda"
-            else _decode_groups(
-                context_lens[:num_decodes], tables, block_size, group_positions, device
-            ),
             decode_context_lens=decode_ctx,
             prefill_block_ids=[device_tables[i, : blocks_needed[i]] for i in prefills],
             prefill_masks=[
@@ -111,6 +125,8 @@ class AttentionMetadata:
                 )
                 for i in prefills
             ],
+            block_size=block_size,
+            group_positions=group_positions,
         )
 
 

@@ -2,10 +2,12 @@
 
 import json
 import random
+from contextlib import nullcontext
 
 import pytest
 import torch
 
+from services.engine import native_attention, native_layers
 from services.engine.attention_metadata import AttentionMetadata
 from services.engine.compiled_forward import compile_forward
 from services.engine.kv_cache import PagedKVCache
@@ -92,6 +94,7 @@ def greedy_batch(
     prompts: list[list[int]],
     max_tokens: int,
     min_tokens: int = 0,
+    native: bool = True,
 ) -> list[list[int]]:
     """Greedy outputs of all prompts generated together, this function playing scheduler.
 
@@ -116,7 +119,7 @@ def greedy_batch(
     ]
     dtype = next(model.parameters()).dtype
     pool = PagedKVCache.allocate(config, sum(needed), BLOCK_SIZE, dtype, "cpu")
-    runner = ModelRunner(model, config, pool, "cpu")
+    runner = ModelRunner(model, config, pool, "cpu", native=native)
     sampler = Sampler(config.eos_token_ids)
     running = list(seqs)
     while running:
@@ -152,15 +155,20 @@ def prefill_logits(model: LlamaForCausalLM, prompt: list[int]) -> torch.Tensor:
         return model.compute_logits(hidden).float()
 
 
-@pytest.fixture(scope="module", params=["eager", "compiled"])
+@pytest.fixture(scope="module", params=["eager", "compiled", "torch"])
 def batched(request, ours, prompts, smollm_path) -> dict[str, list[int]]:
     """Every conversation's greedy output, all generated in one concurrent batch,
-    by the eager model and by a copy of it compiled (--no-enforce-eager)."""
+    by the eager model (native attention and layer halves), by a copy of it
+    compiled (--no-enforce-eager), and by the eager model on torch alone (where
+    the native library is missing; --no-native-layers)."""
     model, config = ours
     if request.param == "compiled":
         model, config = load_model(smollm_path, torch.float32, progress=False)
         compile_forward(model)
-    outputs = greedy_batch(model, config, list(prompts.values()), MAX_NEW, MIN_NEW)
+    native = request.param != "torch"
+    path = nullcontext() if native else native_attention.torch_path()
+    with path:
+        outputs = greedy_batch(model, config, list(prompts.values()), MAX_NEW, MIN_NEW, native)
     return dict(zip(prompts, outputs, strict=True))
 
 
@@ -207,6 +215,7 @@ def test_safetensors_folder_loads_the_same_model(tmp_path, hf_model, prompts, ou
     (tmp_path / "config.json").write_text(json.dumps(hf_model.config.to_dict()))
     model, config = load_model(tmp_path, torch.float32, progress=False)
     assert config == ours[1]
+    native_layers.remove(ours[0])  # an earlier runner made its halves native; this one's are not
     prompt = prompts["fact"]
     torch.testing.assert_close(prefill_logits(model, prompt), prefill_logits(ours[0], prompt))
 

@@ -1,0 +1,116 @@
+"""CPU paged decode attention in one native call per layer: native/attention.cpp.
+
+The call writes the step's new keys and values into their pool slots (every
+token's, prefill chunks' included, so their SDPA after it reads them) and
+attends each decode over its own blocks in place, through its block table:
+no gather into a buffer padded to a group's longest, no mask. Where the
+library cannot be built, library() is None and attention keeps its torch path.
+"""
+
+import ctypes
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+
+import torch
+
+from kernels import ops
+from services.engine.attention_metadata import AttentionMetadata
+from services.engine.native import library as native
+
+# The value pass holds 32 floats of head_dim per query head in registers.
+_HEAD_DIM_MULTIPLE = 32
+
+_P = native.POINTER
+_I = native.INT
+_SIGNATURES = {
+    "paged_attention_decode_f32": [
+        *(_P, _I, _I) * 3,  # q, k, v and their token and head strides
+        _P,  # slot_mapping
+        _I,  # tokens
+        _P,  # k_cache
+        _P,  # v_cache
+        _P,  # block_tables
+        _I,  # table width
+        _P,  # context_lens
+        *(_I,) * 5,  # decodes, heads, kv_heads, head_dim, block_size
+        ctypes.c_float,  # scale
+        _P,  # out
+        native.THREADS,
+    ]
+}
+
+
+# Set inside torch_path(): the torch path's tests and the benchmarks' A/B run it on
+# a machine that has the library.
+_off = False
+
+
+@contextmanager
+def torch_path() -> Iterator[None]:
+    """Attention takes its torch path inside this block, library or not."""
+    global _off
+    previous, _off = _off, True
+    try:
+        yield
+    finally:
+        _off = previous
+
+
+@cache
+def library() -> ctypes.CDLL | None:
+    """The engine's native library with this kernel's signature bound, or None."""
+    return native.bind(_SIGNATURES)
+
+
+def handles(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """Whether the native call runs this layer: float32 on a CPU, outside force_triton."""
+    # force_triton sends CPU tensors to the Triton kernels (the interpreter tests the
+    # CUDA wiring on a CPU): then they must get them.
+    return (
+        q.device.type == "cpu"
+        and not ops._force_triton
+        and not _off
+        and q.dtype == k_cache.dtype == torch.float32
+        and q.shape[-1] % _HEAD_DIM_MULTIPLE == 0
+        and k_cache.is_contiguous()
+        and library() is not None
+    )
+
+
+def store_and_attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+) -> torch.Tensor:
+    """Every token's k, v into the pool; returns [tokens, heads, head_dim], decode rows filled.
+
+    The rows after the decodes (prefill chunks' queries) are left for the caller.
+    """
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    tokens, heads, head_dim = q.shape
+    decodes = meta.num_decodes
+    out = torch.empty(q.shape, dtype=q.dtype)
+    tables = meta.block_tables
+    library().paged_attention_decode_f32(
+        *(x for t in (q, k, v) for x in (t.data_ptr(), t.stride(0), t.stride(1))),
+        meta.slot_mapping.data_ptr(),
+        tokens,
+        k_cache.data_ptr(),
+        v_cache.data_ptr(),
+        tables.data_ptr(),
+        tables.stride(0),
+        meta.decode_context_lens.data_ptr(),
+        decodes,
+        heads,
+        k_cache.shape[2],
+        head_dim,
+        k_cache.shape[1],
+        head_dim**-0.5,
+        out.data_ptr(),
+        torch.get_num_threads(),
+    )
+    return out
