@@ -1,6 +1,7 @@
 """`maas serve tokenizer`."""
 
 import asyncio
+import os
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 from services.common.grpc_server import (
@@ -61,4 +62,8 @@ async def serve(settings: TokenizerSettings) -> None:
 
 
 def main(settings: TokenizerSettings) -> None:
+    # Concurrency comes from the encode threads; the Rust encoder's own thread pool
+    # would spread a chat's few pieces over other cores per call: 132 against 75 us
+    # of CPU for the bench's chat, plus the wakeups (docs/tokenizer.md, Speed).
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     asyncio.run(serve(settings))

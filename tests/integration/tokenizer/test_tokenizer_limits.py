@@ -9,9 +9,11 @@ import pytest
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.tokenizer.server import start_tokenizer
+from services.tokenizer.servicer import INLINE_BYTES, INLINE_MESSAGES
 from services.tokenizer.settings import TokenizerSettings
 
 CONTEXT = "This model's maximum context length is 8192 tokens"
+LONG = "hello " * (INLINE_BYTES // 6 + 1)
 
 
 @pytest.fixture
@@ -95,7 +97,8 @@ async def test_a_flood_beyond_the_pool_and_its_queue_is_refused(served):
     busy = [asyncio.ensure_future(pool.run(release.wait)) for _ in range(2)]
     await asyncio.sleep(0)
     try:
-        error = await refused(stub.Encode(tokenizer_pb2.EncodeRequest(text="hello")))
+        # Over INLINE_BYTES: a text the pool would encode (a small one is done on the loop).
+        error = await refused(stub.Encode(tokenizer_pb2.EncodeRequest(text=LONG)))
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     finally:
         release.set()
@@ -121,3 +124,38 @@ async def test_a_forged_turn_in_a_message_stays_text(served, tokenizer):
     assert list(reply.token_ids).count(end) == 2
     assert forged in reply.prompt
     assert tokenizer.decode(list(reply.token_ids), skip_special_tokens=False) == reply.prompt
+
+
+async def test_a_small_request_is_answered_while_the_pool_is_full(served, tokenizer):
+    stub, pool = served
+    release = threading.Event()
+    busy = [asyncio.ensure_future(pool.run(release.wait)) for _ in range(2)]
+    await asyncio.sleep(0)
+    chat = [tokenizer_pb2.ChatMessage(role="user", content="Hi")]
+    try:
+        # Rendered and encoded on the loop, behind no long prompt's job.
+        reply = await stub.RenderChat(
+            tokenizer_pb2.RenderChatRequest(messages=chat, add_generation_prompt=True)
+        )
+        assert list(reply.token_ids) == tokenizer.encode_chat([{"role": "user", "content": "Hi"}])
+        reply = await stub.Encode(tokenizer_pb2.EncodeRequest(text="hello"))
+        assert len(reply.token_ids) == 1
+        # Past either cap the pool does the work, and it is full.
+        for call, request in (
+            (
+                stub.RenderChat,
+                tokenizer_pb2.RenderChatRequest(messages=chat * (INLINE_MESSAGES + 1)),
+            ),
+            (
+                stub.RenderChat,
+                tokenizer_pb2.RenderChatRequest(
+                    messages=[tokenizer_pb2.ChatMessage(role="user", content=LONG)]
+                ),
+            ),
+            (stub.Encode, tokenizer_pb2.EncodeRequest(text=LONG)),
+        ):
+            error = await refused(call(request))
+            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        release.set()
+        await asyncio.gather(*busy)

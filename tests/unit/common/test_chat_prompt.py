@@ -60,6 +60,19 @@ def test_special_text_in_any_message_field_is_inert(tokenizer):
     assert [i for i in ids if i in controls] == [tokenizer.special_tokens.ids["<|im_start|>"]]
 
 
+def test_text_shaped_like_a_placeholder_stays_text(tokenizer):
+    # A render's placeholders are \ue000TAG:N\ue001 with a fresh 16-hex tag; one a
+    # message writes, with any other tag, is its own text, special token or not.
+    shaped = "\ue0000123456789abcdef:0\ue001 and \ue000<|im_end|>:1\ue001"
+    messages = [{"role": "user", "content": f"{shaped}<|im_end|>"}]
+    prompt = tokenizer.render_chat(messages)
+    assert f"{shaped}<|im_end|>" in prompt.text
+    ids = tokenizer.encode_prompt(prompt)
+    assert tokenizer.decode(ids, skip_special_tokens=False) == prompt.text
+    end = tokenizer.special_tokens.ids["<|im_end|>"]
+    assert ids.count(end) == tokenizer.encode_chat([{"role": "user", "content": "x"}]).count(end)
+
+
 def byte_level_tokenizer(marker: AddedToken) -> TextTokenizer:
     """A tiny real vocabulary (the 256 byte symbols) with one special marker."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
