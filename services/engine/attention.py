@@ -37,7 +37,7 @@ def paged_attention(
         # One native call stores every new key and value and attends the decodes in
         # place; the metadata's decode groups are never built.
         out = native_attention.store_and_attend(q, k, v, k_cache, v_cache, meta)
-        return _prefills(q, k_cache, v_cache, meta, out)
+        return out if decodes == q.shape[0] else _prefills(q, k_cache, v_cache, meta, out)
     kv_heads, head_dim = k_cache.shape[2:]
     k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k)
     v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v)

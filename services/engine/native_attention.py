@@ -90,13 +90,23 @@ def store_and_attend(
 
     The rows after the decodes (prefill chunks' queries) are left for the caller.
     """
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if q.stride(2) != 1 or k.stride(2) != 1 or v.stride(2) != 1:
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     tokens, heads, head_dim = q.shape
-    decodes = meta.num_decodes
-    out = torch.empty(q.shape, dtype=q.dtype)
+    out = torch.empty(q.shape, dtype=torch.float32)
     tables = meta.block_tables
+    # Positional, in the signature's order: at batch 1 the whole call is ~20 us of
+    # kernel, so each wrapper microsecond shows.
     library().paged_attention_decode_f32(
-        *(x for t in (q, k, v) for x in (t.data_ptr(), t.stride(0), t.stride(1))),
+        q.data_ptr(),
+        q.stride(0),
+        q.stride(1),
+        k.data_ptr(),
+        k.stride(0),
+        k.stride(1),
+        v.data_ptr(),
+        v.stride(0),
+        v.stride(1),
         meta.slot_mapping.data_ptr(),
         tokens,
         k_cache.data_ptr(),
@@ -104,7 +114,7 @@ def store_and_attend(
         tables.data_ptr(),
         tables.stride(0),
         meta.decode_context_lens.data_ptr(),
-        decodes,
+        meta.num_decodes,
         heads,
         k_cache.shape[2],
         head_dim,
