@@ -2,6 +2,7 @@
 
 import torch
 
+from services.engine import native_layers
 from services.engine.attention_metadata import AttentionMetadata
 from services.engine.kv_cache import PagedKVCache
 from services.engine.model import LlamaForCausalLM
@@ -16,11 +17,17 @@ class ModelRunner:
         config: ModelConfig,
         kv_cache: PagedKVCache,
         device: torch.device | str,
+        native: bool = True,
     ):
         self.model = model
         self.config = config
         self.kv_cache = kv_cache
         self.device = device
+        # Every engine's model runs here, so this is where its layers' dense halves go native
+        # (where they apply: native_layers.py), or back to torch (--no-native-layers, A/Bs).
+        self.native_layers = native_layers.install(model) if native else 0
+        if not native:
+            native_layers.remove(model)
 
     @torch.inference_mode()
     def execute(

@@ -38,6 +38,12 @@ class EngineSettings(ServiceSettings):
         "parts with torch.compile (services/engine/compiled_forward.py; no faster on an "
         "AVX2-only CPU, so off by default)",
     )
+    native_layers: bool = Field(
+        True,
+        description="each decoder layer's dense halves as two native calls on a float32 CPU "
+        "model (services/engine/native_layers.py); --no-native-layers keeps torch's ~90 calls "
+        "a layer; the compiled forward (--no-enforce-eager) keeps its own",
+    )
     max_model_len: int = Field(0, ge=0, description="cap the model's context length (0 = model's)")
     torch_threads: int = Field(
         0,

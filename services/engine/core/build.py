@@ -49,6 +49,7 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
     blocks = num_blocks(settings, config, dtype, memory)
     engine_config, config = build_configs(settings, config, blocks)
     cache = PagedKVCache.allocate(config, blocks, engine_config.block_size, dtype, device)
+    runner = ModelRunner(model, config, cache, device, native=settings.native_layers)
     log.info(
         "engine_ready",
         path=str(path),
@@ -56,6 +57,7 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
         dtype=str(dtype).removeprefix("torch."),
         quantization=quantization.describe(),
         compiled=not settings.enforce_eager,
+        native_layers=runner.native_layers,
         torch_threads=torch.get_num_threads(),
         weight_bytes=weight_bytes,
         max_model_len=config.max_model_len,
@@ -64,5 +66,4 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
         kv_cache_tokens=blocks * engine_config.block_size,
         load_seconds=round(time.perf_counter() - started, 2),
     )
-    runner = ModelRunner(model, config, cache, device)
     return LLMEngine(engine_config, config, runner, tokenizer)

@@ -26,6 +26,8 @@ from services.common.model_cache import cache_root, publish
 log = get_logger(__name__)
 
 SOURCES = tuple(sorted(Path(__file__).parent.glob("*.cpp")))
+# The headers they include are part of the build: a changed one must not reuse a cached .so.
+HEADERS = tuple(sorted(Path(__file__).parent.glob("*.h")))
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
 
 # ctypes argument types the kernels' signatures are written in.
@@ -57,7 +59,7 @@ def library() -> ctypes.CDLL | None:
     if compiler is None:
         log.warning("cpu_native_kernels_unavailable", reason="no C++ compiler")
         return None
-    identity = b"".join(source.read_bytes() for source in SOURCES) + " ".join(FLAGS).encode()
+    identity = b"".join(f.read_bytes() for f in SOURCES + HEADERS) + " ".join(FLAGS).encode()
     folder = cache_root() / "cpu_kernels"
     name = f"engine-{hashlib.sha256(identity).hexdigest()[:16]}.so"
     if not (folder / name).is_file() and not publish(

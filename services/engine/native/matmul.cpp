@@ -1,5 +1,7 @@
 // x @ W^T in float32 with W stored as int8 per channel or int4 per group (our formats),
-// for x86 CPUs with AVX2 + FMA. Built with the other .cpp files here by library.py; quantization/cpu_kernel.py calls it.
+// for x86 CPUs with AVX2 + FMA. Built with the other .cpp files here by library.py;
+// quantization/cpu_kernel.py calls it, and layer.cpp through native_linear (matmul.h),
+// which also takes the layers' float32 weights.
 //
 // A few activation rows (int8_matmul_f32, int4_matmul_f32): each weight row is
 // dequantized in registers and dotted with ROWS activation rows at a time; the rows of a
@@ -14,22 +16,28 @@
 
 #include <vector>
 
+#include "matmul.h"
+#include "vec.h"
+
 namespace {
 
 constexpr int ROWS = 4;  // 4 accumulators + the weight vectors: no spill with 16 ymm registers
 
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+// The layers' float32 weights go through the same kernels: a panel is the rows themselves.
+struct Float32Row {
+  const float* w;
+  static constexpr int64_t STEP = 8;
+  static constexpr float scale = 1.0f;
+  static constexpr bool IN_PLACE = true;
+  void load(int64_t j, __m256* v) const { v[0] = _mm256_loadu_ps(w + j); }
+};
 
 // 8 int8 weights -> float, unscaled: the per-row scale multiplies the dot product instead.
 struct Int8Row {
   const int8_t* q;
   float scale;
   static constexpr int64_t STEP = 8;
+  static constexpr bool IN_PLACE = false;
   void load(int64_t j, __m256* w) const {
     __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j));
     w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
@@ -45,6 +53,7 @@ struct Int4Row {
   int64_t group;
   static constexpr int64_t STEP = 32;
   static constexpr float scale = 1.0f;
+  static constexpr bool IN_PLACE = false;
   void load(int64_t j, __m256* w) const {
     const __m128i low_nibbles = _mm_set1_epi8(0x0F);
     int64_t g = j / group;
@@ -77,7 +86,7 @@ void dot_rows(const Row& row, const float* x, int64_t x_stride, int64_t k, float
       for (int i = 0; i < VECS; i++)
         acc[r] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(x + r * x_stride + j + 8 * i), acc[r]);
   }
-  for (int r = 0; r < M; r++) out[r * out_stride] = row.scale * hsum(acc[r]);
+  for (int r = 0; r < M; r++) out[r * out_stride] = row.scale * vec::sum8(acc[r]);
 }
 
 template <class Row>
@@ -155,7 +164,7 @@ void micro_kernel(const float* w, int64_t k, const float* x, int64_t x_stride, f
     }
   }
   for (int r = 0; r < MX; r++)
-    for (int i = 0; i < NW; i++) out[r * out_stride + i] = hsum(acc[i][r]);
+    for (int i = 0; i < NW; i++) out[r * out_stride + i] = vec::sum8(acc[i][r]);
 }
 
 // The micro-kernel for the last, short block of rows or of the panel.
@@ -202,8 +211,14 @@ void panel_matmul(MakeRow make_row, const float* x, int64_t m, int64_t x_stride,
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t p = 0; p < panels; p++) {
       int64_t first = p * panel, count = first + panel < n ? panel : n - first;
-      float* w = scratch(panel * k);
-      for (int64_t i = 0; i < count; i++) dequantize(make_row(first + i), k, w + i * k);
+      const float* w;
+      if constexpr (decltype(make_row(0))::IN_PLACE) {
+        w = make_row(first).w;
+      } else {
+        float* rows = scratch(panel * k);
+        for (int64_t i = 0; i < count; i++) dequantize(make_row(first + i), k, rows + i * k);
+        w = rows;
+      }
       for (int64_t r = block; r < end; r += MR)
         for (int64_t i = 0; i < count; i += NR)
           micro_any<NR>(count - i, end - r, w + i * k, k, x + r * x_stride, x_stride,
@@ -212,7 +227,44 @@ void panel_matmul(MakeRow make_row, const float* x, int64_t m, int64_t x_stride,
   }
 }
 
+// The row kernel for a few rows, the panel GEMM for more, with one row maker per format.
+template <class MakeRow>
+void linear_rows(MakeRow make_row, const NativeWeight& w, const float* x, int64_t m,
+                 int64_t x_stride, float* out, int64_t row_kernel_rows, int64_t panel_bytes,
+                 int threads, int64_t row_bytes) {
+  if (m <= row_kernel_rows)
+    tiled_matmul(make_row, x, m, x_stride, w.n, w.k, row_bytes, out, threads);
+  else
+    panel_matmul(make_row, x, m, x_stride, w.n, w.k, panel_bytes, out, threads);
+}
+
 }  // namespace
+
+void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
+                   float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads) {
+  const int64_t k = w.k;
+  if (w.format == WEIGHT_FLOAT32) {
+    const float* data = static_cast<const float*>(w.data);
+    auto row = [=](int64_t col) { return Float32Row{data + col * k}; };
+    linear_rows(row, w, x, m, x_stride, out, row_kernel_rows, panel_bytes, threads, 4 * k);
+  } else if (w.format == WEIGHT_INT8) {
+    const int8_t* q = static_cast<const int8_t*>(w.data);
+    const float* scale = w.scales;
+    auto row = [=](int64_t col) { return Int8Row{q + col * k, scale[col]}; };
+    linear_rows(row, w, x, m, x_stride, out, row_kernel_rows, panel_bytes, threads, k);
+  } else {
+    const uint8_t* packed = static_cast<const uint8_t*>(w.data);
+    const float *scales = w.scales, *mins = w.mins;
+    int64_t group = w.group, groups = k / group;
+    auto row = [=](int64_t col) {
+      return Int4Row{packed + col * (k / 2), scales + col * groups, mins + col * groups, group};
+    };
+    linear_rows(row, w, x, m, x_stride, out, row_kernel_rows, panel_bytes, threads, k / 2);
+  }
+  if (w.bias)
+    for (int64_t r = 0; r < m; r++)
+      for (int64_t col = 0; col < w.n; col++) out[r * w.n + col] += w.bias[col];
+}
 
 extern "C" {
 

@@ -1,0 +1,23 @@
+// One projection's weight as a layer holds it, for the layer halves (layer.cpp) to
+// multiply by through matmul.cpp's kernels; services/engine/native_layers.py fills it
+// (its ctypes layout mirrors this one: keep the two in step).
+#pragma once
+
+#include <stdint.h>
+
+enum : int64_t { WEIGHT_FLOAT32 = 0, WEIGHT_INT8 = 1, WEIGHT_INT4 = 2 };
+
+struct NativeWeight {
+  int64_t format;      // WEIGHT_*
+  const void* data;    // float32 [n, k], int8 [n, k] or packed uint8 [n, k/2]
+  const float* scales; // int8: [n]; int4: [n, k/group]
+  const float* mins;   // int4: [n, k/group]
+  int64_t group;       // int4 group size, a multiple of 32
+  const float* bias;   // [n] or null
+  int64_t n, k;
+};
+
+// out [m, n] (contiguous) = x [m, k] (row stride x_stride) @ W^T + bias: the row kernel up
+// to row_kernel_rows rows, the panel GEMM above (panels of panel_bytes of float32 rows).
+void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
+                   float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads);
