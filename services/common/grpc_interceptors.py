@@ -78,86 +78,104 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, service: str):
         self._metrics = grpc_metrics(service, "server")
         self._tracer = trace.get_tracer(f"maas.{service}")
+        # Every call paid these otherwise (~0.15 of a unary call's ~0.8 ms of server
+        # CPU): its method's parsed name, its labelled metric children per status
+        # code, and a wrapped handler built anew. Keys are the server's own
+        # methods and handlers (continuation found them), so the maps stay small.
+        self._methods: dict[str, _Method] = {}
+        self._children: dict[tuple[str, grpc.StatusCode], tuple] = {}
+        self._wrapped: dict[tuple[str, object], grpc.RpcMethodHandler] = {}
 
-    def _span(self, full_method: str, parent):
-        if not _traced(full_method, parent):
+    def _span(self, method: "_Method", parent):
+        if not _traced(method.full, parent):
             return contextlib.nullcontext()
         return self._tracer.start_as_current_span(
-            full_method.lstrip("/"),
+            method.full.lstrip("/"),
             context=parent,
             kind=SpanKind.SERVER,
-            attributes=_rpc_attributes(full_method),
-            # An abort is a status, not a crash: observe() sets what the code means.
+            attributes=method.attributes,
+            # An abort is a status, not a crash: _observe() sets what the code means.
             record_exception=False,
             set_status_on_exception=False,
         )
+
+    def _observe(self, method: "_Method", span, ctx, error, started: float) -> None:
+        code = ctx.code() or grpc.StatusCode.OK
+        if isinstance(error, asyncio.CancelledError):
+            # The caller went away (a client disconnect, a timeout): not our failure.
+            code = grpc.StatusCode.CANCELLED
+        elif error is not None and not isinstance(error, grpc.aio.AbortError):
+            code = grpc.StatusCode.UNKNOWN
+            if span is not None:
+                span.record_exception(error)
+        children = self._children.get((method.full, code))
+        if children is None:
+            labels = (*method.labels, code.name)
+            children = self._children[(method.full, code)] = (
+                self._metrics.handled.labels(*labels),
+                self._metrics.latency.labels(*labels),
+            )
+        children[0].inc()
+        children[1].observe(time.perf_counter() - started)
+        _end_status(span, code, SERVER_ERRORS)
+
+    @contextlib.contextmanager
+    def _observed(self, method: "_Method", ctx):
+        started, error = time.perf_counter(), None
+        with self._span(method, extract_context(ctx.invocation_metadata())) as span:
+            try:
+                yield
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                self._observe(method, span, ctx, error, started)
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        full_method = handler_call_details.method
-        grpc_service, method = _split(full_method)
-        parent = extract_context(handler_call_details.invocation_metadata)
-        metrics, span_for = self._metrics, self._span
+        inner = handler.unary_unary or handler.unary_stream
+        if inner is None:
+            return handler
+        key = (handler_call_details.method, inner)
+        wrapped = self._wrapped.get(key)
+        if wrapped is None:
+            wrapped = self._wrapped[key] = self._wrap(handler_call_details.method, handler)
+        return wrapped
 
-        def observe(span, ctx, error: BaseException | None, started: float) -> None:
-            code = ctx.code() or grpc.StatusCode.OK
-            if isinstance(error, asyncio.CancelledError):
-                # The caller went away (a client disconnect, a timeout): not our failure.
-                code = grpc.StatusCode.CANCELLED
-            elif error is not None and not isinstance(error, grpc.aio.AbortError):
-                code = grpc.StatusCode.UNKNOWN
-                if span is not None:
-                    span.record_exception(error)
-            labels = (grpc_service, method, code.name)
-            metrics.handled.labels(*labels).inc()
-            metrics.latency.labels(*labels).observe(time.perf_counter() - started)
-            _end_status(span, code, SERVER_ERRORS)
-
-        @contextlib.contextmanager
-        def observed(ctx):
-            started, error = time.perf_counter(), None
-            with span_for(full_method, parent) as span:
-                try:
-                    yield
-                except BaseException as exc:
-                    error = exc
-                    raise
-                finally:
-                    observe(span, ctx, error, started)
-
+    def _wrap(self, full_method: str, handler) -> grpc.RpcMethodHandler:
+        method = self._methods.get(full_method)
+        if method is None:
+            method = self._methods[full_method] = _Method.of(full_method)
+        observed = self._observed
         if handler.unary_unary:
             inner = handler.unary_unary
 
             async def unary_unary(request, ctx):
-                with observed(ctx):
+                with observed(method, ctx):
                     return await inner(request, ctx)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary, handler.request_deserializer, handler.response_serializer
             )
-        if handler.unary_stream:
-            inner_stream = handler.unary_stream
+        inner_stream = handler.unary_stream
 
-            async def unary_stream(request, ctx):
-                with observed(ctx):
-                    async for message in inner_stream(request, ctx):
-                        yield message
+        async def unary_stream(request, ctx):
+            with observed(method, ctx):
+                async for message in inner_stream(request, ctx):
+                    yield message
 
-            async def unary_stream_writer(request, ctx):
-                with observed(ctx):
-                    return await inner_stream(request, ctx)
+        async def unary_stream_writer(request, ctx):
+            with observed(method, ctx):
+                return await inner_stream(request, ctx)
 
-            # A handler that writes with ctx.write (grpc's Health.Watch) is a
-            # coroutine, not an async generator.
-            wrapped = (
-                unary_stream if inspect.isasyncgenfunction(inner_stream) else unary_stream_writer
-            )
-            return grpc.unary_stream_rpc_method_handler(
-                wrapped, handler.request_deserializer, handler.response_serializer
-            )
-        return handler
+        # A handler that writes with ctx.write (grpc's Health.Watch) is a
+        # coroutine, not an async generator.
+        wrapped = unary_stream if inspect.isasyncgenfunction(inner_stream) else unary_stream_writer
+        return grpc.unary_stream_rpc_method_handler(
+            wrapped, handler.request_deserializer, handler.response_serializer
+        )
 
 
 @dataclass(frozen=True)

@@ -59,3 +59,20 @@ async def test_internal_clients_send_the_token(router):
     finally:
         await channel.close()
     assert reply.endpoint_id == "e0"
+
+
+async def test_a_refused_call_and_an_admitted_one_never_share_a_handler(router):
+    # The metrics interceptor keeps one wrapped handler per method and handler:
+    # calls without the token, between and after admitted ones, stay refused.
+    channel = open_channel(router, "test")
+    try:
+        async with grpc.aio.insecure_channel(router) as bare:
+            admitted = router_pb2_grpc.RouterStub(channel)
+            outsider = router_pb2_grpc.RouterStub(bare)
+            for _ in range(2):
+                assert (await admitted.Pick(PICK)).endpoint_id == "e0"
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await outsider.Pick(PICK)
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        await channel.close()
