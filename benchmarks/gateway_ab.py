@@ -32,9 +32,13 @@ from services.local.ports import free_port
 from services.local.processes import serve_argv
 
 
-def export(revision: str, into: Path) -> None:
+def export(revision: str, state: Path) -> Path:
+    """The revision's tree, in `state`/base."""
+    into = state / "base"
+    into.mkdir()
     archive = subprocess.run(["git", "archive", revision], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
 
 
 async def ready(url: str) -> None:
@@ -51,9 +55,8 @@ async def ready(url: str) -> None:
 
 async def run(args) -> dict:
     with tempfile.TemporaryDirectory() as state:
-        state, base = Path(state), Path(state) / "base"
-        base.mkdir()
-        export(args.base, base)
+        state = Path(state)
+        base = export(args.base, state)
         procs = Processes(state)
         old = None
         try:

@@ -94,10 +94,8 @@ async def one_round(side: Side, ids: list[int], runs: int, turn: int) -> None:
 
 async def run(args) -> dict:
     with tempfile.TemporaryDirectory() as state:
-        state, base = Path(state), Path(state) / "base"
-        base.mkdir()
-        export(args.base, base)
-        procs = Processes(state)
+        procs = Processes(Path(state))
+        base = export(args.base, procs.state)
         sides: dict[str, Side] = {}
         try:
             stack = await start_stack(procs, 16)
