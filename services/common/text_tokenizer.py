@@ -68,7 +68,11 @@ class TextTokenizer:
 
     def encode_prompt(self, prompt: ChatPrompt) -> list[int]:
         """Token ids of a rendered chat: the template's special tokens, plain text between."""
-        plain = self.plain_text_tokenizer.encode_batch_fast(list(prompt.plain))
+        # No BOS/EOS of the post-processor's per piece: the template writes those
+        # itself, as for Hugging Face's apply_chat_template.
+        plain = self.plain_text_tokenizer.encode_batch_fast(
+            list(prompt.plain), add_special_tokens=False
+        )
         ids = list(plain[0].ids)
         for special, text in zip(prompt.special, plain[1:], strict=True):
             ids.append(self.special_tokens.ids[special])

@@ -3,7 +3,7 @@
 import dataclasses
 
 import pytest
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from services.common.chat_template import render_chat
 from services.common.text_tokenizer import TextTokenizer
@@ -71,6 +71,25 @@ def test_text_shaped_like_a_placeholder_stays_text(tokenizer):
     assert tokenizer.decode(ids, skip_special_tokens=False) == prompt.text
     end = tokenizer.special_tokens.ids["<|im_end|>"]
     assert ids.count(end) == tokenizer.encode_chat([{"role": "user", "content": "x"}]).count(end)
+
+
+def test_a_tokenizer_that_adds_a_bos_gets_only_the_templates_own(tokenizer):
+    # GGUF files with add_bos_token and Llama or Mistral tokenizer.json add a BOS on
+    # encode; in a chat the template writes it, once, and every piece is plain text.
+    bos = tokenizer.special_tokens.ids["<|endoftext|>"]
+    adding = Tokenizer.from_str(tokenizer.tokenizer.to_str())
+    adding.post_processor = processors.TemplateProcessing(
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", bos)]
+    )
+    template = "{{ bos_token }}" + tokenizer.chat_template
+    model = dataclasses.replace(
+        tokenizer, tokenizer=adding, bos_token="<|endoftext|>", chat_template=template
+    )
+    messages = CONVERSATIONS[1]
+    ids = model.encode_chat(messages)
+    assert ids.count(bos) == 1
+    rendered = render_chat(template, messages, True, "<|endoftext|>", tokenizer.eos_token)
+    assert ids == adding.encode(rendered, add_special_tokens=False).ids
 
 
 def byte_level_tokenizer(marker: AddedToken) -> TextTokenizer:
