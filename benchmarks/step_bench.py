@@ -11,6 +11,10 @@ With --threads-ab 1 2 it runs each batch's decode steps on one and two
 threads in alternating rounds instead, and reports wall ms and tokens/s per
 count (the numbers behind the core's --compute-wide-rows; docs/engine.md).
 
+With --native-ab it swaps every layer's dense halves between the native ones
+(services/engine/native_layers.py) and torch's every step (ABBA) on one
+engine, and reports thread CPU and wall ms per step for each.
+
 For an A/B of code, run it from two trees in turn (`--label`), e.g. a base revision
 exported with `git archive REV | tar -x -C /tmp/base`, and compare the medians.
 """
@@ -32,6 +36,7 @@ import torch  # noqa: E402
 from benchmarks.machine import machine  # noqa: E402
 from services.common.model_files import default_model_path  # noqa: E402
 from services.common.tokenizer_loader import load_tokenizer  # noqa: E402
+from services.engine import native_layers  # noqa: E402
 from services.engine.loader import load_model  # noqa: E402
 from services.engine.offline import offline_engine  # noqa: E402
 from services.engine.quantization.config import METHODS, QuantizationConfig  # noqa: E402
@@ -140,6 +145,40 @@ def threads_ab(engine, counts: list[int], rounds: int, steps: int) -> dict:
     return {"threads": rows, "load_average_1m": loads}
 
 
+def native_ab(engine, steps: int) -> dict:
+    """Decode steps with the native layer halves and torch's, swapped per step (ABBA).
+
+    Thread CPU is the step's whole compute on one thread (--threads 1); the
+    contexts grow a token a step, and the ABBA order spreads that over both sides.
+    """
+    model = engine.runner.model
+    cpus: dict[str, list[float]] = {"native": [], "torch": []}
+    walls: dict[str, list[float]] = {"native": [], "torch": []}
+    loads = []
+    for i in range(steps):
+        side = ("native", "torch", "torch", "native")[i % 4]
+        if side == "native":
+            native_layers.install(model)
+        else:
+            native_layers.remove(model)
+        wall, cpu = time.perf_counter(), time.thread_time()
+        engine.step()
+        cpus[side].append(time.thread_time() - cpu)
+        walls[side].append(time.perf_counter() - wall)
+        if i % 16 == 0:
+            loads.append(round(os.getloadavg()[0], 2))
+    native_layers.install(model)
+    rows = {
+        side: {
+            "cpu_ms_p50": round(1e3 * statistics.median(cpus[side]), 2),
+            "wall_ms_p50": round(1e3 * statistics.median(walls[side]), 2),
+        }
+        for side in cpus
+    }
+    ratio = rows["native"]["cpu_ms_p50"] / rows["torch"]["cpu_ms_p50"]
+    return {"halves": rows, "native_over_torch_cpu": round(ratio, 3), "load_average_1m": loads}
+
+
 def set_threads_cost_us(counts: list[int], calls: int = 2000) -> float:
     """Microseconds per torch.set_num_threads call, alternating between the counts."""
     started = time.perf_counter()
@@ -187,13 +226,15 @@ def main() -> None:
         help="decode steps on these thread counts, interleaved (--rounds of --steps each)",
     )
     parser.add_argument("--rounds", type=int, default=4, help="--threads-ab rounds")
+    parser.add_argument("--native-ab", action="store_true", help="native vs torch layer halves")
     parser.add_argument("--quantization", choices=METHODS, default="none")
+    parser.add_argument("--group-size", type=int, default=64, help="int4: 32 = the GGUF's blocks")
     parser.add_argument("--label", default="")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     path = default_model_path()
-    quantization = QuantizationConfig(args.quantization)
+    quantization = QuantizationConfig(args.quantization, args.group_size)
     model, config = load_model(path, torch.float32, progress=False, quantization=quantization)
     tokenizer = load_tokenizer(path)
     result = {
@@ -209,9 +250,13 @@ def main() -> None:
         steps = 2 * args.steps if args.profile else args.steps
         if args.threads_ab:
             steps = args.steps * args.rounds * len(args.threads_ab)
+        if args.native_ab:
+            steps = 2 * args.steps
         engine = decoding_engine(model, config, tokenizer, batch, args.prompt_len, steps)
         if args.threads_ab:
             row = threads_ab(engine, args.threads_ab, args.rounds, args.steps)
+        elif args.native_ab:
+            row = native_ab(engine, 2 * args.steps)
         else:
             row = measure(engine, args.steps)
         if args.profile:
