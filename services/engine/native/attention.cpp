@@ -17,40 +17,17 @@
 #include <cstring>
 #include <vector>
 
+#include "vec.h"
+
 namespace {
 
 constexpr int kTile = 3;     // query heads per work item: 12 accumulators of 8 in the value pass
 constexpr int kChunk = 32;   // head_dim floats per value-pass chunk: 4 ymm per head
 
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-// e^x for x <= 0 (scores minus their max): x = n ln2 + r, |r| <= ln2 / 2, a degree-6
-// polynomial in r times 2^n built in the exponent bits; 0 below -87 (and for -inf),
-// where 2^n would leave float32's normal range. ~1 ulp over the range used.
+// e^x for x <= 0 (scores minus their max), 0 below -87 and for -inf (the padding),
+// where vec::exp8 would clamp.
 inline __m256 exp_nonpositive(__m256 x) {
-    const __m256 floor_x = _mm256_set1_ps(-87.0f);
-    const __m256 keep = _mm256_cmp_ps(x, floor_x, _CMP_GE_OQ);
-    x = _mm256_max_ps(x, floor_x);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    // ln2 in two parts so n * ln2 subtracts exactly for the n that occur here.
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i bits = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), keep);
+    return _mm256_and_ps(vec::exp8(x), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ));
 }
 
 // The same row of the next block, one block ahead: a KV head's rows are a third of
@@ -70,35 +47,45 @@ struct Pool {
     int64_t row;  // floats between consecutive positions of one KV head: kv_heads * head_dim
 };
 
+// visit(p, row) for each position p < context: row is one KV head's floats of `cache`
+// from `offset`; the same `floats` of the next block's row are prefetched meanwhile.
+template <typename Visit>
+void for_each_position(const float* cache, const Pool& pool, const int64_t* table,
+                       int64_t context, int64_t offset, int64_t floats, Visit visit) {
+    for (int64_t start = 0; start < context; start += pool.block_size) {
+        const int64_t b = start / pool.block_size;
+        const float* block = cache + table[b] * pool.block_size * pool.row + offset;
+        const float* next = start + pool.block_size < context
+                                ? cache + table[b + 1] * pool.block_size * pool.row + offset
+                                : nullptr;
+        const int64_t rows = std::min(pool.block_size, context - start);
+        for (int64_t i = 0; i < rows; ++i) {
+            if (next) prefetch_row(next + i * pool.row, floats);
+            visit(start + i, block + i * pool.row);
+        }
+    }
+}
+
 // scores[t * stride + p] = scale * q_t . key_p for the tile's T heads: each key row is
 // read once, the q rows stay in L1.
 template <int T>
 void scores_of(const float* const* q, const Pool& pool, const int64_t* table, int64_t context,
                int64_t head_offset, int64_t head_dim, float scale, float* scores, int64_t stride) {
-    for (int64_t start = 0; start < context; start += pool.block_size) {
-        const int64_t b = start / pool.block_size;
-        const float* block = pool.k + table[b] * pool.block_size * pool.row;
-        const float* next = start + pool.block_size < context
-                                ? pool.k + table[b + 1] * pool.block_size * pool.row
-                                : nullptr;
-        const int64_t rows = std::min(pool.block_size, context - start);
-        for (int64_t i = 0; i < rows; ++i) {
-            const float* key = block + i * pool.row + head_offset;
-            if (next) prefetch_row(next + i * pool.row + head_offset, head_dim);
-            __m256 even[T], odd[T];
-            for (int t = 0; t < T; ++t) even[t] = odd[t] = _mm256_setzero_ps();
-            for (int64_t d = 0; d < head_dim; d += 16) {
-                const __m256 k0 = _mm256_loadu_ps(key + d);
-                const __m256 k1 = _mm256_loadu_ps(key + d + 8);
-                for (int t = 0; t < T; ++t) {
-                    even[t] = _mm256_fmadd_ps(k0, _mm256_loadu_ps(q[t] + d), even[t]);
-                    odd[t] = _mm256_fmadd_ps(k1, _mm256_loadu_ps(q[t] + d + 8), odd[t]);
-                }
+    for_each_position(pool.k, pool, table, context, head_offset, head_dim,
+                      [&](int64_t p, const float* key) {
+        __m256 even[T], odd[T];
+        for (int t = 0; t < T; ++t) even[t] = odd[t] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < head_dim; d += 16) {
+            const __m256 k0 = _mm256_loadu_ps(key + d);
+            const __m256 k1 = _mm256_loadu_ps(key + d + 8);
+            for (int t = 0; t < T; ++t) {
+                even[t] = _mm256_fmadd_ps(k0, _mm256_loadu_ps(q[t] + d), even[t]);
+                odd[t] = _mm256_fmadd_ps(k1, _mm256_loadu_ps(q[t] + d + 8), odd[t]);
             }
-            for (int t = 0; t < T; ++t)
-                scores[t * stride + start + i] = scale * hsum(_mm256_add_ps(even[t], odd[t]));
         }
-    }
+        for (int t = 0; t < T; ++t)
+            scores[t * stride + p] = scale * vec::sum8(_mm256_add_ps(even[t], odd[t]));
+    });
 }
 
 // In place: scores -> e^(score - max), padded with zeros to a multiple of 8; returns the sum.
@@ -113,7 +100,7 @@ float exponentiate(float* scores, int64_t context, int64_t padded) {
         _mm256_storeu_ps(scores + p, e);
         sum = _mm256_add_ps(sum, e);
     }
-    return hsum(sum);
+    return vec::sum8(sum);
 }
 
 // out_t = sum_p weights[t][p] * value_p / sums[t], head_dim in chunks of 32 floats so
@@ -126,23 +113,14 @@ void weighted_values(const float* weights, int64_t stride, const float* sums, co
         __m256 acc[T][4];
         for (int t = 0; t < T; ++t)
             for (int j = 0; j < 4; ++j) acc[t][j] = _mm256_setzero_ps();
-        for (int64_t start = 0; start < context; start += pool.block_size) {
-            const int64_t b = start / pool.block_size;
-            const float* block = pool.v + table[b] * pool.block_size * pool.row;
-            const float* next = start + pool.block_size < context
-                                    ? pool.v + table[b + 1] * pool.block_size * pool.row
-                                    : nullptr;
-            const int64_t rows = std::min(pool.block_size, context - start);
-            for (int64_t i = 0; i < rows; ++i) {
-                const float* value = block + i * pool.row + head_offset + c;
-                if (next) prefetch_row(next + i * pool.row + head_offset + c, kChunk);
-                for (int t = 0; t < T; ++t) {
-                    const __m256 w = _mm256_set1_ps(weights[t * stride + start + i]);
-                    for (int j = 0; j < 4; ++j)
-                        acc[t][j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(value + 8 * j), acc[t][j]);
-                }
+        for_each_position(pool.v, pool, table, context, head_offset + c, kChunk,
+                          [&](int64_t p, const float* value) {
+            for (int t = 0; t < T; ++t) {
+                const __m256 w = _mm256_set1_ps(weights[t * stride + p]);
+                for (int j = 0; j < 4; ++j)
+                    acc[t][j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(value + 8 * j), acc[t][j]);
             }
-        }
+        });
         for (int t = 0; t < T; ++t) {
             const __m256 inverse = _mm256_set1_ps(1.0f / sums[t]);
             for (int j = 0; j < 4; ++j)
