@@ -33,7 +33,7 @@ def paged_attention(
     Prefill chunks take SDPA either way.
     """
     decodes = meta.num_decodes
-    if not use_kernel and native_attention.handles(q, k_cache):
+    if not use_kernel and native_attention.handles(q, k_cache, v_cache):
         # One native call stores every new key and value and attends the decodes in
         # place; the metadata's decode groups are never built.
         out = native_attention.store_and_attend(q, k, v, k_cache, v_cache, meta)

@@ -63,7 +63,7 @@ def library() -> ctypes.CDLL | None:
     return native.bind(_SIGNATURES)
 
 
-def handles(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+def handles(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
     """Whether the native call runs this layer: float32 on a CPU, outside force_triton."""
     # force_triton sends CPU tensors to the Triton kernels (the interpreter tests the
     # CUDA wiring on a CPU): then they must get them.
@@ -71,9 +71,10 @@ def handles(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
         q.device.type == "cpu"
         and not ops._force_triton
         and not _off
-        and q.dtype == k_cache.dtype == torch.float32
+        and q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
         and q.shape[-1] % _HEAD_DIM_MULTIPLE == 0
         and k_cache.is_contiguous()
+        and v_cache.is_contiguous()
         and library() is not None
     )
 

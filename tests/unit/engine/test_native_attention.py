@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from services.engine import native_attention
 from services.engine.attention import paged_attention
 from services.engine.attention_metadata import AttentionMetadata
+from services.engine.native import library as native
 
 BLOCK_SIZE = 16  # the engine's (services.common.block_hash.BLOCK_SIZE)
 # Around the block edges, a long one and the shortest.
@@ -77,14 +78,14 @@ def decodes(batch, seed, heads=9, kv_heads=3, head_dim=64):
 def test_decodes_match_dense_attention_and_the_torch_path(batch):
     args, expected = decodes(batch, seed=batch)
     q, k, v, k_cache, v_cache, meta = args
-    assert native_attention.handles(q, k_cache)
+    assert native_attention.handles(q, k_cache, v_cache)
     torch_pools = k_cache.clone(), v_cache.clone()
     out = paged_attention(*args)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     # The native call built no decode groups: it reads the block tables in place.
     assert "decode_groups" not in vars(meta)
     with native_attention.torch_path():
-        assert not native_attention.handles(q, k_cache)
+        assert not native_attention.handles(q, k_cache, v_cache)
         torch_out = paged_attention(q, k, v, *torch_pools, meta)
     torch.testing.assert_close(out, torch_out, rtol=1e-5, atol=1e-5)
     # Both stored the new keys and values in the same slots.
@@ -124,3 +125,18 @@ def test_two_threads_give_the_one_thread_result():
     finally:
         torch.set_num_threads(previous)
     assert torch.equal(one, two)
+
+
+def test_without_a_compiler_attention_takes_the_torch_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("MAAS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    native.library.cache_clear()
+    native_attention.library.cache_clear()
+    try:
+        args, expected = decodes(3, seed=4)
+        assert not native_attention.handles(*args[:1], *args[3:5])
+        torch.testing.assert_close(paged_attention(*args), expected, rtol=1e-5, atol=1e-5)
+        assert "decode_groups" in vars(args[-1])  # the torch path built them
+    finally:
+        native.library.cache_clear()
+        native_attention.library.cache_clear()
