@@ -14,10 +14,11 @@ on its character count (length_check.check_chars), token-id prompts on their
 count and then their range, and rendering and encoding of anything but a
 small request run on the bounded EncodePool, never on the event loop. A small
 one (at most INLINE_BYTES on the wire and INLINE_MESSAGES messages) is done on
-the loop: its work is bounded by those caps (~0.2 ms at 1 message, ~0.5 ms at
-INLINE_MESSAGES on this host's EPYC), less than the hop to a thread and back
-costs (two wakeups and a GIL handoff, ~0.7 ms of the server's CPU per call),
-and it is never queued behind a long prompt.
+the loop: a short chat takes ~0.2 ms there, less than the hop to a thread
+and back cost (two wakeups and a GIL handoff), and it is never queued behind
+a long prompt. The caps bound the worst: text that is a token a byte (digits)
+encodes at up to ~3 us a byte, so 512 bytes of it hold the loop ~1.6 ms on
+this host's EPYC (4 KiB held it 12 ms: too long for the loop).
 """
 
 import asyncio
@@ -49,8 +50,8 @@ TOKENIZE_SECONDS = Histogram(
 )
 
 
-# What may run on the event loop: rendering costs ~17 us a message, encoding ~0.03 us a byte.
-INLINE_BYTES = 4096
+# What may run on the event loop: rendering costs ~17 us a message, encoding up to ~3 us a byte.
+INLINE_BYTES = 512
 INLINE_MESSAGES = 8
 
 
