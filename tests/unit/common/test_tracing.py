@@ -201,3 +201,27 @@ def test_an_exporter_or_a_sampler_asked_for_records_spans(monkeypatch):
         assert provider.get_tracer("t").start_span("request").is_recording()
     finally:
         provider.shutdown()
+
+
+async def test_what_the_server_interceptor_keeps_is_bounded_by_its_methods():
+    interceptor = ServerInterceptor("boundtest")
+    server = grpc.aio.server(interceptors=[interceptor])
+    handlers = {"Say": grpc.unary_unary_rpc_method_handler(say)}
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("test.Echo", handlers)])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as chan:
+            for i in range(20):
+                assert await chan.unary_unary("/test.Echo/Say")(b"hi") == b"hi"
+                with pytest.raises(grpc.aio.AioRpcError):
+                    await chan.unary_unary("/test.Echo/Say")(b"bad")
+                # A caller's made-up method names are never kept.
+                with pytest.raises(grpc.aio.AioRpcError) as unknown:
+                    await chan.unary_unary(f"/test.Echo/Made{i}")(b"hi")
+                assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        await server.stop(None)
+    assert list(interceptor._methods) == ["/test.Echo/Say"]
+    assert len(interceptor._wrapped) == 1
+    assert len(interceptor._record._children) == 2  # OK and INVALID_ARGUMENT
