@@ -162,3 +162,10 @@ async def test_a_failed_load_is_tried_again(tokenizer, toy_model, tmp_path):
     late.symlink_to(toy_model, target_is_directory=True)  # the volume mounted
     assert (await tokenizers.get("late")).name == "late"
     assert load.loads == ["late", "late"]
+
+
+def test_a_deployment_is_ready_to_encode_on_the_loop_once_built(toy_model):
+    # Small chats are encoded on the event loop: their first must not build the
+    # plain-text encoder (a copy of the vocabulary) there.
+    deployment = Deployment.of(TOY, load_tokenizer(toy_model), 0)
+    assert {"special_tokens", "plain_text_tokenizer"} <= vars(deployment.tokenizer).keys()
