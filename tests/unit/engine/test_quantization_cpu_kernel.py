@@ -58,6 +58,16 @@ def test_int8_kernel_equals_dequantize_and_matmul(
 
 
 @needs_avx2
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+def test_the_row_kernel_sums_inputs_past_its_last_whole_set_of_chains(rows):
+    # 584 = 18 * 32 + 8: each row's chains cover 576 inputs, one vector of 8 is left over.
+    layer = Int8Linear(random_weight(37, 584), None, torch.float32)
+    x = torch.randn(rows, 584)
+    expected = F.linear(x, dequantize_int8(layer.qweight, layer.scale))
+    assert_close_relative(layer(x), expected, TOLERANCE)
+
+
+@needs_avx2
 @KERNELS
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("group_size", [32, 64, 128])
