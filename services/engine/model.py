@@ -198,7 +198,7 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:
-            # The widest matmul: in row slices on the CPU (cpu_linear.py).
+            # The widest matmul: the native GEMM or row slices on the CPU (cpu_linear.py).
             return cpu_linear.linear(hidden, self.model.embed_tokens.weight)
         # A module: a quantized engine's head is one even when tied (quantize.py).
         return self.lm_head(hidden)
