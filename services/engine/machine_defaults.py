@@ -36,6 +36,10 @@ VERIFY_ROWS = {"avx2": 20, "avx512": 40, "bf16": 80, "cuda": 320}
 # vs 12.4); beside other work (load 5-7) they lost at every batch from 1 to
 # 64, float32 and int8 (benchmarks/results/step_threads_*.json). 32 is where the
 # quiet gain is clear; below it a preemption costs more than the core adds.
+# With the step native (session 8) a free second core sped 1-16-row steps up
+# 1.15-1.6x in one process, and lost 4-14% when another process held a core;
+# through the stack (1 and 8 streams, two rounds, load 2-3.5) two threads did
+# not beat one (benchmarks/results/narrow_threads*.json, peers_narrow_threads*.json).
 WIDE_ROWS = 32
 
 

@@ -3,11 +3,13 @@
 An OpenMP team waits at every op for its slowest thread. On a machine where
 the team holds every core, the serving process (it wakes for every token),
 the gateway, tokenizer and router take one of the team's cores each time they
-run, and a narrow step (a few decode rows: ~100-250 ms of matmuls bound by
-reading the weights) stalls for as long as they do: on the 2-core AVX2 EPYC
-one thread beat two at 1 and 8 streams (docs/engine.md). A wide step (32-64
-decode rows, a prefill chunk: 400-700 ms of compute-bound matmuls) loses
-little to such a preemption and gains nearly the whole core it would leave.
+run, and a narrow step (a few decode rows: 20-130 ms of native calls bound
+by reading the weights) stalls for as long as they do. On the 2-core AVX2 EPYC
+a free second core sped narrow steps up 1.15-1.6x in one process, but through
+the stack beside other work two threads did not beat one at 1 and 8 streams
+(docs/engine.md). A wide step (32-64 decode rows, a prefill chunk: hundreds of
+ms of compute-bound matmuls) loses little to such a preemption and gains
+nearly the whole core it would leave.
 So a step of `wide_rows` rows or more computes on every thread (--torch-threads),
 a narrower one on one thread fewer, leaving that core to the serving side.
 
