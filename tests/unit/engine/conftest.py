@@ -1,10 +1,16 @@
-"""A tiny random Llama: the engine's code paths in milliseconds, with no weights file."""
+"""A tiny random Llama: the engine's code paths in milliseconds, with no weights file.
+
+And the engine's native library as a machine without a C++ compiler has it.
+"""
 
 import pytest
 import torch
 
+from services.engine import cpu_linear, native_attention, native_layers
 from services.engine.model import LlamaForCausalLM
 from services.engine.model_config import ModelConfig
+from services.engine.native import library as native
+from services.engine.quantization import cpu_kernel
 
 
 @pytest.fixture
@@ -34,3 +40,23 @@ def tiny_model(tiny_config) -> LlamaForCausalLM:
     for param in model.parameters():
         torch.nn.init.normal_(param, std=0.3)
     return model
+
+
+@pytest.fixture
+def without_a_compiler(monkeypatch, tmp_path):
+    """No native library (library() None) for the test: an empty cache, no compiler."""
+    monkeypatch.setenv("MAAS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    # Each caller caches the library with its signatures bound: every one forgets it.
+    cached = (
+        native.library,
+        cpu_kernel.library,
+        native_attention.library,
+        native_layers.library,
+        cpu_linear.library,
+    )
+    for library in cached:
+        library.cache_clear()
+    yield
+    for library in cached:
+        library.cache_clear()

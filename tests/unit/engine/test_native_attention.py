@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from services.engine import native_attention
 from services.engine.attention import paged_attention
 from services.engine.attention_metadata import AttentionMetadata
-from services.engine.native import library as native
 
 BLOCK_SIZE = 16  # the engine's (services.common.block_hash.BLOCK_SIZE)
 # Around the block edges, a long one and the shortest.
@@ -127,16 +126,8 @@ def test_two_threads_give_the_one_thread_result():
     assert torch.equal(one, two)
 
 
-def test_without_a_compiler_attention_takes_the_torch_path(monkeypatch, tmp_path):
-    monkeypatch.setenv("MAAS_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    native.library.cache_clear()
-    native_attention.library.cache_clear()
-    try:
-        args, expected = decodes(3, seed=4)
-        assert not native_attention.handles(*args[:1], *args[3:5])
-        torch.testing.assert_close(paged_attention(*args), expected, rtol=1e-5, atol=1e-5)
-        assert "decode_groups" in vars(args[-1])  # the torch path built them
-    finally:
-        native.library.cache_clear()
-        native_attention.library.cache_clear()
+def test_without_a_compiler_attention_takes_the_torch_path(without_a_compiler):
+    args, expected = decodes(3, seed=4)
+    assert not native_attention.handles(*args[:1], *args[3:5])
+    torch.testing.assert_close(paged_attention(*args), expected, rtol=1e-5, atol=1e-5)
+    assert "decode_groups" in vars(args[-1])  # the torch path built them

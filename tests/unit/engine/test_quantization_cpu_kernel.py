@@ -6,7 +6,6 @@ import torch.nn.functional as F
 
 from kernels.quant_int4_ref import dequantize_int4
 from kernels.quant_int8_ref import dequantize_int8
-from services.engine.native import library as native
 from services.engine.quantization import cpu_kernel
 from services.engine.quantization.int4 import (
     Int4Linear,
@@ -115,17 +114,9 @@ def test_two_threads_give_the_one_thread_result(monkeypatch, row_kernel_rows):
     assert torch.equal(one, two)
 
 
-def test_without_a_compiler_the_layers_dequantize_and_match(monkeypatch, tmp_path):
-    monkeypatch.setenv("MAAS_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    native.library.cache_clear()
-    cpu_kernel.library.cache_clear()
-    try:
-        assert cpu_kernel.library() is None
-        layer = Int8Linear(random_weight(40, 64), None, torch.float32)
-        x = torch.randn(2, 64)
-        expected = F.linear(x, dequantize_int8(layer.qweight, layer.scale))
-        assert_close_relative(layer(x), expected, TOLERANCE)
-    finally:
-        native.library.cache_clear()
-        cpu_kernel.library.cache_clear()
+def test_without_a_compiler_the_layers_dequantize_and_match(without_a_compiler):
+    assert cpu_kernel.library() is None
+    layer = Int8Linear(random_weight(40, 64), None, torch.float32)
+    x = torch.randn(2, 64)
+    expected = F.linear(x, dequantize_int8(layer.qweight, layer.scale))
+    assert_close_relative(layer(x), expected, TOLERANCE)
