@@ -30,3 +30,9 @@ def test_cpu_and_cuda_variants_select_the_torch_index():
     assert re.search(r"cuda\) index=\"\$CUDA_INDEX\"", DOCKERFILE)
     assert re.search(r"cpu\) index=\"\$CPU_INDEX\"", DOCKERFILE)
     assert "USER 10001" in DOCKERFILE  # the chart's runAsUser
+
+
+def test_the_build_stage_prebuilds_the_native_kernels_the_runtime_cannot_compile():
+    build, runtime = DOCKERFILE.split("\nFROM python:${PYTHON_VERSION}-slim\n")
+    assert "python -m services.engine.native.library" in build and " g++" in build
+    assert "g++" not in runtime and "libgomp1" in runtime

@@ -8,6 +8,12 @@ argument types (`bind`). OpenMP is torch's: the library links `libgomp.so.1`,
 which resolves to the copy torch already loaded, and the callers pass
 torch.get_num_threads(). Without a compiler, or on a CPU without AVX2,
 library() is None and the callers keep their torch paths.
+
+An image without a compiler (the chart's engine pods: a slim runtime stage,
+a read-only root) carries the library prebuilt beside these sources
+(`python -m services.engine.native.library`, run where the package is
+installed; deploy/Dockerfile does it in its build stage): library() takes a
+prebuilt file whose name matches these sources' hash before building one.
 """
 
 import ctypes
@@ -25,9 +31,12 @@ from services.common.model_cache import cache_root, publish
 
 log = get_logger(__name__)
 
-SOURCES = tuple(sorted(Path(__file__).parent.glob("*.cpp")))
+FOLDER = Path(__file__).parent
+SOURCES = tuple(sorted(FOLDER.glob("*.cpp")))
+# Where an image's prebuilt library sits: the installed package, beside the sources.
+PREBUILT = FOLDER
 # The headers they include are part of the build: a changed one must not reuse a cached .so.
-HEADERS = tuple(sorted(Path(__file__).parent.glob("*.h")))
+HEADERS = tuple(sorted(FOLDER.glob("*.h")))
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
 
 # ctypes argument types the kernels' signatures are written in.
@@ -50,25 +59,35 @@ def _build(target: Path, compiler: str) -> None:
         raise OSError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
 
 
+def _name() -> str:
+    """The library's file name: a changed source, header or flag never reuses a build."""
+    identity = b"".join(f.read_bytes() for f in SOURCES + HEADERS) + " ".join(FLAGS).encode()
+    return f"engine-{hashlib.sha256(identity).hexdigest()[:16]}.so"
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+
+
 @cache
 def library() -> ctypes.CDLL | None:
     """The compiled kernels, or None where they cannot run (not AVX2, no compiler)."""
     if not _cpu_supported():
         return None
-    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if compiler is None:
-        log.warning("cpu_native_kernels_unavailable", reason="no C++ compiler")
-        return None
-    identity = b"".join(f.read_bytes() for f in SOURCES + HEADERS) + " ".join(FLAGS).encode()
-    folder = cache_root() / "cpu_kernels"
-    name = f"engine-{hashlib.sha256(identity).hexdigest()[:16]}.so"
-    if not (folder / name).is_file() and not publish(
-        folder, name, lambda path: _build(path, compiler)
-    ):
-        log.warning("cpu_native_kernels_unavailable", reason="build failed or cache unwritable")
-        return None
+    name = _name()
+    path = PREBUILT / name
+    if not path.is_file():
+        path = cache_root() / "cpu_kernels" / name
+    if not path.is_file():
+        compiler = _compiler()
+        if compiler is None:
+            log.warning("cpu_native_kernels_unavailable", reason="no C++ compiler")
+            return None
+        if not publish(path.parent, name, lambda target: _build(target, compiler)):
+            log.warning("cpu_native_kernels_unavailable", reason="build failed or cache unwritable")
+            return None
     try:
-        return ctypes.CDLL(str(folder / name))
+        return ctypes.CDLL(str(path))
     except OSError as error:
         log.warning("cpu_native_kernels_unavailable", reason=str(error))
         return None
@@ -81,3 +100,17 @@ def bind(signatures: dict[str, list]) -> ctypes.CDLL | None:
         for function, argtypes in signatures.items():
             getattr(lib, function).argtypes = argtypes
     return lib
+
+
+def prebuild() -> Path:
+    """Build the library into PREBUILT, where library() looks first."""
+    compiler = _compiler()
+    if compiler is None:
+        raise SystemExit("no C++ compiler (set CXX or install g++)")
+    target = PREBUILT / _name()
+    _build(target, compiler)
+    return target
+
+
+if __name__ == "__main__":
+    print(prebuild())

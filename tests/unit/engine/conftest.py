@@ -47,6 +47,7 @@ def without_a_compiler(monkeypatch, tmp_path):
     """No native library (library() None) for the test: an empty cache, no compiler."""
     monkeypatch.setenv("MAAS_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(native, "PREBUILT", tmp_path)
     # Each caller caches the library with its signatures bound: every one forgets it.
     cached = (
         native.library,
