@@ -51,6 +51,7 @@ class _Weight(ctypes.Structure):
         ("bias", ctypes.c_void_p),
         ("n", ctypes.c_int64),
         ("k", ctypes.c_int64),
+        ("activations", ctypes.c_int64),
     ]
 
 
@@ -154,7 +155,8 @@ def _weight(module: nn.Module, kept: list) -> _Weight | None:
         return None
     if None in parts:
         return None
-    return _Weight(*parts, bias_ptr, n, k)
+    # matmul.h's ACTIVATIONS_*: int8 rounds them for qdot.cpp's integer row kernels.
+    return _Weight(*parts, bias_ptr, n, k, int(getattr(module, "int8_activations", False)))
 
 
 def _describe(layer: DecoderLayer) -> tuple[_Layer, list[torch.Tensor]] | None:

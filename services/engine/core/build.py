@@ -39,7 +39,11 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
     torch.set_num_threads(settings.torch_threads)
     dtype = resolve_dtype(settings.dtype, device)
     started = time.perf_counter()
-    quantization = QuantizationConfig(settings.quantization, settings.quantization_group_size)
+    quantization = QuantizationConfig(
+        settings.quantization,
+        settings.quantization_group_size,
+        activations=settings.quantization_activations,
+    )
     model, config = load_model(path, dtype, device, progress=True, quantization=quantization)
     if not settings.enforce_eager:
         compile_forward(model)

@@ -353,7 +353,13 @@ void linear_rows(MakeRow make_row, const NativeWeight& w, const float* x, int64_
 void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                    float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads) {
   const int64_t k = w.k;
-  if (w.format == WEIGHT_FLOAT32) {
+  bool integer_dot = w.activations == ACTIVATIONS_INT8 && m <= row_kernel_rows && k % 32 == 0;
+  if (integer_dot && w.format == WEIGHT_INT8) {
+    int8_qdot(static_cast<const int8_t*>(w.data), w.scales, w.n, k, x, m, x_stride, out, threads);
+  } else if (integer_dot && w.format == WEIGHT_INT4) {
+    int4_qdot(static_cast<const uint8_t*>(w.data), w.scales, w.mins, w.group, w.n, k, x, m,
+              x_stride, out, threads);
+  } else if (w.format == WEIGHT_FLOAT32) {
     const float* data = static_cast<const float*>(w.data);
     auto row = [=](int64_t col) { return Float32Row{data + col * k}; };
     linear_rows(row, w, x, m, x_stride, out, row_kernel_rows, panel_bytes, threads, 4 * k);

@@ -6,6 +6,9 @@
 #include <stdint.h>
 
 enum : int64_t { WEIGHT_FLOAT32 = 0, WEIGHT_INT8 = 1, WEIGHT_INT4 = 2 };
+// How the row kernel takes the activations of a quantized weight: as they are, or rounded
+// to int8 per block of 32 for integer dot products (qdot.cpp).
+enum : int64_t { ACTIVATIONS_FLOAT32 = 0, ACTIVATIONS_INT8 = 1 };
 
 struct NativeWeight {
   int64_t format;      // WEIGHT_*
@@ -15,9 +18,17 @@ struct NativeWeight {
   int64_t group;       // int4 group size, a multiple of 32
   const float* bias;   // [n] or null
   int64_t n, k;
+  int64_t activations;  // ACTIVATIONS_*, for int8 and int4 up to row_kernel_rows rows
 };
 
 // out [m, n] (contiguous) = x [m, k] (row stride x_stride) @ W^T + bias: the row kernel up
 // to row_kernel_rows rows, the panel GEMM above (panels of panel_bytes of float32 rows).
 void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                    float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads);
+
+// qdot.cpp's row kernels: out [m, n] = x [m, k] (k a multiple of 32) @ W^T, no bias.
+void int8_qdot(const int8_t* q, const float* scale, int64_t n, int64_t k, const float* x,
+               int64_t m, int64_t x_stride, float* out, int threads);
+void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, int64_t group,
+               int64_t n, int64_t k, const float* x, int64_t m, int64_t x_stride, float* out,
+               int threads);

@@ -5,6 +5,8 @@ from typing import Literal
 
 Method = Literal["none", "int8", "int4"]
 METHODS: tuple[Method, ...] = ("none", "int8", "int4")
+Activations = Literal["float32", "int8"]
+ACTIVATIONS: tuple[Activations, ...] = ("float32", "int8")
 # Group sizes torch's CPU int4 kernel and kernels/quant_int4.py both take.
 GROUP_SIZES = (32, 64, 128)
 
@@ -19,10 +21,16 @@ class QuantizationConfig:
     # SmolLM2, against ~60 MB for all its int4 decoder layers). False only to
     # measure against the float head.
     quantize_head: bool = True
+    # How the CPU's float32 kernels take the activations at a few rows (decode): as
+    # they are, or rounded to int8 per block of 32 for integer dot products, as
+    # llama.cpp's Q8 x Q4 (native/qdot.cpp).
+    activations: Activations = "float32"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"quantization {self.method!r} is not one of {METHODS}")
+        if self.activations not in ACTIVATIONS:
+            raise ValueError(f"activations {self.activations!r} are not one of {ACTIVATIONS}")
         if self.group_size not in GROUP_SIZES:
             raise ValueError(f"int4 group size {self.group_size} is not one of {GROUP_SIZES}")
 

@@ -35,12 +35,16 @@ MAX_ROW_KERNEL_ROWS = 4
 PANEL_BYTES = 128 * 1024
 # The kernel reads whole 8-wide vectors along K and int4 groups 32 weights at a time.
 _K_MULTIPLE = 8
+# The integer row kernels (native/qdot.cpp) round the activations per block of this many.
+ACTIVATION_BLOCK = 32
 
 _P = native.POINTER
 _I = native.INT
 _SIGNATURES = {
     "int8_matmul_f32": [_P, _I, _I, _P, _P, _I, _I, _P, native.THREADS],
     "int4_matmul_f32": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, native.THREADS],
+    "int8_matmul_q8": [_P, _I, _I, _P, _P, _I, _I, _P, native.THREADS],
+    "int4_matmul_q8": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, native.THREADS],
     "int8_gemm_f32": [_P, _I, _I, _P, _P, _I, _I, _P, _I, native.THREADS],
     "int4_gemm_f32": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, _I, native.THREADS],
     "int8_dequantize_f32": [_P, _P, _I, _I, _P, native.THREADS],
@@ -67,11 +71,20 @@ def handles(rows: torch.Tensor, in_features: int) -> bool:
     )
 
 
-def int8_matmul(rows: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """rows float32 [M, K] @ (q int8 [N, K] * scale float32 [N])^T -> [M, N]."""
+def int8_matmul(
+    rows: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, int8_activations: bool = False
+) -> torch.Tensor:
+    """rows float32 [M, K] @ (q int8 [N, K] * scale float32 [N])^T -> [M, N].
+
+    int8_activations: up to MAX_ROW_KERNEL_ROWS rows, the rows rounded to int8 per
+    block of 32 and integer dot products (native/qdot.cpp), where K allows.
+    """
     lib = library()
     weight = (q.data_ptr(), scale.data_ptr())
-    return _matmul(rows, *q.shape, weight, lib.int8_matmul_f32, lib.int8_gemm_f32)
+    row_kernel = (
+        lib.int8_matmul_q8 if _integer(int8_activations, q.shape[1]) else lib.int8_matmul_f32
+    )
+    return _matmul(rows, *q.shape, weight, row_kernel, lib.int8_gemm_f32)
 
 
 def int4_matmul(
@@ -80,12 +93,19 @@ def int4_matmul(
     scales: torch.Tensor,
     mins: torch.Tensor,
     group_size: int,
+    int8_activations: bool = False,
 ) -> torch.Tensor:
-    """rows float32 [M, K] @ the int4 weight^T (quant_int4_ref.py's format, float32 scales)."""
+    """rows float32 [M, K] @ the int4 weight^T (quant_int4_ref.py's format, float32 scales);
+    int8_activations as int8_matmul's."""
     lib = library()
     n, k = packed.shape[0], packed.shape[1] * 2
     weight = (packed.data_ptr(), scales.data_ptr(), mins.data_ptr(), group_size)
-    return _matmul(rows, n, k, weight, lib.int4_matmul_f32, lib.int4_gemm_f32)
+    row_kernel = lib.int4_matmul_q8 if _integer(int8_activations, k) else lib.int4_matmul_f32
+    return _matmul(rows, n, k, weight, row_kernel, lib.int4_gemm_f32)
+
+
+def _integer(int8_activations: bool, k: int) -> bool:
+    return int8_activations and k % ACTIVATION_BLOCK == 0
 
 
 def _matmul(rows: torch.Tensor, n: int, k: int, weight: tuple, matmul, gemm) -> torch.Tensor:

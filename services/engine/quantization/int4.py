@@ -123,7 +123,7 @@ class Int4Linear(_Int4Base):
     def matmul(self, rows: torch.Tensor) -> torch.Tensor:
         weight = (self.packed, self.scales, self.mins, self.group_size)
         if cpu_kernel.handles(rows, self.in_features) and self.scales.dtype == torch.float32:
-            return cpu_kernel.int4_matmul(rows, *weight)
+            return cpu_kernel.int4_matmul(rows, *weight, self.int8_activations)
         return int4_matmul(rows, *weight)
 
 

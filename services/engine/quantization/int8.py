@@ -43,6 +43,6 @@ class Int8Linear(QuantizedLinear):
         ):
             return torch._weight_int8pack_mm(rows, self.qweight, self.scale)
         if cpu_kernel.handles(rows, self.in_features):
-            return cpu_kernel.int8_matmul(rows, self.qweight, self.scale)
+            return cpu_kernel.int8_matmul(rows, self.qweight, self.scale, self.int8_activations)
         # Triton on CUDA; elsewhere the twin: dequantize, then a dense matmul.
         return int8_matmul(rows, self.qweight, self.scale)

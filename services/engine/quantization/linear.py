@@ -26,6 +26,9 @@ class QuantizedLinear(nn.Module):
         # Attention splits its fused qkv output by these, as it does FusedLinear's.
         self.shard_sizes = shard_sizes
         self.bias = None if bias is None else nn.Parameter(bias.to(dtype), requires_grad=False)
+        # Whether the CPU's float32 row kernel rounds the activations to int8 for integer
+        # dot products (QuantizationConfig.activations; quantize_model sets it).
+        self.int8_activations = False
 
     def matmul(self, rows: torch.Tensor) -> torch.Tensor:
         """rows [M, in_features] @ W^T -> [M, out_features] in rows' dtype."""

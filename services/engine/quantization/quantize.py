@@ -52,6 +52,9 @@ def quantize_model(
             setattr(model.get_submodule(parent), child, quantized)
     if quantization.quantize_head:
         quantize_head(model, dtype)
+    for module in model.modules():
+        if isinstance(module, QuantizedLinear):
+            module.int8_activations = quantization.activations == "int8"
     if dtype == torch.float32:
         cpu_kernel.library()  # built (once per machine) at load, not by the first request
     return model.to(dtype)
