@@ -2,7 +2,7 @@
 `python -m benchmarks.peer_calls_ab --base REV`.
 
 The two peer calls on every request's path before its first token,
-RenderChat and Pick (with its Release), called the way the gateway calls
+RenderChat and Pick, called the way the gateway calls
 them (gateway_bench.steps), against a tokenizer and a router run from a git
 revision's tree and the same two run from the working tree, all four pinned
 to one core and the client on the other. Rounds alternate between the sides
@@ -32,12 +32,12 @@ class Side:
     """One tokenizer and one router, their stubs, and what a round of each costs."""
 
     def __init__(self, tokenizer: ManagedProcess, router: ManagedProcess, addresses: dict):
-        self.pids = {"render": tokenizer.pid, "pick_release": router.pid}
+        self.pids = {"render": tokenizer.pid, "pick": router.pid}
         self._channels = [open_channel(addresses[name], "bench") for name in ("tok", "router")]
         self.tokenizer = tokenizer_pb2_grpc.TokenizerStub(self._channels[0])
         self.router = router_pb2_grpc.RouterStub(self._channels[1])
-        self.latency: dict[str, list[float]] = {"render": [], "pick_release": []}
-        self.cpu: dict[str, list[float]] = {"render": [], "pick_release": []}
+        self.latency: dict[str, list[float]] = {"render": [], "pick": []}
+        self.cpu: dict[str, list[float]] = {"render": [], "pick": []}
 
     async def close(self) -> None:
         for channel in self._channels:
@@ -71,17 +71,13 @@ async def one_round(side: Side, ids: list[int], runs: int, turn: int) -> None:
         await side.tokenizer.RenderChat(RENDER)
 
     async def pick(i: int) -> None:
-        request_id = f"ab-{turn}-{i}"
-        picked = await side.router.Pick(
+        await side.router.Pick(
             router_pb2.PickRequest(
-                request_id=request_id, model="stub-fast", token_ids=ids, tenant="ab"
+                request_id=f"ab-{turn}-{i}", model="stub-fast", token_ids=ids, tenant="ab"
             )
         )
-        await side.router.Release(
-            router_pb2.ReleaseRequest(request_id=request_id, endpoint_id=picked.endpoint_id)
-        )
 
-    for step, call in (("render", render), ("pick_release", pick)):
+    for step, call in (("render", render), ("pick", pick)):
         seconds = []
         before = cpu_seconds(side.pids[step])
         for i in range(runs):
@@ -132,7 +128,7 @@ async def run(args) -> dict:
         "runs_per_round": args.runs,
     }
     for name, side in sides.items():
-        for step in ("render", "pick_release"):
+        for step in ("render", "pick"):
             result[f"{name}_{step}_ms_median"] = round(statistics.median(side.latency[step]), 3)
             result[f"{name}_{step}_cpu_ms_median"] = round(statistics.median(side.cpu[step]), 3)
             result[f"{name}_{step}_cpu_ms_rounds"] = [round(x, 3) for x in side.cpu[step]]

@@ -8,9 +8,10 @@ engine step: the engine says when it schedules a request, in initial
 metadata (common/engine_metadata.py). A request that reached a step may be
 what broke it, so it is not sent on to break another replica; one that was
 refused, queued, or never delivered cannot be. After the first token a
-broken stream ends with finish_reason "error". On the way out the pick is
-released and the usage event published in a task of their own, so a client
-disconnect (which cancels the stream) cannot cancel billing.
+broken stream ends with finish_reason "error". On the way out the usage
+event is published in a task of its own, so a client disconnect (which
+cancels the stream) cannot cancel billing. The router is not told of the
+end: its pick counts until the replica's next load report (router/endpoints.py).
 
 A client that leaves before the first token is not free: its prompt may be
 most of the work. Its engine request is stopped with Abort rather than a
@@ -156,8 +157,7 @@ class EngineClient:
         self, ticket: Ticket, pick: router_pb2.PickResponse, deadline: float, started: float
     ):
         """Open the engine stream and wait for its first message (connect and
-        first-token timeouts); on failure the pick is released and charged to
-        the endpoint's breaker."""
+        first-token timeouts); a failure is charged to the endpoint's breaker."""
         self._breakers.begin(pick.endpoint_id)
         call = reading = None
         try:
@@ -205,11 +205,7 @@ class EngineClient:
             raise
         except BaseException:
             # The client went away while we waited: not the engine's fault.
-            if reading is None:
-                self._background.run(
-                    self._release(ticket.request.request_id, pick.endpoint_id, success=False)
-                )
-            else:
+            if reading is not None:
                 ticket.abandoned = self._background.run(
                     self._abandon(ticket, pick, call, reading, started)
                 )
@@ -227,9 +223,6 @@ class EngineClient:
             request_id=ticket.request.request_id,
             endpoint=pick.endpoint_id,
             code=code.name,
-        )
-        self._background.run(
-            self._release(ticket.request.request_id, pick.endpoint_id, success=False)
         )
 
     async def _stream(self, ticket: Ticket, pick, call, first, started: float):
@@ -297,8 +290,8 @@ class EngineClient:
     def _bill(
         self, ticket: Ticket, pick, tally: Tally, started: float, after_delivery: bool = False
     ) -> UsageEvent:
-        """The request's usage event, published (and its pick released) in a task:
-        for a stream that reached its client, once the response is out."""
+        """The request's usage event, published in a task: for a stream that
+        reached its client, once the response is out."""
         event = UsageEvent(
             request_id=ticket.request.request_id,
             tenant=ticket.principal.tenant.name,
@@ -318,10 +311,9 @@ class EngineClient:
         if after_delivery:
             # A stream that started: the pipeline leaves its settlement to its bill.
             settlement = ticket.settlement(event.prompt_tokens + event.completion_tokens)
-            finish = self._finish(ticket.request.request_id, pick.endpoint_id, event, settlement)
-            self._background.after(ticket.delivered, finish)
+            self._background.after(ticket.delivered, self._finish(event, settlement))
         else:
-            self._background.run(self._finish(ticket.request.request_id, pick.endpoint_id, event))
+            self._background.run(self._finish(event))
         return event
 
     async def _pick(
@@ -344,28 +336,8 @@ class EngineClient:
                 raise failure.error from exc
             raise from_upstream(exc, ticket.request.model) from exc
 
-    async def _finish(
-        self,
-        request_id: str,
-        endpoint_id: str,
-        event: UsageEvent,
-        settlement: Settlement | None = None,
-    ) -> None:
+    async def _finish(self, event: UsageEvent, settlement: Settlement | None = None) -> None:
         if event.prompt_tokens or event.completion_tokens:
             await self.usage.emit(event, settlement)
         elif settlement is not None:
             await settlement.answered(None)
-        await self._release(
-            request_id, endpoint_id, success=event.finish_reason in ("stop", "length")
-        )
-
-    async def _release(self, request_id: str, endpoint_id: str, success: bool) -> None:
-        try:
-            await self._up.router.Release(
-                router_pb2.ReleaseRequest(
-                    request_id=request_id, endpoint_id=endpoint_id, success=success
-                ),
-                timeout=5,
-            )
-        except grpc.aio.AioRpcError as exc:
-            log.warning("router_release_failed", request_id=request_id, code=exc.code().name)

@@ -3,8 +3,11 @@ requests, and the load it last reported.
 
 Three sources feed an Endpoint. Discovery says it exists and whether its pod is
 ready or terminating. The engine itself (GetLoad polls, the KV event stream)
-says whether it answers, whether it drains, and how loaded it is. ``in_flight``
-is this router's own count of picks not yet released, exact between polls.
+says whether it answers, whether it drains, and how loaded it is, counting
+every router's requests. ``picked_since_poll`` is this router's picks since
+the engine's last report, which that report cannot include yet. Nothing else
+ends a pick: the engine's next report is when the router learns a request
+ended, so a gateway makes no call to the router after its stream.
 """
 
 from dataclasses import dataclass
@@ -33,7 +36,6 @@ class Endpoint:
     cache_salt: str = ""
     prefix_cache_sharing: str = "tenant"
     kv_events_live: bool = False
-    in_flight: int = 0
     # This router's picks since the last GetLoad answer: not in its counts yet.
     picked_since_poll: int = 0
 
@@ -49,9 +51,9 @@ class Endpoint:
     @property
     def requests(self) -> int:
         """Requests at this replica. The engine's count includes other routers' traffic
-        but is a poll old, so this router's picks since then are added to it; this
-        router's in-flight count is exact for its own picks and a floor for the total."""
-        return max(self.in_flight, self.running + self.waiting + self.picked_since_poll)
+        but is a poll old, so this router's picks since then are added to it (those
+        that ended since are counted until the next poll: a burst spreads)."""
+        return self.running + self.waiting + self.picked_since_poll
 
     @property
     def hash_params(self) -> tuple[int, str]:

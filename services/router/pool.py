@@ -2,12 +2,11 @@
 
 Each snapshot is diffed against the pool: a new replica gets an EngineLink
 (load polling + KV events), a vanished one loses its link, index entries and
-routing history. Picks are counted per replica until Release, or until they
-are so old that their gateway must be gone.
+routing history. Picks are counted per replica until the replica's next load
+report (endpoints.py).
 """
 
 import asyncio
-import time
 
 from services.common.logging import get_logger
 from services.router.discovery import EndpointSource, Routing, Snapshot, Target
@@ -29,7 +28,6 @@ class EnginePool:
         self.endpoints: dict[str, Endpoint] = {}
         self.routing: dict[str, Routing] = {}
         self._links: dict[str, EngineLink] = {}
-        self._picks: dict[str, tuple[str, float]] = {}  # request id -> (endpoint id, when)
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -38,10 +36,7 @@ class EnginePool:
         snapshots = aiter(self._source.snapshots())
         await self.apply(await anext(snapshots))
         await asyncio.gather(*(link.poll_once() for link in self._links.values()))
-        self._tasks = [
-            asyncio.create_task(self._follow(snapshots)),
-            asyncio.create_task(self._sweep_forever()),
-        ]
+        self._tasks = [asyncio.create_task(self._follow(snapshots))]
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -71,25 +66,9 @@ class EnginePool:
     def models(self) -> list[str]:
         return sorted({e.model for e in self.endpoints.values() if e.model})
 
-    def record_pick(self, request_id: str, endpoint: Endpoint) -> None:
-        self.release(request_id)  # a retry of the same request replaces its first pick
-        self._picks[request_id] = (endpoint.endpoint_id, time.monotonic())
-        endpoint.in_flight += 1
+    @staticmethod
+    def record_pick(endpoint: Endpoint) -> None:
         endpoint.picked_since_poll += 1
-
-    def release(self, request_id: str) -> bool:
-        endpoint_id, _ = self._picks.pop(request_id, (None, 0.0))
-        if endpoint_id is None:
-            return False
-        if endpoint_id in self.endpoints:
-            self.endpoints[endpoint_id].in_flight -= 1
-        return True
-
-    def sweep(self, now: float) -> None:
-        cutoff = now - self._settings.pick_ttl_seconds
-        for request_id in [r for r, (_, when) in self._picks.items() if when < cutoff]:
-            log.warning("pick_never_released", request_id=request_id)
-            self.release(request_id)
 
     def _add(self, target: Target) -> None:
         endpoint = Endpoint(
@@ -119,8 +98,3 @@ class EnginePool:
     async def _follow(self, snapshots) -> None:
         async for snapshot in snapshots:
             await self.apply(snapshot)
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._settings.poll_interval_seconds * 10)
-            self.sweep(time.monotonic())

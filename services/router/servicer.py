@@ -61,7 +61,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                 f"({len(endpoints)} known, {len(ctx.exclude)} excluded)",
             )
         chosen = decision.endpoint
-        self._pool.record_pick(request.request_id, chosen)
+        self._pool.record_pick(chosen)
         # Until the engine's events say so, assume it will cache what it was sent.
         self._pool.history.record(chosen.endpoint_id, ctx.block_hashes(chosen), ctx.now)
         PICKS.labels(request.model, profile.policy.name, "picked").inc()
@@ -78,7 +78,8 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         return router_pb2.PickResponse(endpoint_id=chosen.endpoint_id, address=chosen.address)
 
     async def Release(self, request, context):
-        self._pool.release(request.request_id)
+        # A gateway older than the one-way request path still sends it; the
+        # engine's load reports end picks now (endpoints.py).
         return router_pb2.ReleaseResponse()
 
     async def GetPoolStats(self, request, context):

@@ -52,8 +52,3 @@ class RouterSettings(ServiceSettings):
         200_000, gt=0, description="routing-history entries kept per replica at most"
     )
     poll_interval_seconds: float = Field(0.5, gt=0, description="how often engines report load")
-    pick_ttl_seconds: float = Field(
-        900.0,
-        gt=0,
-        description="a pick never released (its gateway died) stops counting as in flight",
-    )

@@ -70,7 +70,8 @@ class RouterServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Release(self, request, context):
-        """Report that a picked request ended, so in-flight accounting stays exact.
+        """Answered and ignored: gateways before the one-way request path sent it at
+        each request's end; a pick now counts until the replica's next load report.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

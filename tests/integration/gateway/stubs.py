@@ -125,6 +125,7 @@ class StubRouter(router_pb2_grpc.RouterServicer):
         return router_pb2.PickResponse(endpoint_id=endpoint_id, address=address)
 
     async def Release(self, request, context):
+        # What an older gateway sent at each request's end; the router ignores it.
         self.releases.append(request.request_id)
         return router_pb2.ReleaseResponse()
 

@@ -120,7 +120,7 @@ async def test_a_client_gone_while_the_engine_stalls_mid_stream_is_settled(serve
     charged = await redis.hget(f"maas:rl:{{{tenant}}}:tokens", request_id)
     assert int(charged) == event.prompt_tokens + 1
     assert await redis.zcard(f"maas:rl:{{{tenant}}}:inflight") == 0
-    assert cluster.router.releases == [request_id]
+    assert cluster.router.releases == []  # the router learns the end from the engine
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -131,7 +131,7 @@ async def test_a_client_gone_before_the_first_token_ends_the_request(served, str
     assert await events_of(redis, request_id) == []
     assert int(await redis.hget(f"maas:rl:{{{tenant}}}:tokens", request_id)) == 0
     assert await redis.zcard(f"maas:rl:{{{tenant}}}:inflight") == 0
-    assert cluster.router.releases == [request_id]
+    assert cluster.router.releases == []  # the router learns the end from the engine
 
 
 def origin(task: asyncio.Task) -> str:

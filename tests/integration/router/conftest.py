@@ -51,7 +51,6 @@ class Router:
                 share_prefix_cache=share_prefix_cache,
             )
         )
-        await self.stub.Release(router_pb2.ReleaseRequest(request_id=request_id))
         return reply.endpoint_id
 
     async def stats(self) -> router_pb2.DeploymentStats:

@@ -12,13 +12,9 @@ def test_available_needs_reachable_discovered_ready_and_not_leaving():
     assert not endpoint("a", terminating=True).available
 
 
-def test_requests_is_the_larger_of_own_picks_and_engine_counts():
-    assert endpoint("a", in_flight=5, running=2, waiting=1).requests == 5
-    assert endpoint("a", in_flight=1, running=2, waiting=3).requests == 5
-
-
 def test_requests_adds_picks_the_engines_last_report_cannot_include():
-    assert endpoint("a", in_flight=1, running=2, picked_since_poll=1).requests == 3
+    assert endpoint("a", running=2, waiting=1).requests == 3
+    assert endpoint("a", running=2, waiting=3, picked_since_poll=1).requests == 6
 
 
 def test_hash_params_default_to_the_model_id_as_salt():

@@ -21,7 +21,11 @@ def test_available_drops_unready_draining_and_excluded():
 
 
 def test_overload_drops_replicas_beyond_the_margin_over_the_least_loaded():
-    candidates = [endpoint("a", in_flight=9), endpoint("b", in_flight=2), endpoint("c", running=5)]
+    candidates = [
+        endpoint("a", picked_since_poll=9),
+        endpoint("b", waiting=2),
+        endpoint("c", running=5),
+    ]
     assert ids(OverloadFilter(margin=3).filter(context(), candidates)) == ["b", "c"]
     assert ids(OverloadFilter(margin=7).filter(context(), candidates)) == ["a", "b", "c"]
 

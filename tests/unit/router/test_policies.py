@@ -2,6 +2,7 @@ import pytest
 
 from services.router.discovery import Routing
 from services.router.policies import POLICIES, resolve
+from services.router.pool import EnginePool
 from services.router.registry import FILTERS, PICKERS, SCORERS
 from services.router.scheduler import Profile, Scheduler
 from tests.unit.router.helpers import blocks, context, deps, endpoint
@@ -39,7 +40,10 @@ def prefix_setup(**settings):
 
 def test_prefix_affinity_picks_the_replica_holding_the_prompt_despite_more_load():
     d = prefix_setup()
-    replicas = [endpoint("affine", in_flight=3, waiting=1, kv_cache_usage=0.5), endpoint("idle")]
+    replicas = [
+        endpoint("affine", picked_since_poll=3, waiting=1, kv_cache_usage=0.5),
+        endpoint("idle"),
+    ]
     decision = Profile(resolve("prefix_affinity"), d).pick(context(PROMPT), replicas)
     assert decision.endpoint.endpoint_id == "affine"
     assert decision.scores["prefix"] == 1.0
@@ -47,14 +51,14 @@ def test_prefix_affinity_picks_the_replica_holding_the_prompt_despite_more_load(
 
 def test_overload_guard_lets_load_win_past_the_margin():
     d = prefix_setup(overload_margin=4)
-    replicas = [endpoint("affine", in_flight=6), endpoint("idle", in_flight=1)]
+    replicas = [endpoint("affine", picked_since_poll=6), endpoint("idle", picked_since_poll=1)]
     decision = Profile(resolve("prefix_affinity"), d).pick(context(PROMPT), replicas)
     assert decision.endpoint.endpoint_id == "idle"
 
 
 def test_least_load_ignores_the_cache():
     d = prefix_setup()
-    replicas = [endpoint("affine", in_flight=2), endpoint("idle")]
+    replicas = [endpoint("affine", picked_since_poll=2), endpoint("idle")]
     decision = Profile(resolve("least_load"), d).pick(context(PROMPT), replicas)
     assert decision.endpoint.endpoint_id == "idle"
 
@@ -93,6 +97,5 @@ def test_a_burst_of_new_prefixes_spreads_while_engine_counts_are_stale():
     for group in range(8):
         tokens = list(range(group * 1000, group * 1000 + 64))
         chosen = profile.pick(context(tokens, session_id=f"s{group}"), replicas).endpoint
-        chosen.in_flight += 1  # what EnginePool.record_pick does
-        chosen.picked_since_poll += 1
-    assert [e.in_flight for e in replicas] == [2, 2, 2, 2]
+        EnginePool.record_pick(chosen)
+    assert [e.picked_since_poll for e in replicas] == [2, 2, 2, 2]

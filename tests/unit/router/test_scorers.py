@@ -55,7 +55,7 @@ def test_queue_prefers_the_shorter_engine_queue():
 
 def test_least_requests_counts_own_picks_and_engine_reports():
     scores = LeastRequestsScorer().score(
-        context(), [endpoint("a", in_flight=3), endpoint("b", running=1), endpoint("c")]
+        context(), [endpoint("a", picked_since_poll=3), endpoint("b", running=1), endpoint("c")]
     )
     assert scores == [0.0, 2 / 3, 1.0]
 
