@@ -13,7 +13,9 @@ count (the numbers behind the core's --compute-wide-rows; docs/engine.md).
 
 With --native-ab it swaps every layer's dense halves between the native ones
 (services/engine/native_layers.py) and torch's every step (ABBA) on one
-engine, and reports thread CPU and wall ms per step for each.
+engine, and reports thread CPU and wall ms per step for each; --one-call-ab
+likewise swaps a decode step's layers between one native call for all of them
+and three a layer (the halves and attention).
 
 For an A/B of code, run it from two trees in turn (`--label`), e.g. a base revision
 exported with `git archive REV | tar -x -C /tmp/base`, and compare the medians.
@@ -146,28 +148,46 @@ def threads_ab(engine, counts: list[int], rounds: int, steps: int) -> dict:
 
 
 def native_ab(engine, steps: int) -> dict:
-    """Decode steps with the native layer halves and torch's, swapped per step (ABBA).
+    """Decode steps with the native layer halves and torch's, swapped per step (ABBA)."""
+    model = engine.runner.model
+    sides = {
+        "native": lambda: native_layers.install(model),
+        "torch": lambda: native_layers.remove(model),
+    }
+    return swapped_ab(engine, steps, sides)
+
+
+def one_call_ab(engine, steps: int) -> dict:
+    """Decode steps with every layer in one native call and three calls a layer (ABBA)."""
+    model = engine.runner.model
+    sides = {
+        "one_call": lambda: native_layers.install(model),
+        "per_layer": lambda: native_layers.install(model, one_call=False),
+    }
+    return swapped_ab(engine, steps, sides)
+
+
+def swapped_ab(engine, steps: int, sides: dict) -> dict:
+    """Decode steps on two sides (name -> what sets the engine up for it), swapped per
+    step in ABBA order; the first side stays set up after.
 
     Thread CPU is the step's whole compute on one thread (--threads 1); the
     contexts grow a token a step, and the ABBA order spreads that over both sides.
     """
-    model = engine.runner.model
-    cpus: dict[str, list[float]] = {"native": [], "torch": []}
-    walls: dict[str, list[float]] = {"native": [], "torch": []}
+    first, second = sides
+    cpus: dict[str, list[float]] = {first: [], second: []}
+    walls: dict[str, list[float]] = {first: [], second: []}
     loads = []
     for i in range(steps):
-        side = ("native", "torch", "torch", "native")[i % 4]
-        if side == "native":
-            native_layers.install(model)
-        else:
-            native_layers.remove(model)
+        side = (first, second, second, first)[i % 4]
+        sides[side]()
         wall, cpu = time.perf_counter(), time.thread_time()
         engine.step()
         cpus[side].append(time.thread_time() - cpu)
         walls[side].append(time.perf_counter() - wall)
         if i % 16 == 0:
             loads.append(round(os.getloadavg()[0], 2))
-    native_layers.install(model)
+    sides[first]()
     rows = {
         side: {
             "cpu_ms_p50": round(1e3 * statistics.median(cpus[side]), 2),
@@ -175,8 +195,14 @@ def native_ab(engine, steps: int) -> dict:
         }
         for side in cpus
     }
-    ratio = rows["native"]["cpu_ms_p50"] / rows["torch"]["cpu_ms_p50"]
-    return {"halves": rows, "native_over_torch_cpu": round(ratio, 3), "load_average_1m": loads}
+    cpu_ratio = rows[first]["cpu_ms_p50"] / rows[second]["cpu_ms_p50"]
+    wall_ratio = rows[first]["wall_ms_p50"] / rows[second]["wall_ms_p50"]
+    return {
+        "sides": rows,
+        f"{first}_over_{second}_cpu": round(cpu_ratio, 3),
+        f"{first}_over_{second}_wall": round(wall_ratio, 3),
+        "load_average_1m": loads,
+    }
 
 
 def set_threads_cost_us(counts: list[int], calls: int = 2000) -> float:
@@ -227,6 +253,11 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=4, help="--threads-ab rounds")
     parser.add_argument("--native-ab", action="store_true", help="native vs torch layer halves")
+    parser.add_argument(
+        "--one-call-ab",
+        action="store_true",
+        help="every layer of a decode step in one native call vs three calls a layer",
+    )
     parser.add_argument("--quantization", choices=METHODS, default="none")
     parser.add_argument("--group-size", type=int, default=64, help="int4: 32 = the GGUF's blocks")
     parser.add_argument("--label", default="")
@@ -250,13 +281,15 @@ def main() -> None:
         steps = 2 * args.steps if args.profile else args.steps
         if args.threads_ab:
             steps = args.steps * args.rounds * len(args.threads_ab)
-        if args.native_ab:
+        if args.native_ab or args.one_call_ab:
             steps = 2 * args.steps
         engine = decoding_engine(model, config, tokenizer, batch, args.prompt_len, steps)
         if args.threads_ab:
             row = threads_ab(engine, args.threads_ab, args.rounds, args.steps)
         elif args.native_ab:
             row = native_ab(engine, 2 * args.steps)
+        elif args.one_call_ab:
+            row = one_call_ab(engine, 2 * args.steps)
         else:
             row = measure(engine, args.steps)
         if args.profile:

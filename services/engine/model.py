@@ -164,6 +164,10 @@ class LlamaForCausalLM(nn.Module):
         "gate_proj": ("gate_up_proj", 0),
         "up_proj": ("gate_up_proj", 1),
     }
+    # native_layers.install's: every layer of a decode-only step in one native call,
+    # (x, cos, sin, kv_cache, meta) -> (h, residual) as the layer loop's, or None where
+    # it does not run the step.
+    native_decode = None
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -191,9 +195,15 @@ class LlamaForCausalLM(nn.Module):
         h = self.model.embed_tokens(input_ids)
         config = self.config
         cos, sin = rotary_cos_sin_reference(positions, config.head_dim, config.rope_theta, h.dtype)
-        residual = None
-        for layer in self.model.layers:
-            h, residual = layer(h, residual, cos, sin, kv_cache, meta)
+        decoded = (
+            None if self.native_decode is None else self.native_decode(h, cos, sin, kv_cache, meta)
+        )
+        if decoded is not None:
+            h, residual = decoded
+        else:
+            residual = None
+            for layer in self.model.layers:
+                h, residual = layer(h, residual, cos, sin, kv_cache, meta)
         return self.model.norm(h, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -67,12 +67,18 @@ def handles(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bo
     """Whether the native call runs this layer: float32 on a CPU, outside force_triton."""
     # force_triton sends CPU tensors to the Triton kernels (the interpreter tests the
     # CUDA wiring on a CPU): then they must get them.
+    return q.device.type == "cpu" and q.dtype == torch.float32 and handles_pool(k_cache, v_cache)
+
+
+def handles_pool(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """handles() for whatever float32 CPU queries these pools get (native_layers.py's
+    decode step asks before it has any)."""
     return (
-        q.device.type == "cpu"
+        k_cache.device.type == "cpu"
         and not ops._force_triton
         and not _off
-        and q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
-        and q.shape[-1] % _HEAD_DIM_MULTIPLE == 0
+        and k_cache.dtype == v_cache.dtype == torch.float32
+        and k_cache.shape[-1] % _HEAD_DIM_MULTIPLE == 0
         and k_cache.is_contiguous()
         and v_cache.is_contiguous()
         and library() is not None

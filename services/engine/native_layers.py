@@ -20,6 +20,9 @@ import torch
 from torch import nn
 
 from kernels import ops
+from services.engine import native_attention
+from services.engine.attention_metadata import AttentionMetadata
+from services.engine.kv_cache import PagedKVCache
 from services.engine.model import DecoderLayer, FusedLinear, LlamaForCausalLM
 from services.engine.native import library as native
 from services.engine.quantization import cpu_kernel
@@ -31,6 +34,10 @@ _I = native.INT
 _SIGNATURES = {
     "layer_inputs_f32": [_P, _P, _P, _I, _P, _P, _P, _P, _P, _P, native.THREADS],
     "layer_outputs_f32": [_P, _P, _I, _P, _I, _P, _P, native.THREADS],
+    # layers, count, x, tokens, cos, sin, pools and their layer stride, the metadata's
+    # slots, tables, table width, lengths and block size, out, stream, threads.
+    "decode_layers_f32": [_P, _I, _P, _I, _P, _P, _P, _P, _I, _P, _P, _I, _P, _I, _P, _P]
+    + [native.THREADS],
 }
 # matmul.h's WEIGHT_* formats.
 _FLOAT32, _INT8, _INT4 = 0, 1, 2
@@ -82,11 +89,13 @@ def library() -> ctypes.CDLL | None:
     return native.bind(_SIGNATURES)
 
 
-def install(model: LlamaForCausalLM) -> int:
+def install(model: LlamaForCausalLM, one_call: bool = True) -> int:
     """Give every layer that can take them the native halves; the number of layers that did.
 
     A layer whose halves are replaced already (native, or the compiled forward's)
-    keeps them.
+    keeps them. With every layer native and one_call, a decode-only step runs them
+    all in one call (NativeDecode); without one_call, three calls a layer (the
+    benchmark's A/B).
     """
     if not applies(model):
         return 0
@@ -100,11 +109,16 @@ def install(model: LlamaForCausalLM) -> int:
             layer.attention_inputs = halves.inputs
             layer.attention_outputs = halves.outputs
             installed += 1
+    if one_call and installed == len(model.model.layers):
+        model.native_decode = NativeDecode(model)
+    else:
+        vars(model).pop("native_decode", None)
     return installed
 
 
 def remove(model: LlamaForCausalLM) -> None:
     """Back to the torch halves (the class's methods): the A/B benchmark's other side."""
+    vars(model).pop("native_decode", None)
     for layer in model.model.layers:
         if _is_native(layer):
             del layer.attention_inputs, layer.attention_outputs
@@ -278,6 +292,86 @@ class NativeHalves:
             rows.stride(0),
             residual.data_ptr(),
             tokens,
+            out.data_ptr(),
+            stream.data_ptr(),
+            torch.get_num_threads(),
+        )
+        return out, stream
+
+
+class NativeDecode:
+    """Every layer of a decode-only step in one native call (layer.cpp's decode_layers_f32).
+
+    At one stream the three calls a layer (the halves and attention) cost ~90 us of
+    Python and ctypes each time, a few ms a step. Built by install() where every
+    layer's halves are native; the layers are described once, as an array of their
+    NativeLayer structures, at the first call. A deep copy describes its own layers,
+    as NativeHalves does, and where one no longer fits the step keeps the layer loop.
+    """
+
+    __slots__ = ("_model", "_layers", "_kept")
+
+    def __init__(self, model: LlamaForCausalLM):
+        self._model = model
+        self._layers = None  # not described yet; 0: some layer is not native
+
+    def __deepcopy__(self, memo: dict) -> "NativeDecode":
+        return NativeDecode(copy.deepcopy(self._model, memo))
+
+    def _describe(self) -> None:
+        halves = []
+        for layer in self._model.model.layers:
+            if not _is_native(layer):
+                self._layers = 0
+                return
+            each = layer.attention_inputs.__self__
+            if each._address is None:
+                each._describe()
+            if not each._address:
+                self._layers = 0
+                return
+            halves.append(each)
+        # The array copies the structures; their tensors stay alive in each NativeHalves.
+        self._kept = halves
+        self._layers = (_Layer * len(halves))(*(each._described[0] for each in halves))
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv_cache: PagedKVCache,
+        meta: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(the last MLP's output, the stream before it) from the embeddings x, every new
+        key and value written to the pool, as the layer loop returns them; None where the
+        step is not all decodes or attention would not take the native call."""
+        tokens = x.shape[0]
+        if meta.num_decodes != tokens or not native_attention.handles_pool(kv_cache.k, kv_cache.v):
+            return None
+        if self._layers is None:
+            self._describe()
+        if not self._layers:
+            return None
+        x, cos, sin = x.contiguous(), cos.contiguous(), sin.contiguous()
+        hidden = x.shape[1]
+        out, stream = torch.empty(tokens, hidden), torch.empty(tokens, hidden)
+        tables = meta.block_tables
+        library().decode_layers_f32(
+            ctypes.addressof(self._layers),
+            len(self._layers),
+            x.data_ptr(),
+            tokens,
+            cos.data_ptr(),
+            sin.data_ptr(),
+            kv_cache.k.data_ptr(),
+            kv_cache.v.data_ptr(),
+            kv_cache.k.stride(0),
+            meta.slot_mapping.data_ptr(),
+            tables.data_ptr(),
+            tables.stride(0),
+            meta.decode_context_lens.data_ptr(),
+            kv_cache.block_size,
             out.data_ptr(),
             stream.data_ptr(),
             torch.get_num_threads(),

@@ -15,6 +15,7 @@
 
 #include <vector>
 
+#include "attention.h"
 #include "matmul.h"
 #include "vec.h"
 
@@ -144,6 +145,42 @@ void layer_outputs_f32(const NativeLayer* layer, const float* attended, int64_t 
   for (int64_t t = 0; t < tokens; t++) silu_and_mul_row(gate_up + t * 2 * inter, inter);
   // The products sit in each row's gate half: the down projection reads them in place.
   linear(L, L.down, gate_up, tokens, 2 * inter, out, threads);
+}
+
+// Every layer of a step whose tokens are all decodes, one token per sequence: from Python
+// the same work is three calls a layer (the halves around attention.cpp's), ~30 us of
+// wrappers each at one stream. The arithmetic is those calls' own, in their order, so
+// the result is theirs bit for bit. x [tokens, hidden] is the embeddings (left as they
+// are); the pools are [layers, blocks, block_size, kv_heads, head_dim] (contiguous,
+// layer_floats apart); the metadata is attention's for the step. Writes out (the last
+// MLP's output) and stream (the stream before it), for the final norm.
+void decode_layers_f32(const NativeLayer* layers, int64_t num_layers, const float* x,
+                       int64_t tokens, const float* cos, const float* sin, float* k_pool,
+                       float* v_pool, int64_t layer_floats, const int64_t* slot_mapping,
+                       const int64_t* block_tables, int64_t table_width,
+                       const int64_t* context_lens, int64_t block_size, float* out,
+                       float* stream, int threads) {
+  static thread_local std::vector<float> q_buffer, k_buffer, v_buffer, attended_buffer;
+  for (int64_t l = 0; l < num_layers; l++) {
+    const NativeLayer& L = layers[l];
+    const int64_t d = L.head_dim, q_size = L.heads * d, kv_size = L.kv_heads * d;
+    float* q = buffer(q_buffer, tokens * q_size);
+    float* k = buffer(k_buffer, tokens * kv_size);
+    float* v = buffer(v_buffer, tokens * kv_size);
+    float* attended = buffer(attended_buffer, tokens * q_size);
+    // The first layer's stream is x itself; after it, the previous layer's, updated in
+    // place (each add reads and writes one element at a time).
+    const float* residual = l == 0 ? x : stream;
+    layer_inputs_f32(&L, l == 0 ? x : out, l == 0 ? nullptr : stream, tokens, cos, sin, q, k,
+                     v, stream, threads);
+    // native_attention.py's scale, head_dim ** -0.5 rounded to float.
+    const float scale = static_cast<float>(pow(static_cast<double>(d), -0.5));
+    paged_attention_decode_f32(q, q_size, d, k, kv_size, d, v, kv_size, d, slot_mapping, tokens,
+                               k_pool + l * layer_floats, v_pool + l * layer_floats,
+                               block_tables, table_width, context_lens, tokens, L.heads,
+                               L.kv_heads, d, block_size, scale, attended, threads);
+    layer_outputs_f32(&L, attended, q_size, residual, tokens, out, stream, threads);
+  }
 }
 
 }  // extern "C"

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from kernels.rotary_ref import rotary_cos_sin_reference
-from services.engine import native_layers
+from services.engine import native_attention, native_layers
+from services.engine.attention_metadata import AttentionMetadata
+from services.engine.kv_cache import PagedKVCache
 from services.engine.model import DecoderLayer, LlamaForCausalLM
 from services.engine.model_config import ModelConfig
 from services.engine.quantization.int4 import Int4Linear, Int4Weight
@@ -189,3 +191,107 @@ def test_a_deep_copy_describes_its_own_weights():
     original = DecoderLayer.attention_inputs(built.model.layers[1], x, residual, cos, sin)
     assert relative_error(ours[0], reference[0]) <= 1e-5
     assert relative_error(ours[0], original[0]) > 1e-3
+
+
+def quantized_model(fmt: str, attention_bias: bool = False) -> LlamaForCausalLM:
+    built = model(attention_bias)
+    if fmt != "float32":
+        for each in built.model.layers:
+            for name in PROJECTIONS:
+                parent, _, child = name.rpartition(".")
+                module = each.get_submodule(parent)
+                setattr(module, child, quantized(getattr(module, child), fmt))
+    return built
+
+
+BLOCK = 16
+
+
+def pool(built: LlamaForCausalLM) -> PagedKVCache:
+    # Random contents stand for the keys and values earlier steps wrote.
+    cache = PagedKVCache.allocate(built.config, 12, BLOCK, torch.float32, "cpu")
+    torch.manual_seed(2)
+    cache.k.normal_()
+    cache.v.normal_()
+    return cache
+
+
+def step_inputs(built: LlamaForCausalLM, query_lens: list[int], context_lens: list[int]):
+    """Embeddings, cos, sin and metadata of a step over scattered blocks."""
+    tables = [[3, 7, 1], [9], [4, 0]][: len(query_lens)]
+    positions = torch.cat(
+        [torch.arange(c - q, c) for q, c in zip(query_lens, context_lens, strict=True)]
+    )
+    meta = AttentionMetadata.build(positions, query_lens, context_lens, tables, BLOCK, "cpu")
+    torch.manual_seed(3)
+    ids = torch.randint(0, built.config.vocab_size, (positions.shape[0],))
+    cos, sin = rotary_cos_sin_reference(positions, 32, 10000.0, torch.float32)
+    return built.model.embed_tokens(ids), cos, sin, meta
+
+
+def layer_loop(built, x, cos, sin, cache, meta):
+    residual = None
+    for each in built.model.layers:
+        x, residual = each(x, residual, cos, sin, cache, meta)
+    return x, residual
+
+
+@pytest.mark.parametrize("fmt", ["float32", "int8", "int4-g32"])
+@pytest.mark.parametrize("attention_bias", [False, True], ids=["llama", "qwen2"])
+@pytest.mark.parametrize("threads", [1, 2])
+@torch.inference_mode()
+def test_a_decode_step_in_one_call_is_the_layer_loop_bit_for_bit(fmt, attention_bias, threads):
+    built = quantized_model(fmt, attention_bias)
+    assert native_layers.install(built) == 2
+    x, cos, sin, meta = step_inputs(built, [1, 1, 1], [37, 5, 18])
+    ours, theirs = pool(built), pool(built)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        decoded = built.native_decode(x, cos, sin, ours, meta)
+        looped = layer_loop(built, x, cos, sin, theirs, meta)
+    finally:
+        torch.set_num_threads(before)
+    assert decoded is not None
+    for got, want in zip(decoded, looped, strict=True):
+        assert torch.equal(got, want)
+    assert torch.equal(ours.k, theirs.k) and torch.equal(ours.v, theirs.v)
+
+
+@torch.inference_mode()
+def test_steps_the_one_call_does_not_take_run_the_layer_loop():
+    built = model()
+    native_layers.install(built)
+    cache = pool(built)
+    x, cos, sin, meta = step_inputs(built, [1, 4], [37, 5])  # a prefill chunk after a decode
+    assert built.native_decode(x, cos, sin, cache, meta) is None
+    x, cos, sin, meta = step_inputs(built, [1], [37])
+    with native_attention.torch_path():
+        assert built.native_decode(x, cos, sin, cache, meta) is None
+    native_layers.install(built, one_call=False)
+    assert built.native_decode is None
+    native_layers.install(built)
+    native_layers.remove(built)
+    assert built.native_decode is None
+    partly = model()
+    partly.model.layers[0].attention_inputs = object()  # the compiled forward's, say
+    native_layers.install(partly)
+    assert partly.native_decode is None
+
+
+@torch.inference_mode()
+def test_a_deep_copy_decodes_with_its_own_weights():
+    built = model()
+    native_layers.install(built)
+    copied = copy.deepcopy(built)
+    for each in copied.model.layers:
+        for name in PROJECTIONS:
+            parent, _, child = name.rpartition(".")
+            module = each.get_submodule(parent)
+            setattr(module, child, quantized(getattr(module, child), "int8"))
+    x, cos, sin, meta = step_inputs(copied, [1, 1], [37, 5])
+    decoded = copied.native_decode(x, cos, sin, pool(copied), meta)
+    looped = layer_loop(copied, x, cos, sin, pool(copied), meta)
+    original = built.native_decode(x, cos, sin, pool(built), meta)
+    assert torch.equal(decoded[0], looped[0])
+    assert not torch.equal(decoded[0], original[0])
