@@ -9,6 +9,8 @@ int8 step is mostly weight reading. Two sections, both in this process:
 - "kernels": the int8 and int4 row kernels alone over SmolLM2-135M's
   projection shapes (30 layers + head) at 1-4 rows, random weights, 1 and 2
   threads alternating per pass: whether weight reading scales with the core.
+  With --activations float32 int8, each thread count also alternates the
+  float32 row kernels with the integer ones (native/qdot.cpp), keyed "N-int8".
 - "steps": real decode steps of a SmolLM2 engine (float32, int8, int4) at each
   batch, the thread count swapped per step (ABBA), wall and process CPU per step.
 
@@ -82,29 +84,35 @@ def _weights(kind: str) -> list[tuple[int, tuple]]:
     return weights
 
 
-def kernels(rows_list: list[int], counts: list[int], passes: int) -> dict:
+def _variant(threads: int, activations: str) -> str:
+    return str(threads) if activations == "float32" else f"{threads}-{activations}"
+
+
+def kernels(rows_list: list[int], counts: list[int], passes: int, activations: list[str]) -> dict:
     """Wall ms per pass over the model's weights, and the weight bytes read per second."""
-    order = counts + counts[::-1]
+    variants = [(n, a) for n in counts for a in activations]
+    order = variants + variants[::-1]
     result = {}
     for kind, matmul in (("int8", cpu_kernel.int8_matmul), ("int4", cpu_kernel.int4_matmul)):
         weights = _weights(kind)
         nbytes = sum(t.nbytes for _, w in weights for t in w if isinstance(t, torch.Tensor))
         for rows in rows_list:
             inputs = {k: torch.randn(rows, k) for k, _ in weights}
-            walls: dict[int, list[float]] = {n: [] for n in counts}
-            cpus: dict[int, list[float]] = {n: [] for n in counts}
-            for i in range(passes * len(counts)):
-                n = order[i % len(order)]
+            walls: dict[tuple, list[float]] = {v: [] for v in variants}
+            cpus: dict[tuple, list[float]] = {v: [] for v in variants}
+            for i in range(passes * len(variants)):
+                n, act = variant = order[i % len(order)]
                 torch.set_num_threads(n)
                 wall, cpu = time.perf_counter(), time.process_time()
                 for k, w in weights:
-                    matmul(inputs[k], *w)
-                cpus[n].append(time.process_time() - cpu)
-                walls[n].append(time.perf_counter() - wall)
+                    matmul(inputs[k], *w, int8_activations=act == "int8")
+                cpus[variant].append(time.process_time() - cpu)
+                walls[variant].append(time.perf_counter() - wall)
             row = {}
-            for n in counts:
-                row[str(n)] = _summary(n, walls[n], cpus[n])
-                row[str(n)]["weight_gb_per_s"] = round(nbytes / row[str(n)]["wall_ms_p50"] / 1e6, 2)
+            for n, act in variants:
+                key = _variant(n, act)
+                row[key] = _summary(n, walls[n, act], cpus[n, act])
+                row[key]["weight_gb_per_s"] = round(nbytes / row[key]["wall_ms_p50"] / 1e6, 2)
             key = f"{kind}_rows{rows}"
             result[key] = row | {"load_average_1m": _load()}
             print(json.dumps({"kernel": kind, "rows": rows} | result[key]), flush=True)
@@ -151,6 +159,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--kernel-rows", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument(
+        "--activations", nargs="+", default=["float32"], choices=["float32", "int8"],
+        help="the kernels section's row kernels: float32 activations, int8 (qdot.cpp), or both",
+    )  # fmt: skip
     parser.add_argument("--steps", type=int, default=24, help="steps per thread count and batch")
     parser.add_argument("--passes", type=int, default=12, help="kernel passes per thread count")
     parser.add_argument("--prompt-len", type=int, default=48)
@@ -164,7 +176,7 @@ def main() -> None:
         "load_before": _load(),
     }
     if "kernels" in args.sections:
-        result["kernels"] = kernels(args.kernel_rows, args.threads, args.passes)
+        result["kernels"] = kernels(args.kernel_rows, args.threads, args.passes, args.activations)
     if "steps" in args.sections:
         result["steps"] = {
             fmt: steps(fmt, args.batches, args.threads, args.steps, args.prompt_len)

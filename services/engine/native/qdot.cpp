@@ -17,7 +17,6 @@
 // thread count never changes a result.
 
 #include <immintrin.h>
-#include <math.h>
 #include <stdint.h>
 
 #include <vector>
@@ -39,6 +38,39 @@ struct Quantized {
   int64_t k, blocks, groups;
 };
 
+// 32 floats -> 32 int8 levels, their scale (amax / 127) and the levels' sum. Rounded half
+// to even (the default MXCSR mode), as torch.round does.
+inline void quantize_block(const float* in, bool even_odd, int8_t* out, float* scale,
+                           float* sum) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4], amax = _mm256_setzero_ps();
+  for (int i = 0; i < 4; i++) {
+    v[i] = _mm256_loadu_ps(in + 8 * i);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  float top = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  *scale = top / 127.0f;
+  __m256 inverse = _mm256_set1_ps(*scale > 0.0f ? 1.0f / *scale : 0.0f);
+  __m256i level[4];
+  for (int i = 0; i < 4; i++) level[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inverse));
+  __m256i total = _mm256_add_epi32(_mm256_add_epi32(level[0], level[1]),
+                                   _mm256_add_epi32(level[2], level[3]));
+  *sum = vec::sum8(_mm256_cvtepi32_ps(total));  // |sum| <= 32 * 127: exact in float
+  // The packs work within 128-bit lanes: the permute puts the 32 bytes back in order.
+  __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(level[0], level[1]),
+                                     _mm256_packs_epi32(level[2], level[3]));
+  bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  if (even_odd) {
+    // Each lane's 16 elements as its 8 even then 8 odd ones, then the lanes' evens first.
+    const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                           0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    bytes = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(bytes, split), 0xD8);
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
+}
+
 // int4 bytes hold element 2j in the low nibble and 2j + 1 in the high one: unpacked as
 // [low nibbles | high nibbles] they are a block's even elements then its odd ones, so an
 // int4 caller's activations are stored in that order (even_odd) and the weight needs no
@@ -51,31 +83,17 @@ Quantized quantize_rows(const float* x, int64_t m, int64_t x_stride, int64_t k, 
   if (static_cast<int64_t>(q.size()) < m * k) q.resize(m * k);
   if (static_cast<int64_t>(d.size()) < m * blocks) d.resize(m * blocks);
   if (static_cast<int64_t>(group_sums.size()) < m * groups) group_sums.resize(m * groups);
-  for (int64_t r = 0; r < m; r++) {
+  for (int64_t r = 0; r < m; r++)
     for (int64_t b = 0; b < blocks; b++) {
-      const float* in = x + r * x_stride + b * BLOCK;
-      int8_t* out = q.data() + r * k + b * BLOCK;
-      float amax = 0.0f;
-      for (int64_t i = 0; i < BLOCK; i++) amax = fmaxf(amax, fabsf(in[i]));
-      float scale = amax / 127.0f;
-      float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
-      int sum = 0;
-      for (int64_t i = 0; i < BLOCK; i++) {
-        // Round half to even, as torch.round and _mm256_cvtps_epi32 do.
-        int level = static_cast<int>(nearbyintf(in[i] * inverse));
-        int64_t at = even_odd ? (i % 2) * (BLOCK / 2) + i / 2 : i;
-        out[at] = static_cast<int8_t>(level);
-        sum += level;
-      }
+      float scale, sum;
+      quantize_block(x + r * x_stride + b * BLOCK, even_odd, q.data() + r * k + b * BLOCK, &scale,
+                     &sum);
       d[r * blocks + b] = scale;
       if (groups) {
-        int64_t g = b * BLOCK / group;
-        float block_sum = scale * static_cast<float>(sum);
-        float& group_sum = group_sums[r * groups + g];
-        group_sum = b * BLOCK % group ? group_sum + block_sum : block_sum;
+        float& group_sum = group_sums[r * groups + b * BLOCK / group];
+        group_sum = b * BLOCK % group ? group_sum + scale * sum : scale * sum;
       }
     }
-  }
   return {q.data(), d.data(), group_sums.data(), k, blocks, groups};
 }
 

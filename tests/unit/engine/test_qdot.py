@@ -12,6 +12,7 @@ import torch
 
 from kernels.quant_int4_ref import dequantize_int4, quantize_int4, unpack_int4
 from kernels.quant_int8_ref import dequantize_int8, quantize_int8
+from services.common.settings import parse_settings
 from services.engine import native_layers
 from services.engine.quantization import cpu_kernel
 from services.engine.quantization.config import QuantizationConfig
@@ -19,6 +20,7 @@ from services.engine.quantization.int4 import Int4Linear, Int4Weight
 from services.engine.quantization.int8 import Int8Linear
 from services.engine.quantization.linear import QuantizedLinear
 from services.engine.quantization.quantize import quantize_model
+from services.engine.settings import EngineSettings
 from tests.unit.engine.test_native_layers import PROJECTIONS, layer, relative_error
 
 needs_kernels = pytest.mark.skipif(
@@ -214,7 +216,12 @@ def test_quantize_model_sets_the_activations_on_every_quantized_linear(tiny_mode
     assert not any(m.int8_activations for m in default.modules() if isinstance(m, QuantizedLinear))
 
 
-def test_unknown_activations_are_refused():
+def test_the_engine_flag_picks_the_activations_and_rounds_them_by_default():
+    assert parse_settings(EngineSettings, [], "engine").quantization_activations == "int8"
+    flags = ["--quantization", "int8", "--quantization-activations", "float32"]
+    assert parse_settings(EngineSettings, flags, "engine").quantization_activations == "float32"
+    with pytest.raises(ValueError):
+        parse_settings(EngineSettings, ["--quantization-activations", "int4"], "engine")
     with pytest.raises(ValueError, match="activations"):
         QuantizationConfig("int8", activations="int4")
 
