@@ -10,7 +10,8 @@ int8 step is mostly weight reading. Two sections, both in this process:
   projection shapes (30 layers + head) at 1-4 rows, random weights, 1 and 2
   threads alternating per pass: whether weight reading scales with the core.
   With --activations float32 int8, each thread count also alternates the
-  float32 row kernels with the integer ones (native/qdot.cpp), keyed "N-int8".
+  float32 row kernels with the integer ones (native/qdot.cpp), keyed "N-int8";
+  the steps section then alternates two engines, one per setting.
 - "steps": real decode steps of a SmolLM2 engine (float32, int8, int4) at each
   batch, the thread count swapped per step (ABBA), wall and process CPU per step.
 
@@ -119,36 +120,53 @@ def kernels(rows_list: list[int], counts: list[int], passes: int, activations: l
     return result
 
 
-def steps(fmt: str, batches: list[int], counts: list[int], per_count: int, prompt_len: int) -> dict:
-    """Decode steps per batch, the thread count swapped every step (ABBA for two counts)."""
+def steps(
+    fmt: str,
+    batches: list[int],
+    counts: list[int],
+    per_count: int,
+    prompt_len: int,
+    activations: list[str],
+) -> dict:
+    """Decode steps per batch, the thread count (and with two settings of activations, the
+    engine: one per setting, on its own copy of the model) swapped every step, ABBA."""
     method, group = FORMATS[fmt]
+    if method == "none":
+        activations = ["float32"]  # the setting only applies to quantized weights
     path = default_model_path()
-    quantization = QuantizationConfig(method, group)
-    model, config = load_model(path, torch.float32, progress=False, quantization=quantization)
     tokenizer = load_tokenizer(path)
-    order = counts + counts[::-1]
+    models = {}
+    for act in activations:
+        quantization = QuantizationConfig(method, group, activations=act)
+        models[act] = load_model(path, torch.float32, progress=False, quantization=quantization)
+    variants = [(n, a) for n in counts for a in activations]
+    order = variants + variants[::-1]
     result = {}
     for batch in batches:
-        total = per_count * len(counts)
-        engine = decoding_engine(model, config, tokenizer, batch, prompt_len, total)
-        walls: dict[int, list[float]] = {n: [] for n in counts}
-        cpus: dict[int, list[float]] = {n: [] for n in counts}
+        total = per_count * len(variants)
+        engines = {
+            act: decoding_engine(model, config, tokenizer, batch, prompt_len, total)
+            for act, (model, config) in models.items()
+        }
+        walls: dict[tuple, list[float]] = {v: [] for v in variants}
+        cpus: dict[tuple, list[float]] = {v: [] for v in variants}
         loads = [_load()]
         for i in range(total):
-            n = order[i % len(order)]
+            n, act = variant = order[i % len(order)]
             torch.set_num_threads(n)
             wall, cpu = time.perf_counter(), time.process_time()
-            engine.step()
-            cpus[n].append(time.process_time() - cpu)
-            walls[n].append(time.perf_counter() - wall)
+            engines[act].step()
+            cpus[variant].append(time.process_time() - cpu)
+            walls[variant].append(time.perf_counter() - wall)
         loads.append(_load())
         row = {}
-        for n in counts:
-            row[str(n)] = _summary(n, walls[n], cpus[n])
-            row[str(n)]["tokens_per_s"] = round(1e3 * batch / row[str(n)]["wall_ms_p50"], 2)
+        for n, act in variants:
+            key = _variant(n, act)
+            row[key] = _summary(n, walls[n, act], cpus[n, act])
+            row[key]["tokens_per_s"] = round(1e3 * batch / row[key]["wall_ms_p50"], 2)
         result[str(batch)] = row | {"load_average_1m": loads}
         print(json.dumps({"format": fmt, "batch": batch} | result[str(batch)]), flush=True)
-        del engine
+        del engines
     return result
 
 
@@ -161,7 +179,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument(
         "--activations", nargs="+", default=["float32"], choices=["float32", "int8"],
-        help="the kernels section's row kernels: float32 activations, int8 (qdot.cpp), or both",
+        help="the quantized row kernels' activations: float32, int8 (qdot.cpp), or both",
     )  # fmt: skip
     parser.add_argument("--steps", type=int, default=24, help="steps per thread count and batch")
     parser.add_argument("--passes", type=int, default=12, help="kernel passes per thread count")
@@ -179,7 +197,9 @@ def main() -> None:
         result["kernels"] = kernels(args.kernel_rows, args.threads, args.passes, args.activations)
     if "steps" in args.sections:
         result["steps"] = {
-            fmt: steps(fmt, args.batches, args.threads, args.steps, args.prompt_len)
+            fmt: steps(
+                fmt, args.batches, args.threads, args.steps, args.prompt_len, args.activations
+            )
             for fmt in args.formats
         }
     result["load_after"] = _load()
