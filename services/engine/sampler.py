@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from services.engine.grammar.bitmask import apply_grammars
+from services.engine.native_argmax import argmax
 from services.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -48,10 +49,19 @@ class Sampler:
         """
         rows = logits.float().reshape(len(requests), -1)
         rows = apply_grammars(rows, [request.grammar for request in requests])
+        if not any(_samples(r) or _has_penalties(r) for r in requests):
+            # Greedy: banning tokens (eos under ignore_eos, stops before min_tokens) can
+            # change a row's argmax only where it is that argmax, the first of the row's
+            # largest; else the masking and its undoing (a third of a batch-1 sampler)
+            # are skipped.
+            tokens = argmax(rows)
+            vocab = rows.shape[-1]
+            if all(self._unbanned(t, r, vocab) for t, r in zip(tokens, requests, strict=True)):
+                return tokens
         with self._processed(rows, requests):
-            tokens = rows.argmax(-1).tolist()
+            tokens = argmax(rows)
             for i, request in enumerate(requests):
-                if request.params.temperature >= _GREEDY_BELOW:
+                if _samples(request):
                     probs = _probabilities(rows[i], request.params)
                     tokens[i] = int(torch.multinomial(probs, 1, generator=request.generator))
         return tokens
@@ -124,6 +134,15 @@ class Sampler:
             ids, counts = output.unique(return_counts=True)
             logits[ids] -= params.presence_penalty + params.frequency_penalty * counts.float()
 
+    def _unbanned(self, token: int, request: SamplingRequest, vocab: int) -> bool:
+        """Whether masking the request's banned ids leaves its argmax token as it is.
+
+        A banned id outside the vocabulary says no: the masked path raises on it, as it
+        always has, and the request fails alone (llm_engine.py's isolation).
+        """
+        banned = self._banned_ids(request)
+        return token not in banned and all(0 <= t < vocab for t in banned)
+
     def _banned_ids(self, request: SamplingRequest) -> list[int]:
         params = request.params
         too_early = len(request.output_ids) < params.min_tokens
@@ -135,6 +154,10 @@ class Sampler:
         if too_early:
             banned += params.stop_token_ids
         return banned
+
+
+def _samples(request: SamplingRequest) -> bool:
+    return request.params.temperature >= _GREEDY_BELOW
 
 
 def _has_penalties(request: SamplingRequest) -> bool:

@@ -277,3 +277,17 @@ def test_samples_the_models_inference_tensors_outside_inference_mode():
         before[1].argmax()
     )
     assert torch.equal(logits, before)
+
+
+def test_a_banned_argmax_moves_only_its_own_greedy_row():
+    # Greedy rows skip the masking unless a row's argmax is banned: then the whole
+    # batch takes the masked path, and every row still gets its own answer.
+    logits = random_logits(rows=6, seed=4)
+    logits[[1, 4], EOS] = 100.0
+    params = SamplingParams(temperature=0, ignore_eos=True)
+    free = SamplingParams(temperature=0)
+    requests = [Request(params if i != 4 else free) for i in range(6)]
+    banned = logits.clone()
+    banned[[0, 1, 2, 3, 5], EOS] = float("-inf")
+    assert sampler(logits, requests) == banned.argmax(-1).tolist()
+    assert sampler(logits, requests)[4] == EOS
