@@ -251,11 +251,12 @@ void dequantize(const Row& row, int64_t k, float* w) {
 
 // Wider calls (from a few rows: decode batches, prefill) are compute-bound, so they run as
 // a GEMM: a panel of output rows is dequantized once into a float32 buffer that stays in
-// L2, and a register-blocked micro-kernel multiplies it by every activation row. The
-// micro-kernel dots NR weight rows with MR activation rows along K: NR * MR accumulators,
-// NR weight vectors and one activation vector are the 16 ymm registers, and each FMA
-// costs 7/12 of a load (the broadcast form's [K][16] panel would need a transpose to
-// dequantize into; this one is the weight's own row order).
+// L2 (float32 weights are their own panel), and a register-blocked micro-kernel multiplies
+// it by every activation row.
+//
+// Up to OUTER_ROWS rows the micro-kernel dots NR weight rows with MR activation rows along
+// K: NR * MR accumulators, NR weight vectors and one activation vector are the 16 ymm
+// registers, and each FMA costs 7/12 of a load.
 constexpr int MR = 4;
 constexpr int NR = 3;
 
@@ -294,45 +295,146 @@ void micro_any(int64_t nw, int64_t mx, const float* w, int64_t k, const float* x
   micro_rows<NW, MR>(mx, w, k, x, x_stride, out, out_stride);
 }
 
+// From OUTER_ROWS rows it computes a tile of TILE_W weight rows by 8 * TILE_V activation
+// rows as outer products, one input at a time: each weight is broadcast and multiplied by
+// that input's value in 8 activation rows at once, read from a copy of the activations
+// packed column-wise (x^T, pack_rows). Its 12 accumulators hold 96 outputs, where the dot
+// form's hold 12 of 8 partial sums each, and a tile reads 4 bytes of each weight row an
+// input instead of 32. SmolLM2's 30 layers + LM head at 64 rows, 1 thread, thread CPU,
+// against the dot form in one process: float32 521 -> 494 ms, int8 510 -> 500 (AMD EPYC,
+// avx2, load 7-8); at 8 rows the dot form is 5% (float32) to 19% (int8) faster.
+constexpr int64_t OUTER_ROWS = 16;
+constexpr int TILE_W = 6;
+constexpr int TILE_V = 2;
+constexpr int64_t TILE_ROWS = 8 * TILE_V;
+
+// sums[i * sums_stride + 8v + l] = dot(weight row i, activation row 8v + l) over k inputs:
+// the outputs as [weight row][activation row]. Every output is summed in input order,
+// whatever the tile, panel or thread. Passes over K in blocks of 256 (the tile's packed
+// activations staying in L1) gave the same sums and measured no faster at 64 rows.
+template <int W, int V>
+void outer_tile(const float* w, int64_t k, const float* xt, float* sums, int64_t sums_stride) {
+  __m256 acc[W][V];
+  for (int i = 0; i < W; i++)
+    for (int v = 0; v < V; v++) acc[i][v] = _mm256_setzero_ps();
+  // k >= 8. As a loop that might run zero times, gcc 12 kept the accumulators on the
+  // stack too, storing all 12 on every input: half the speed.
+  int64_t j = 0;
+  do {
+    __m256 xv[V];
+    for (int v = 0; v < V; v++) xv[v] = _mm256_loadu_ps(xt + j * 8 * V + 8 * v);
+    for (int i = 0; i < W; i++) {
+      __m256 b = _mm256_broadcast_ss(w + i * k + j);
+      for (int v = 0; v < V; v++) acc[i][v] = _mm256_fmadd_ps(b, xv[v], acc[i][v]);
+    }
+  } while (++j < k);
+  for (int i = 0; i < W; i++)
+    for (int v = 0; v < V; v++) _mm256_storeu_ps(sums + i * sums_stride + 8 * v, acc[i][v]);
+}
+
+// The tile for the panel's last, short group of weight rows, and for a last block of 8
+// activation rows.
+template <int W>
+void any_tile(int64_t w_rows, int64_t vectors, const float* w, int64_t k, const float* xt,
+              float* sums, int64_t sums_stride) {
+  if constexpr (W > 1)
+    if (w_rows < W) return any_tile<W - 1>(w_rows, vectors, w, k, xt, sums, sums_stride);
+  if (vectors == TILE_V)
+    outer_tile<W, TILE_V>(w, k, xt, sums, sums_stride);
+  else
+    outer_tile<W, 1>(w, k, xt, sums, sums_stride);
+}
+
 // Grown once per thread (OpenMP keeps its threads), never freed: no allocation per call.
-float* scratch(int64_t floats) {
-  static thread_local std::vector<float> buffer;
+float* scratch(std::vector<float>& buffer, int64_t floats) {
   if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
   return buffer.data();
 }
 
-// A long prefill passes over the weight once per ROW_BLOCK activation rows, so that the
-// rows each panel meets stay in cache, at the cost of dequantizing the weight once per
-// block. A step's matmuls at 2,048 rows (quant_kernel_bench's, int8, thread CPU): 5.2 s
-// in one pass (45 GFLOP/s, 0.8x float32's F.linear), 4.2 s in blocks of 512; blocks of
-// 128 did 3.9 s but cost 19% at 256 rows.
+// x [rows, k] -> blocks of TILE_ROWS rows (the last of 8 when rows, padded with zero rows
+// to a multiple of 8, leave that), each [k][its rows]: block b starts at b * TILE_ROWS * k.
+// Called by every thread of the team, each packing its share of the blocks.
+void pack_rows(const float* x, int64_t rows, int64_t x_stride, int64_t k, int64_t padded,
+               float* xt) {
+  int64_t blocks = (padded + TILE_ROWS - 1) / TILE_ROWS;
+#pragma omp for schedule(static)
+  for (int64_t b = 0; b < blocks; b++) {
+    int64_t first = b * TILE_ROWS;
+    int64_t width = padded - first < TILE_ROWS ? padded - first : TILE_ROWS;
+    float* block = xt + first * k;
+    for (int64_t r = 0; r < width; r++) {
+      const float* row = x + (first + r) * x_stride;
+      for (int64_t j = 0; j < k; j++) block[j * width + r] = first + r < rows ? row[j] : 0.0f;
+    }
+  }
+}
+
+// A long prefill passes over the weight once per ROW_BLOCK activation rows, so that a
+// panel's sums stay in cache, at the cost of dequantizing the weight once per block. A
+// step's matmuls at 2,048 rows (quant_kernel_bench's, int8, thread CPU): 5.2 s in one
+// pass (45 GFLOP/s, 0.8x float32's F.linear), 4.2 s in blocks of 512; blocks of 128 did
+// 3.9 s but cost 19% at 256 rows.
 constexpr int64_t ROW_BLOCK = 512;
 
-// Panels have a fixed size whatever the thread count, and each output is summed by one
-// micro-kernel in one order: the result does not depend on the threads.
+// Output rows per panel: panel_bytes of float32 rows, a whole number of tiles, and as
+// many panels as make equal shares for the threads (576 outputs at 576 inputs: 12 panels
+// of 48, not 11 of 54 that leave one thread a panel more).
+int64_t panel_rows(int64_t n, int64_t k, int64_t panel_bytes, int threads) {
+  int64_t rows = panel_bytes / (4 * k) / TILE_W * TILE_W;
+  if (rows < TILE_W) rows = TILE_W;
+  int64_t panels = (n + rows - 1) / rows;
+  panels = (panels + threads - 1) / threads * threads;
+  rows = (n + panels - 1) / panels;
+  return (rows + TILE_W - 1) / TILE_W * TILE_W;
+}
+
 template <class MakeRow>
 void panel_matmul(MakeRow make_row, const float* x, int64_t m, int64_t x_stride, int64_t n,
                   int64_t k, int64_t panel_bytes, float* out, int threads) {
-  int64_t panel = panel_bytes / (4 * k) / NR * NR;
-  if (panel < NR) panel = NR;
+  static thread_local std::vector<float> packed;
+  int64_t panel = panel_rows(n, k, panel_bytes, threads);
   int64_t panels = (n + panel - 1) / panel;
   for (int64_t block = 0; block < m; block += ROW_BLOCK) {
-    int64_t end = block + ROW_BLOCK < m ? block + ROW_BLOCK : m;
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t p = 0; p < panels; p++) {
-      int64_t first = p * panel, count = first + panel < n ? panel : n - first;
-      const float* w;
-      if constexpr (decltype(make_row(0))::IN_PLACE) {
-        w = make_row(first).w;
-      } else {
-        float* rows = scratch(panel * k);
-        for (int64_t i = 0; i < count; i++) dequantize(make_row(first + i), k, rows + i * k);
-        w = rows;
+    int64_t rows = block + ROW_BLOCK < m ? ROW_BLOCK : m - block;
+    const float* xb = x + block * x_stride;
+    bool outer = rows >= OUTER_ROWS;
+    int64_t padded = (rows + 7) / 8 * 8;
+    float* xt = outer ? scratch(packed, padded * k) : nullptr;
+    // One team for both loops: a second parallel region would wake the threads again.
+#pragma omp parallel num_threads(threads)
+    {
+      if (outer) pack_rows(xb, rows, x_stride, k, padded, xt);
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < panels; p++) {
+        static thread_local std::vector<float> dequantized, sums_buffer;
+        int64_t first = p * panel, count = first + panel < n ? panel : n - first;
+        const float* w;
+        if constexpr (decltype(make_row(0))::IN_PLACE) {
+          w = make_row(first).w;
+        } else {
+          float* rows_f32 = scratch(dequantized, panel * k);
+          for (int64_t i = 0; i < count; i++)
+            dequantize(make_row(first + i), k, rows_f32 + i * k);
+          w = rows_f32;
+        }
+        float* out_panel = out + block * n + first;
+        if (!outer) {
+          for (int64_t r = 0; r < rows; r += MR)
+            for (int64_t i = 0; i < count; i += NR)
+              micro_any<NR>(count - i, rows - r, w + i * k, k, xb + r * x_stride, x_stride,
+                            out_panel + r * n + i, n);
+          continue;
+        }
+        float* sums = scratch(sums_buffer, panel * padded);
+        for (int64_t r = 0; r < padded; r += TILE_ROWS) {
+          int64_t vectors = padded - r < TILE_ROWS ? (padded - r) / 8 : TILE_V;
+          for (int64_t i = 0; i < count; i += TILE_W)
+            any_tile<TILE_W>(count - i, vectors, w + i * k, k, xt + r * k, sums + i * padded + r,
+                             padded);
+        }
+        for (int64_t r = 0; r < rows; r++)
+          for (int64_t i = 0; i < count; i++) out_panel[r * n + i] = sums[i * padded + r];
       }
-      for (int64_t r = block; r < end; r += MR)
-        for (int64_t i = 0; i < count; i += NR)
-          micro_any<NR>(count - i, end - r, w + i * k, k, x + r * x_stride, x_stride,
-                        out + r * n + first + i, n);
     }
   }
 }
