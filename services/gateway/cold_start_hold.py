@@ -156,8 +156,10 @@ class ColdStartHold:
                 await self._report(report)
             except Exception as exc:  # the hold itself still works; the router learns later
                 log.warning("held_report_failed", error=str(exc)[:200])
-            if not self.held:
+            if not report.held:
                 return  # the report of nothing held was the last one needed
+            # Holds that ended while that report was in flight set _changed, so
+            # the next pass reports them at once (down to the empty report).
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), ttl / 3)
 

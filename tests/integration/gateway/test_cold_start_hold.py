@@ -71,6 +71,34 @@ async def test_held_requests_are_reported_and_served_once_a_replica_is_ready(rou
         await hold.close()
 
 
+async def test_holds_that_end_during_a_report_in_flight_are_withdrawn(router):
+    """Every hold ends while a report counting them is on the wire: one more follows."""
+    catalog = Catalog()
+    in_flight, go_on, stale_landed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def slow_report(report):
+        if not report.held:
+            return await router.ReportHeld(report)
+        in_flight.set()
+        await go_on.wait()
+        answer = await router.ReportHeld(report)
+        stale_landed.set()
+        return answer
+
+    hold = ColdStartHold(catalog, slow_report, HoldLimits(poll_seconds=0.01))
+    try:
+        waiting = asyncio.create_task(hold.until_ready("cold", "t"))
+        await in_flight.wait()
+        catalog.ready_replicas = 1
+        await waiting
+        assert not hold.held
+        go_on.set()  # the report of one held lands after the hold ended
+        await stale_landed.wait()
+        await wait_for(lambda: _eq(held_at_router(router), 0), "the hold withdrawn")
+    finally:
+        await hold.close()
+
+
 async def test_past_the_limits_503_with_retry_after_from_the_observed_cold_start(router):
     catalog = Catalog()
     now = [0.0]
