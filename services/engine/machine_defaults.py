@@ -30,17 +30,16 @@ OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 # multiplies the FLOP/s again, a GPU's ratio is some 10x a CPU's. Estimates.
 VERIFY_ROWS = {"avx2": 20, "avx512": 40, "bf16": 80, "cuda": 320}
 # Rows a step computes (decode rows + prefill tokens) from which it runs on
-# every core. On the 2-core AMD EPYC (avx2), through the whole stack on a quiet
-# machine, two threads gained 14% at 32 streams (issue #13's table: 138.7 vs
-# 121.5 tok/s), 6% at 8 (session 4: 47.4 vs 44.7) and lost 11% at one (11.0
-# vs 12.4); beside other work (load 5-7) they lost at every batch from 1 to
-# 64, float32 and int8 (benchmarks/results/step_threads_*.json). 32 is where the
-# quiet gain is clear; below it a preemption costs more than the core adds.
-# With the step native (session 8) a free second core sped 1-16-row steps up
-# 1.15-1.6x in one process, and lost 4-14% when another process held a core;
-# through the stack (1 and 8 streams, two rounds, load 2-3.5) two threads did
-# not beat one (benchmarks/results/narrow_threads*.json, peers_narrow_threads*.json).
-WIDE_ROWS = 32
+# every core: every step. Narrow steps had been left one core fewer, for the
+# serving process (sessions 4-8: through the stack a team of two lost to one
+# thread at 1 and 8 streams, beside other work). With the decode step one
+# native call and int8 dot products (session 9), on a quiet 2-core AMD EPYC
+# (first-generation Zen, avx2; session 11), every step on both cores served
+# 1.24x the tokens/s at 1 stream and 1.35x at 8 in int8 (three runs each, both
+# orders), 1.27x and 1.46x in float32 (two, ABBA; docs/engine.md).
+# --compute-wide-rows 32 keeps the old choice for a machine whose other work
+# holds a core.
+WIDE_ROWS = 1
 
 
 @dataclass(frozen=True)
@@ -68,24 +67,19 @@ def _threads(machine: MachineProfile) -> Choice:
     return Choice(cores, why)
 
 
-def _wide_rows(machine: MachineProfile, on_cuda: bool) -> Choice:
+def _wide_rows(on_cuda: bool) -> Choice:
     """Rows from which a step computes on every core instead of leaving one to the serving side.
 
-    An OpenMP team waits at each op for its slowest thread, so one thread
-    preempted by the serving process (it wakes for every token) or a
-    neighbour stalls the whole step: on the 2-core AMD EPYC (avx2) one core
-    thread beat two at 1 and 8 streams (core_threads_bench, docs/engine.md).
-    A wide step's matmuls are long and compute-bound: a preemption costs them
-    little and the last core adds nearly its share.
+    An OpenMP team waits at each op for its slowest thread, so a thread
+    preempted by the serving process or a neighbour stalls the whole step;
+    measured through the stack, the second core now pays more than that costs.
     """
     if on_cuda:
         return Choice(1, "CUDA computes the step; the CPU threads only launch it")
-    if machine.compute_cores == 1:
-        return Choice(1, "one core: nothing to leave over")
     return Choice(
         WIDE_ROWS,
-        f"from {WIDE_ROWS} rows every core gained on the quiet 2-core AVX2 EPYC (docs/engine.md); "
-        "narrower steps leave one core to the serving process",
+        "every step on every core: through the stack on the quiet 2-core AVX2 EPYC it served "
+        "1.24-1.46x the tokens/s of narrow steps on one core fewer (docs/engine.md)",
     )
 
 
@@ -135,7 +129,7 @@ def derive(
     return {
         "dtype": machine_dtype(machine, on_cuda),
         "torch_threads": _threads(machine),
-        "compute_wide_rows": _wide_rows(machine, on_cuda),
+        "compute_wide_rows": _wide_rows(on_cuda),
         "omp": _omp(),
         "quantization": _quantization(),
         "speculative_max_batch": _spec_max_batch(machine, on_cuda, draft_tokens, max_num_seqs),

@@ -57,7 +57,8 @@ class EngineSettings(ServiceSettings):
         ge=0,
         description="rows a step computes (decode rows + prefill tokens) from which the core "
         "computes on all --torch-threads; narrower steps leave one core to the serving side; "
-        "0 = auto: per machine (services/engine/machine_defaults.py); 1 = every step",
+        "0 = auto: 1 (every step; measured in services/engine/machine_defaults.py); 32 suits "
+        "a machine whose other work holds a core",
     )
     block_size: int = Field(BLOCK_SIZE, gt=0, description="tokens per KV-cache block")
     kv_cache_memory: int = Field(

@@ -3,15 +3,15 @@
 An OpenMP team waits at every op for its slowest thread. On a machine where
 the team holds every core, the serving process (it wakes for every token),
 the gateway, tokenizer and router take one of the team's cores each time they
-run, and a narrow step (a few decode rows: 20-130 ms of native calls bound
-by reading the weights) stalls for as long as they do. On the 2-core AVX2 EPYC
-a free second core sped narrow steps up 1.15-1.6x in one process, but through
-the stack beside other work two threads did not beat one at 1 and 8 streams
-(docs/engine.md). A wide step (32-64 decode rows, a prefill chunk: hundreds of
-ms of compute-bound matmuls) loses little to such a preemption and gains
-nearly the whole core it would leave.
-So a step of `wide_rows` rows or more computes on every thread (--torch-threads),
-a narrower one on one thread fewer, leaving that core to the serving side.
+run, and a narrow step (a few decode rows, bound by reading the weights)
+stalls for as long as they do; a wide step (many decode rows, a prefill
+chunk: compute-bound matmuls) loses little to such a preemption and gains
+nearly the whole core it would leave. So a step of `wide_rows` rows or more
+computes on every thread (--torch-threads), a narrower one on one thread
+fewer, leaving that core to the serving side. The default is 1, every step
+on every thread: with the decode step one native call, the second core pays
+more at 1 and 8 streams than the preemptions cost (machine_defaults.py);
+--compute-wide-rows 32 is for a machine whose other work holds a core.
 
 torch.set_num_threads reaches ATen's own parallel loops, MKL's GEMMs (which
 run on the same libgomp) and the int8/int4 AVX2 kernel, which is given
