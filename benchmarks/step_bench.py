@@ -41,8 +41,13 @@ from services.common.tokenizer_loader import load_tokenizer  # noqa: E402
 from services.engine import native_layers  # noqa: E402
 from services.engine.loader import load_model  # noqa: E402
 from services.engine.offline import offline_engine  # noqa: E402
-from services.engine.quantization.config import METHODS, QuantizationConfig  # noqa: E402
+from services.engine.quantization.config import (  # noqa: E402
+    ACTIVATIONS,
+    METHODS,
+    QuantizationConfig,
+)
 from services.engine.sampling_params import SamplingParams  # noqa: E402
+from services.engine.settings import EngineSettings  # noqa: E402
 
 # torch op name -> class. What matches none is "other ops".
 OP_CLASSES = {
@@ -260,12 +265,20 @@ def main() -> None:
     )
     parser.add_argument("--quantization", choices=METHODS, default="none")
     parser.add_argument("--group-size", type=int, default=64, help="int4: 32 = the GGUF's blocks")
+    parser.add_argument(
+        "--activations",
+        choices=ACTIVATIONS,
+        default=EngineSettings().quantization_activations,
+        help="quantized weights: how narrow kernels take the activations (default: the engine's)",
+    )
     parser.add_argument("--label", default="")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     path = default_model_path()
-    quantization = QuantizationConfig(args.quantization, args.group_size)
+    quantization = QuantizationConfig(
+        args.quantization, args.group_size, activations=args.activations
+    )
     model, config = load_model(path, torch.float32, progress=False, quantization=quantization)
     tokenizer = load_tokenizer(path)
     result = {

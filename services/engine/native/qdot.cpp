@@ -10,7 +10,7 @@
 // chooses it, the perplexity gate measured it (docs/quantization.md).
 //
 // Per block b of 32 inputs, with x ~ d_b * q (q in -127..127):
-//   int8 weights (w in -128..127, one scale s per row):  s * sum_b d_b * <w, q>_b
+//   int8 weights (w in -127..127, one scale s per row):  s * sum_b d_b * <w, q>_b
 //   int4 (level l in 0..15, scale s_g and minimum m_g per group g of 32-128):
 //     sum_b s_g(b) * d_b * <l, q>_b + sum_g m_g * sum_{b in g} d_b * sum(q_b)
 // Output rows are split over threads; each output is summed in one fixed order, so the
@@ -29,10 +29,12 @@ namespace {
 constexpr int64_t BLOCK = 32;
 constexpr int ROWS = 4;  // activation rows a weight row is unpacked for at once
 
-// The activation rows rounded to int8: q [m, k], d [m, k/32], and for int4 each group's
-// sum of the rounded activations times their scales, [m, k/group].
+// The activation rows rounded to int8: q [m, k], d [m, k/32], for int8 weights also the
+// levels' magnitudes |q| [m, k], and for int4 each group's sum of the rounded activations
+// times their scales, [m, k/group].
 struct Quantized {
   const int8_t* q;
+  const uint8_t* magnitude;
   const float* d;
   const float* group_sums;
   int64_t k, blocks, groups;
@@ -40,8 +42,8 @@ struct Quantized {
 
 // 32 floats -> 32 int8 levels, their scale (amax / 127) and the levels' sum. Rounded half
 // to even (the default MXCSR mode), as torch.round does.
-inline void quantize_block(const float* in, bool even_odd, int8_t* out, float* scale,
-                           float* sum) {
+inline void quantize_block(const float* in, bool even_odd, int8_t* out, uint8_t* magnitude,
+                           float* scale, float* sum) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 v[4], amax = _mm256_setzero_ps();
   for (int i = 0; i < 4; i++) {
@@ -69,37 +71,42 @@ inline void quantize_block(const float* in, bool even_odd, int8_t* out, float* s
     bytes = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(bytes, split), 0xD8);
   }
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
+  if (magnitude)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(magnitude), _mm256_abs_epi8(bytes));
 }
 
 // int4 bytes hold element 2j in the low nibble and 2j + 1 in the high one: unpacked as
 // [low nibbles | high nibbles] they are a block's even elements then its odd ones, so an
 // int4 caller's activations are stored in that order (even_odd) and the weight needs no
-// shuffle.
+// shuffle. int8 callers (no group) get the magnitudes.
 Quantized quantize_rows(const float* x, int64_t m, int64_t x_stride, int64_t k, bool even_odd,
                         int64_t group) {
   static thread_local std::vector<int8_t> q;
+  static thread_local std::vector<uint8_t> magnitudes;
   static thread_local std::vector<float> d, group_sums;
   int64_t blocks = k / BLOCK, groups = group ? k / group : 0;
   if (static_cast<int64_t>(q.size()) < m * k) q.resize(m * k);
+  if (!group && static_cast<int64_t>(magnitudes.size()) < m * k) magnitudes.resize(m * k);
   if (static_cast<int64_t>(d.size()) < m * blocks) d.resize(m * blocks);
   if (static_cast<int64_t>(group_sums.size()) < m * groups) group_sums.resize(m * groups);
   for (int64_t r = 0; r < m; r++)
     for (int64_t b = 0; b < blocks; b++) {
       float scale, sum;
-      quantize_block(x + r * x_stride + b * BLOCK, even_odd, q.data() + r * k + b * BLOCK, &scale,
-                     &sum);
+      int64_t at = r * k + b * BLOCK;
+      quantize_block(x + r * x_stride + b * BLOCK, even_odd, q.data() + at,
+                     group ? nullptr : magnitudes.data() + at, &scale, &sum);
       d[r * blocks + b] = scale;
       if (groups) {
         float& group_sum = group_sums[r * groups + b * BLOCK / group];
         group_sum = b * BLOCK % group ? group_sum + scale * sum : scale * sum;
       }
     }
-  return {q.data(), d.data(), group_sums.data(), k, blocks, groups};
+  return {q.data(), magnitudes.data(), d.data(), group_sums.data(), k, blocks, groups};
 }
 
 // 8 int32 sums of 4 products each: maddubs multiplies unsigned bytes by signed ones and
-// adds pairs into int16 (at most 2 * 255 * 127 < 32767 for the operands here: no
-// saturation), madd by ones adds pairs of those into int32.
+// adds pairs into int16 (at most 2 * 127 * 127 or 2 * 15 * 127 < 32767 for the operands
+// here: no saturation), madd by ones adds pairs of those into int32.
 inline __m256i dot32(__m256i unsigned_bytes, __m256i signed_bytes) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned_bytes, signed_bytes),
                            _mm256_set1_epi16(1));
@@ -133,20 +140,20 @@ inline __m256i load32(const int8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
-// int8 weights: maddubs wants one operand unsigned, so |w| (-128 reads as 128) with w's
-// sign moved onto the activations (sign_epi8 also zeroes them where w is 0).
+// int8 weights: maddubs wants one operand unsigned, so the activations' |q| with q's sign
+// moved onto the weights (sign_epi8 also zeroes them where q is 0). One sign_epi8 a block
+// and row: |w| with w's sign on q would take two, and on first-generation Zen the int8
+// body is bound by its instruction count (docs/quantization.md). -w of -128 is no int8:
+// the format's levels stop at -127 (quantize_int8 clamps).
 struct Int8Block {
   const int8_t* w;
-  struct Weights {
-    __m256i signs, magnitude;
-  };
-  Weights weights(int64_t b) const {
-    __m256i v = load32(w + b * BLOCK);
-    return {v, _mm256_sign_epi8(v, v)};
-  }
+  using Weights = __m256i;
+  Weights weights(int64_t b) const { return load32(w + b * BLOCK); }
   __m256 dot(const Weights& v, const Quantized& x, int64_t b, int r) const {
-    __m256i q = _mm256_sign_epi8(load32(x.q + r * x.k + b * BLOCK), v.signs);
-    return _mm256_cvtepi32_ps(dot32(v.magnitude, q));
+    int64_t at = r * x.k + b * BLOCK;
+    __m256i signed_w = _mm256_sign_epi8(v, load32(x.q + at));
+    __m256i magnitude = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.magnitude + at));
+    return _mm256_cvtepi32_ps(dot32(magnitude, signed_w));
   }
   __m256 factor(const Weights&, const Quantized& x, int64_t b, int r) const {
     return _mm256_broadcast_ss(x.d + r * x.blocks + b);
@@ -232,8 +239,8 @@ void over_outputs(const Dot& dot, const Quantized& x, int64_t m, int64_t n, floa
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t col = 0; col < n; col++)
     for (int64_t r = 0; r < m; r += ROWS) {
-      Quantized rows{x.q + r * x.k, x.d + r * x.blocks, x.group_sums + r * x.groups,
-                     x.k,           x.blocks,          x.groups};
+      Quantized rows{x.q + r * x.k,      x.magnitude + r * x.k, x.d + r * x.blocks,
+                     x.group_sums + r * x.groups, x.k, x.blocks, x.groups};
       float* o = out + r * n + col;
       switch (m - r < ROWS ? m - r : ROWS) {
         case 4: dot.template run<4>(col, rows, o, n); break;

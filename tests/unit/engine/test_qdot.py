@@ -143,9 +143,10 @@ def test_int4_weights_equal_the_float64_twin_and_stay_in_the_rounding_bound(rows
 
 @needs_kernels
 def test_extreme_weights_and_zero_blocks_do_not_saturate():
-    # -128 against 127 in every pair is maddubs' largest int16 (2 * 128 * 127 < 2^15).
+    # The format's extremes (-127..127, quant_int8_ref.py) against activations of 127 in
+    # every pair: maddubs' largest int16 (2 * 127 * 127 < 2^15), of either sign.
     k = 96
-    q = torch.full((3, k), -128, dtype=torch.int8)
+    q = torch.full((3, k), -127, dtype=torch.int8)
     q[1] = 127
     q[2, ::2] = 0
     scale = torch.ones(3)
@@ -153,7 +154,7 @@ def test_extreme_weights_and_zero_blocks_do_not_saturate():
     x[1, :BLOCK] = 0  # an all-zero block: scale 0, no division by it
     got = call_int8(x, q, scale)
     assert_tight(got, int8_reference(x, q, scale))
-    assert got[0, 0] == -128 * k
+    assert got[0, 0] == -127 * k and got[0, 1] == 127 * k
 
 
 @needs_kernels
