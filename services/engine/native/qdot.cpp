@@ -136,7 +136,7 @@ void dot_blocks(const Block& block, const Quantized& x, __m256 acc[M]) {
   for (int r = 0; r < M; r++) acc[r] = _mm256_add_ps(acc[r], odd[r]);
 }
 
-inline __m256i load32(const int8_t* p) {
+inline __m256i load32(const void* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
@@ -152,8 +152,7 @@ struct Int8Block {
   __m256 dot(const Weights& v, const Quantized& x, int64_t b, int r) const {
     int64_t at = r * x.k + b * BLOCK;
     __m256i signed_w = _mm256_sign_epi8(v, load32(x.q + at));
-    __m256i magnitude = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.magnitude + at));
-    return _mm256_cvtepi32_ps(dot32(magnitude, signed_w));
+    return _mm256_cvtepi32_ps(dot32(load32(x.magnitude + at), signed_w));
   }
   __m256 factor(const Weights&, const Quantized& x, int64_t b, int r) const {
     return _mm256_broadcast_ss(x.d + r * x.blocks + b);
