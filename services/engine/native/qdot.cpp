@@ -19,6 +19,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include <cstring>
 #include <vector>
 
 #include "matmul.h"
@@ -31,12 +32,14 @@ constexpr int ROWS = 4;  // activation rows a weight row is unpacked for at once
 
 // The activation rows rounded to int8: q [m, k], d [m, k/32], for int8 weights also the
 // levels' magnitudes |q| [m, k], and for int4 each group's sum of the rounded activations
-// times their scales, [m, k/group].
+// times their scales, [m, k/group], and each pair of blocks' scales as Int4Pair's
+// products need them, [m, k/64, 8].
 struct Quantized {
   const int8_t* q;
   const uint8_t* magnitude;
   const float* d;
   const float* group_sums;
+  const float* pair_d;
   int64_t k, blocks, groups;
 };
 
@@ -75,33 +78,49 @@ inline void quantize_block(const float* in, bool even_odd, int8_t* out, uint8_t*
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(magnitude), _mm256_abs_epi8(bytes));
 }
 
-// int4 bytes hold element 2j in the low nibble and 2j + 1 in the high one: unpacked as
-// [low nibbles | high nibbles] they are a block's even elements then its odd ones, so an
-// int4 caller's activations are stored in that order (even_odd) and the weight needs no
-// shuffle. int8 callers (no group) get the magnitudes.
-Quantized quantize_rows(const float* x, int64_t m, int64_t x_stride, int64_t k, bool even_odd,
+// int4 bytes hold element 2j in the low nibble and 2j + 1 in the high one, so a 32-byte
+// load of two blocks' weights masks into [b's evens | b+1's evens] and, shifted,
+// [b's odds | b+1's odds]. An int4 caller's activations are stored in that order (pairs),
+// each pair of blocks as its 32 even elements then its 32 odd ones, and the weight needs no
+// shuffle; a last unpaired block is stored as its evens then its odds. int8 callers (no
+// group) get the magnitudes.
+Quantized quantize_rows(const float* x, int64_t m, int64_t x_stride, int64_t k, bool pairs,
                         int64_t group) {
   static thread_local std::vector<int8_t> q;
   static thread_local std::vector<uint8_t> magnitudes;
-  static thread_local std::vector<float> d, group_sums;
-  int64_t blocks = k / BLOCK, groups = group ? k / group : 0;
+  static thread_local std::vector<float> d, group_sums, pair_d;
+  int64_t blocks = k / BLOCK, groups = group ? k / group : 0, pair_count = blocks / 2;
   if (static_cast<int64_t>(q.size()) < m * k) q.resize(m * k);
   if (!group && static_cast<int64_t>(magnitudes.size()) < m * k) magnitudes.resize(m * k);
   if (static_cast<int64_t>(d.size()) < m * blocks) d.resize(m * blocks);
   if (static_cast<int64_t>(group_sums.size()) < m * groups) group_sums.resize(m * groups);
+  if (pairs && static_cast<int64_t>(pair_d.size()) < m * pair_count * 8)
+    pair_d.resize(m * pair_count * 8);
+  int8_t levels[BLOCK];
   for (int64_t r = 0; r < m; r++)
     for (int64_t b = 0; b < blocks; b++) {
       float scale, sum;
-      int64_t at = r * k + b * BLOCK;
-      quantize_block(x + r * x_stride + b * BLOCK, even_odd, q.data() + at,
-                     group ? nullptr : magnitudes.data() + at, &scale, &sum);
+      int8_t* row = q.data() + r * k;
+      bool paired = pairs && b < 2 * pair_count;
+      quantize_block(x + r * x_stride + b * BLOCK, pairs, paired ? levels : row + b * BLOCK,
+                     group ? nullptr : magnitudes.data() + r * k + b * BLOCK, &scale, &sum);
+      if (paired) {
+        // The block's evens and odds go to its half of the pair's evens and odds.
+        int8_t* pair = row + (b & ~int64_t{1}) * BLOCK;
+        int64_t half = (b & 1) * (BLOCK / 2);
+        std::memcpy(pair + half, levels, BLOCK / 2);
+        std::memcpy(pair + BLOCK + half, levels + BLOCK / 2, BLOCK / 2);
+        float* lanes = pair_d.data() + (r * pair_count + b / 2) * 8 + (b & 1) * 4;
+        for (int i = 0; i < 4; i++) lanes[i] = scale;
+      }
       d[r * blocks + b] = scale;
       if (groups) {
         float& group_sum = group_sums[r * groups + b * BLOCK / group];
         group_sum = b * BLOCK % group ? group_sum + scale * sum : scale * sum;
       }
     }
-  return {q.data(), magnitudes.data(), d.data(), group_sums.data(), k, blocks, groups};
+  return {q.data(), magnitudes.data(), d.data(), group_sums.data(), pair_d.data(),
+          k,        blocks,            groups};
 }
 
 // 8 int32 sums of 4 products each: maddubs multiplies unsigned bytes by signed ones and
@@ -112,26 +131,27 @@ inline __m256i dot32(__m256i unsigned_bytes, __m256i signed_bytes) {
                            _mm256_set1_epi16(1));
 }
 
-// Two accumulators a row, for the even and the odd blocks: with one, each FMA would wait
-// for the previous block's (4-5 cycles), which at one row is longer than a block's work.
-// Block is the weight format's: weights(b) unpacks block b, dot() gives its 8 integer sums
-// with activation row r as floats, factor() what they are worth (the scales).
-template <int M, class Block>
-void dot_blocks(const Block& block, const Quantized& x, __m256 acc[M]) {
+// Two accumulators a row, for the even and the odd units: with one, each FMA would wait
+// for the previous unit's (4-5 cycles), which at one row is longer than a unit's work.
+// A unit is the weight format's (a block of 32 for int8, a pair of blocks for int4):
+// weights(u) unpacks unit u, dot() gives its 8 integer sums with activation row r as
+// floats, factor() what they are worth (the scales).
+template <int M, class Unit>
+void dot_units(const Unit& unit, const Quantized& x, int64_t units, __m256 acc[M]) {
   __m256 odd[M];
   for (int r = 0; r < M; r++) acc[r] = odd[r] = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= x.blocks; b += 2) {
-    typename Block::Weights w0 = block.weights(b), w1 = block.weights(b + 1);
+  int64_t u = 0;
+  for (; u + 2 <= units; u += 2) {
+    typename Unit::Weights w0 = unit.weights(u), w1 = unit.weights(u + 1);
     for (int r = 0; r < M; r++) {
-      acc[r] = _mm256_fmadd_ps(block.dot(w0, x, b, r), block.factor(w0, x, b, r), acc[r]);
-      odd[r] = _mm256_fmadd_ps(block.dot(w1, x, b + 1, r), block.factor(w1, x, b + 1, r), odd[r]);
+      acc[r] = _mm256_fmadd_ps(unit.dot(w0, x, u, r), unit.factor(w0, x, u, r), acc[r]);
+      odd[r] = _mm256_fmadd_ps(unit.dot(w1, x, u + 1, r), unit.factor(w1, x, u + 1, r), odd[r]);
     }
   }
-  if (b < x.blocks) {
-    typename Block::Weights w = block.weights(b);
+  if (u < units) {
+    typename Unit::Weights w = unit.weights(u);
     for (int r = 0; r < M; r++)
-      acc[r] = _mm256_fmadd_ps(block.dot(w, x, b, r), block.factor(w, x, b, r), acc[r]);
+      acc[r] = _mm256_fmadd_ps(unit.dot(w, x, u, r), unit.factor(w, x, u, r), acc[r]);
   }
   for (int r = 0; r < M; r++) acc[r] = _mm256_add_ps(acc[r], odd[r]);
 }
@@ -159,11 +179,47 @@ struct Int8Block {
   }
 };
 
-// int4 levels 0..15 are unsigned already; the group's scale joins the block's factor.
-struct Int4Block {
+// int4 levels 0..15 are unsigned already, and two blocks go through one madd: their
+// maddubs sums (at most 2 * 15 * 127 each) add in int16 without overflow, and leave the
+// low four int32 lanes block b's, the high four block b+1's, so that one convert and one
+// FMA with [factor of b x4 | factor of b+1 x4] serve both. Per block that is half the
+// instructions of a block at a time, which bound this kernel on first-generation Zen.
+struct Int4Pair {
   const uint8_t* packed;
   const float* scales;
   int group_shift;  // log2 of blocks per group
+  struct Weights {
+    __m256i evens, odds;
+    __m256 scale;
+  };
+  Weights weights(int64_t p) const {
+    __m256i bytes = load32(packed + p * BLOCK);
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    return {_mm256_and_si256(bytes, nibble),
+            _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), scale(2 * p)};
+  }
+  __m256 scale(int64_t b) const {
+    if (group_shift) return _mm256_broadcast_ss(scales + (b >> group_shift));  // one group
+    __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scales + b)));
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
+                                    _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+  }
+  __m256 dot(const Weights& v, const Quantized& x, int64_t p, int r) const {
+    const int8_t* q = x.q + r * x.k + p * 2 * BLOCK;
+    __m256i sums = _mm256_add_epi16(_mm256_maddubs_epi16(v.evens, load32(q)),
+                                    _mm256_maddubs_epi16(v.odds, load32(q + BLOCK)));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(sums, _mm256_set1_epi16(1)));
+  }
+  __m256 factor(const Weights& v, const Quantized& x, int64_t p, int r) const {
+    return _mm256_mul_ps(v.scale, _mm256_loadu_ps(x.pair_d + (r * (x.blocks / 2) + p) * 8));
+  }
+};
+
+// A last unpaired block: its 16 bytes unpacked as [low nibbles | high nibbles].
+struct Int4Block {
+  const uint8_t* packed;
+  const float* scales;
+  int group_shift;
   struct Weights {
     __m256i levels;
     float scale;
@@ -185,7 +241,7 @@ template <int M>
 void int8_dot_rows(const int8_t* w, float scale, const Quantized& x, float* out,
                    int64_t out_stride) {
   __m256 acc[M];
-  dot_blocks<M>(Int8Block{w}, x, acc);
+  dot_units<M>(Int8Block{w}, x, x.blocks, acc);
   for (int r = 0; r < M; r++) out[r * out_stride] = scale * vec::sum8(acc[r]);
 }
 
@@ -194,7 +250,14 @@ void int4_dot_rows(const uint8_t* packed, const float* scales, const float* mins
                    const Quantized& x, float* out, int64_t out_stride) {
   int shift = __builtin_ctzll(group / BLOCK);
   __m256 acc[M];
-  dot_blocks<M>(Int4Block{packed, scales, shift}, x, acc);
+  dot_units<M>(Int4Pair{packed, scales, shift}, x, x.blocks / 2, acc);
+  if (x.blocks & 1) {
+    Int4Block last{packed, scales, shift};
+    int64_t b = x.blocks - 1;
+    Int4Block::Weights w = last.weights(b);
+    for (int r = 0; r < M; r++)
+      acc[r] = _mm256_fmadd_ps(last.dot(w, x, b, r), last.factor(w, x, b, r), acc[r]);
+  }
   for (int r = 0; r < M; r++) {
     // The minimums' term, 8 groups a vector: a scalar loop here cost as much as the
     // levels' dot products at group 32.
@@ -238,8 +301,14 @@ void over_outputs(const Dot& dot, const Quantized& x, int64_t m, int64_t n, floa
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t col = 0; col < n; col++)
     for (int64_t r = 0; r < m; r += ROWS) {
-      Quantized rows{x.q + r * x.k,      x.magnitude + r * x.k, x.d + r * x.blocks,
-                     x.group_sums + r * x.groups, x.k, x.blocks, x.groups};
+      Quantized rows{x.q + r * x.k,
+                     x.magnitude + r * x.k,
+                     x.d + r * x.blocks,
+                     x.group_sums + r * x.groups,
+                     x.pair_d + r * (x.blocks / 2) * 8,
+                     x.k,
+                     x.blocks,
+                     x.groups};
       float* o = out + r * n + col;
       switch (m - r < ROWS ? m - r : ROWS) {
         case 4: dot.template run<4>(col, rows, o, n); break;
