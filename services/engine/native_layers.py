@@ -58,7 +58,7 @@ class _Weight(ctypes.Structure):
         ("bias", ctypes.c_void_p),
         ("n", ctypes.c_int64),
         ("k", ctypes.c_int64),
-        ("activations", ctypes.c_int64),
+        ("integer_rows", ctypes.c_int64),
     ]
 
 
@@ -169,8 +169,10 @@ def _weight(module: nn.Module, kept: list) -> _Weight | None:
         return None
     if None in parts:
         return None
-    # matmul.h's ACTIVATIONS_*: int8 rounds them for qdot.cpp's integer row kernels.
-    return _Weight(*parts, bias_ptr, n, k, int(getattr(module, "int8_activations", False)))
+    # int8 activations: qdot.cpp's integer row kernels, up to their crossover.
+    integer = getattr(module, "int8_activations", False)
+    integer_rows = cpu_kernel.MAX_INTEGER_ROW_KERNEL_ROWS if integer else 0
+    return _Weight(*parts, bias_ptr, n, k, integer_rows)
 
 
 def _describe(layer: DecoderLayer) -> tuple[_Layer, list[torch.Tensor]] | None:

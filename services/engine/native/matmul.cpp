@@ -455,7 +455,7 @@ void linear_rows(MakeRow make_row, const NativeWeight& w, const float* x, int64_
 void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                    float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads) {
   const int64_t k = w.k;
-  bool integer_dot = w.activations == ACTIVATIONS_INT8 && m <= row_kernel_rows && k % 32 == 0;
+  bool integer_dot = m <= w.integer_rows && k % 32 == 0;
   if (integer_dot && w.format == WEIGHT_INT8) {
     int8_qdot(static_cast<const int8_t*>(w.data), w.scales, w.n, k, x, m, x_stride, out, threads);
   } else if (integer_dot && w.format == WEIGHT_INT4) {

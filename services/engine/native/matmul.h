@@ -6,9 +6,6 @@
 #include <stdint.h>
 
 enum : int64_t { WEIGHT_FLOAT32 = 0, WEIGHT_INT8 = 1, WEIGHT_INT4 = 2 };
-// How the row kernel takes the activations of a quantized weight: as they are, or rounded
-// to int8 per block of 32 for integer dot products (qdot.cpp).
-enum : int64_t { ACTIVATIONS_FLOAT32 = 0, ACTIVATIONS_INT8 = 1 };
 
 struct NativeWeight {
   int64_t format;      // WEIGHT_*
@@ -18,7 +15,9 @@ struct NativeWeight {
   int64_t group;       // int4 group size, a multiple of 32
   const float* bias;   // [n] or null
   int64_t n, k;
-  int64_t activations;  // ACTIVATIONS_*, for int8 and int4 up to row_kernel_rows rows
+  // int8 and int4: up to this many rows the activations are rounded to int8 per block of
+  // 32 for qdot.cpp's integer row kernels (0: never, they stay float32).
+  int64_t integer_rows;
 };
 
 // out [m, n] (contiguous) = x [m, k] (row stride x_stride) @ W^T + bias: the row kernel up

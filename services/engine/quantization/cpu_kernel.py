@@ -30,6 +30,12 @@ from services.engine.native import library as native
 # and session 6's dequantized L2 tiles + torch.mm at 32-128, and ahead of float32's
 # F.linear up to 256 rows, prefill included).
 MAX_ROW_KERNEL_ROWS = 4
+# The integer row kernels (native/qdot.cpp, int8 activations) against the panel GEMM, over
+# the 30 layers' shapes at 2 threads (first-generation Zen, AMD EPYC family 23 model 1,
+# avx2; ad-hoc harness, 8 alternating rounds, docs/quantization.md): int4-g32 0.62x /
+# 0.73x / 0.92x / 0.95x the GEMM's time at 4 / 5 / 6 / 8 rows and 1.05x at 12, int8
+# 0.69x / 0.79x / 0.83x / 0.89x and 1.07x.
+MAX_INTEGER_ROW_KERNEL_ROWS = 8
 # 54 float32 rows of SmolLM2's 576 inputs: a quarter of the EPYC's 512 KiB L2 per core,
 # leaving room for the activations; 32-256 KiB measured within noise of each other.
 PANEL_BYTES = 128 * 1024
@@ -76,14 +82,12 @@ def int8_matmul(
 ) -> torch.Tensor:
     """rows float32 [M, K] @ (q int8 [N, K] * scale float32 [N])^T -> [M, N].
 
-    int8_activations: up to MAX_ROW_KERNEL_ROWS rows, the rows rounded to int8 per
-    block of 32 and integer dot products (native/qdot.cpp), where K allows.
+    int8_activations: up to MAX_INTEGER_ROW_KERNEL_ROWS rows, the rows rounded to int8
+    per block of 32 and integer dot products (native/qdot.cpp), where K allows.
     """
     lib = library()
     weight = (q.data_ptr(), scale.data_ptr())
-    row_kernel = (
-        lib.int8_matmul_q8 if _integer(int8_activations, q.shape[1]) else lib.int8_matmul_f32
-    )
+    row_kernel = _row_kernel(int8_activations, q.shape[1], lib.int8_matmul_q8, lib.int8_matmul_f32)
     return _matmul(rows, *q.shape, weight, row_kernel, lib.int8_gemm_f32)
 
 
@@ -100,21 +104,25 @@ def int4_matmul(
     lib = library()
     n, k = packed.shape[0], packed.shape[1] * 2
     weight = (packed.data_ptr(), scales.data_ptr(), mins.data_ptr(), group_size)
-    row_kernel = lib.int4_matmul_q8 if _integer(int8_activations, k) else lib.int4_matmul_f32
+    row_kernel = _row_kernel(int8_activations, k, lib.int4_matmul_q8, lib.int4_matmul_f32)
     return _matmul(rows, n, k, weight, row_kernel, lib.int4_gemm_f32)
 
 
-def _integer(int8_activations: bool, k: int) -> bool:
-    return int8_activations and k % ACTIVATION_BLOCK == 0
+def _row_kernel(int8_activations: bool, k: int, integer, floats) -> tuple:
+    """The row kernel to take and up to how many rows."""
+    if int8_activations and k % ACTIVATION_BLOCK == 0:
+        return integer, MAX_INTEGER_ROW_KERNEL_ROWS
+    return floats, MAX_ROW_KERNEL_ROWS
 
 
-def _matmul(rows: torch.Tensor, n: int, k: int, weight: tuple, matmul, gemm) -> torch.Tensor:
+def _matmul(rows: torch.Tensor, n: int, k: int, weight: tuple, row_kernel, gemm) -> torch.Tensor:
     """The row kernel for a few rows, the panel GEMM for more; weight is the library's arguments."""
+    matmul, row_limit = row_kernel
     threads = torch.get_num_threads()
     rows = rows.contiguous()
     m = rows.shape[0]
     out = torch.empty(m, n)
-    if m <= MAX_ROW_KERNEL_ROWS:
+    if m <= row_limit:
         matmul(rows.data_ptr(), m, rows.stride(0), *weight, n, k, out.data_ptr(), threads)
     else:
         gemm(

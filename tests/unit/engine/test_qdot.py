@@ -28,7 +28,8 @@ needs_kernels = pytest.mark.skipif(
 )
 
 BLOCK = 32
-ROWS = [1, 2, 3, 4]
+# Up to cpu_kernel.MAX_INTEGER_ROW_KERNEL_ROWS, in chunks of 4 and a remainder.
+ROWS = [1, 2, 3, 4, 5, 8]
 # None a multiple of 256 (a kernel unrolled that far would read past the row).
 INT8_INPUTS = [96, 160, 576, 1536]
 INT4_CASES = [(32, 96), (32, 576), (64, 576), (64, 1536), (128, 384), (128, 640)]
@@ -158,6 +159,20 @@ def test_extreme_weights_and_zero_blocks_do_not_saturate():
 
 
 @needs_kernels
+@pytest.mark.parametrize("k", [64, 96])  # pairs of blocks only; and a last block alone
+def test_int4_pairs_of_extreme_blocks_do_not_saturate(k):
+    # Level 15 everywhere against activations of 127: a pair's int16 sums (two maddubs
+    # added, at most 2 * 2 * 15 * 127 < 2^15) at their largest, of either sign.
+    packed = torch.full((2, k // 2), 0xFF, dtype=torch.uint8)
+    scales, mins = torch.ones(2, k // BLOCK), torch.zeros(2, k // BLOCK)
+    x = torch.ones(2, k)
+    x[1] = -1
+    got = call_int4(x, packed, scales, mins, BLOCK)
+    assert_tight(got, int4_reference(x, packed, scales, mins, BLOCK))
+    assert torch.allclose(got[:, 0], torch.tensor([15.0 * k, -15.0 * k]))
+
+
+@needs_kernels
 @pytest.mark.parametrize("fmt", ["int8", "int4-g64"])
 def test_two_threads_give_the_bits_one_does(fmt):
     k, x = 576, torch.randn(3, 576)
@@ -185,7 +200,7 @@ def activations_on(module: torch.nn.Module) -> torch.nn.Module:
 
 @needs_kernels
 @pytest.mark.parametrize("fmt", ["int8", "int4-g32", "int4-g64"])
-@pytest.mark.parametrize("tokens", [1, 3, 5])
+@pytest.mark.parametrize("tokens", [1, 5, 9])
 @torch.inference_mode()
 def test_the_native_layer_halves_take_the_setting_as_the_modules_do(fmt, tokens):
     # The torch halves call each module's matmul (cpu_kernel); the native ones reach
@@ -203,7 +218,7 @@ def test_the_native_layer_halves_take_the_setting_as_the_modules_do(fmt, tokens)
         assert relative_error(got, want) <= 1e-5
     unrounded = native_layers.NativeHalves.of(built).outputs(attended, residual)[0]
     # Up to the row kernel's rows the setting arrived (rounded); above, the GEMM ignores it.
-    rounds = tokens <= cpu_kernel.MAX_ROW_KERNEL_ROWS
+    rounds = tokens <= cpu_kernel.MAX_INTEGER_ROW_KERNEL_ROWS
     assert torch.equal(ours[0], unrounded) is not rounds
 
 
