@@ -19,7 +19,6 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#include <cstring>
 #include <vector>
 
 #include "matmul.h"
@@ -44,9 +43,10 @@ struct Quantized {
 };
 
 // 32 floats -> 32 int8 levels, their scale (amax / 127) and the levels' sum. Rounded half
-// to even (the default MXCSR mode), as torch.round does.
-inline void quantize_block(const float* in, bool even_odd, int8_t* out, uint8_t* magnitude,
-                           float* scale, float* sum) {
+// to even (the default MXCSR mode), as torch.round does. The levels' first 16 (with
+// even_odd: the 16 even elements) go to low, the other 16 to high.
+inline void quantize_block(const float* in, bool even_odd, int8_t* low, int8_t* high,
+                           uint8_t* magnitude, float* scale, float* sum) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 v[4], amax = _mm256_setzero_ps();
   for (int i = 0; i < 4; i++) {
@@ -73,7 +73,8 @@ inline void quantize_block(const float* in, bool even_odd, int8_t* out, uint8_t*
                                            0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     bytes = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(bytes, split), 0xD8);
   }
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(low), _mm256_castsi256_si128(bytes));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(high), _mm256_extracti128_si256(bytes, 1));
   if (magnitude)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(magnitude), _mm256_abs_epi8(bytes));
 }
@@ -96,20 +97,17 @@ Quantized quantize_rows(const float* x, int64_t m, int64_t x_stride, int64_t k, 
   if (static_cast<int64_t>(group_sums.size()) < m * groups) group_sums.resize(m * groups);
   if (pairs && static_cast<int64_t>(pair_d.size()) < m * pair_count * 8)
     pair_d.resize(m * pair_count * 8);
-  int8_t levels[BLOCK];
   for (int64_t r = 0; r < m; r++)
     for (int64_t b = 0; b < blocks; b++) {
       float scale, sum;
-      int8_t* row = q.data() + r * k;
+      int8_t* at = q.data() + r * k + b * BLOCK;
       bool paired = pairs && b < 2 * pair_count;
-      quantize_block(x + r * x_stride + b * BLOCK, pairs, paired ? levels : row + b * BLOCK,
+      // A paired block's evens and odds go to its half of the pair's evens and odds.
+      int8_t* low = paired ? at - (b & 1) * (BLOCK / 2) : at;
+      int8_t* high = low + (paired ? BLOCK : BLOCK / 2);
+      quantize_block(x + r * x_stride + b * BLOCK, pairs, low, high,
                      group ? nullptr : magnitudes.data() + r * k + b * BLOCK, &scale, &sum);
       if (paired) {
-        // The block's evens and odds go to its half of the pair's evens and odds.
-        int8_t* pair = row + (b & ~int64_t{1}) * BLOCK;
-        int64_t half = (b & 1) * (BLOCK / 2);
-        std::memcpy(pair + half, levels, BLOCK / 2);
-        std::memcpy(pair + BLOCK + half, levels + BLOCK / 2, BLOCK / 2);
         float* lanes = pair_d.data() + (r * pair_count + b / 2) * 8 + (b & 1) * 4;
         for (int i = 0; i < 4; i++) lanes[i] = scale;
       }
@@ -137,6 +135,13 @@ inline __m256i dot32(__m256i unsigned_bytes, __m256i signed_bytes) {
 // weights(u) unpacks unit u, dot() gives its 8 integer sums with activation row r as
 // floats, factor() what they are worth (the scales).
 template <int M, class Unit>
+inline void add_unit(const Unit& unit, const Quantized& x, int64_t u, __m256 acc[M]) {
+  typename Unit::Weights w = unit.weights(u);
+  for (int r = 0; r < M; r++)
+    acc[r] = _mm256_fmadd_ps(unit.dot(w, x, u, r), unit.factor(w, x, u, r), acc[r]);
+}
+
+template <int M, class Unit>
 void dot_units(const Unit& unit, const Quantized& x, int64_t units, __m256 acc[M]) {
   __m256 odd[M];
   for (int r = 0; r < M; r++) acc[r] = odd[r] = _mm256_setzero_ps();
@@ -148,11 +153,7 @@ void dot_units(const Unit& unit, const Quantized& x, int64_t units, __m256 acc[M
       odd[r] = _mm256_fmadd_ps(unit.dot(w1, x, u + 1, r), unit.factor(w1, x, u + 1, r), odd[r]);
     }
   }
-  if (u < units) {
-    typename Unit::Weights w = unit.weights(u);
-    for (int r = 0; r < M; r++)
-      acc[r] = _mm256_fmadd_ps(unit.dot(w, x, u, r), unit.factor(w, x, u, r), acc[r]);
-  }
+  if (u < units) add_unit<M>(unit, x, u, acc);
   for (int r = 0; r < M; r++) acc[r] = _mm256_add_ps(acc[r], odd[r]);
 }
 
@@ -251,13 +252,7 @@ void int4_dot_rows(const uint8_t* packed, const float* scales, const float* mins
   int shift = __builtin_ctzll(group / BLOCK);
   __m256 acc[M];
   dot_units<M>(Int4Pair{packed, scales, shift}, x, x.blocks / 2, acc);
-  if (x.blocks & 1) {
-    Int4Block last{packed, scales, shift};
-    int64_t b = x.blocks - 1;
-    Int4Block::Weights w = last.weights(b);
-    for (int r = 0; r < M; r++)
-      acc[r] = _mm256_fmadd_ps(last.dot(w, x, b, r), last.factor(w, x, b, r), acc[r]);
-  }
+  if (x.blocks & 1) add_unit<M>(Int4Block{packed, scales, shift}, x, x.blocks - 1, acc);
   for (int r = 0; r < M; r++) {
     // The minimums' term, 8 groups a vector: a scalar loop here cost as much as the
     // levels' dot products at group 32.
