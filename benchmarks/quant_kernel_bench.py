@@ -36,8 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.results_file import update_results
-from kernels.quant_int4_ref import quantize_int4
-from kernels.quant_int8_ref import quantize_int8
+from maas_kernels.quant_int4_ref import quantize_int4
+from maas_kernels.quant_int8_ref import quantize_int8
 from services.engine.quantization import cpu_kernel
 
 # (out_features, in_features): qkv_proj, o_proj, gate_up_proj, down_proj.

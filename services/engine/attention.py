@@ -5,7 +5,7 @@ from itertools import pairwise
 import torch
 import torch.nn.functional as F
 
-from kernels import paged_attention_decode
+from maas_kernels import paged_attention_decode
 from services.engine import native_attention
 from services.engine.attention_metadata import AttentionMetadata, DecodeGroup
 
@@ -25,8 +25,8 @@ def paged_attention(
     k_cache and v_cache are one layer's pool, [blocks, block_size, kv_heads, head_dim].
     Returns [tokens, heads, head_dim].
 
-    use_kernel is set where the model runs Triton (kernels.ops.uses_triton): the
-    decodes then run kernels.paged_attention_decode, which reads each sequence's blocks in
+    use_kernel is set where the model runs Triton (maas_kernels.ops.uses_triton): the
+    decodes then run maas_kernels.paged_attention_decode, which reads each sequence's blocks in
     place through its block table instead of gathering them for SDPA. On a CPU with the
     native library (float32) they run services/engine/native_attention.py, which reads
     them in place too; elsewhere, the torch path below: grouped gathers and SDPA.

@@ -3,7 +3,7 @@
 A layer is dense work around paged attention (model.DecoderLayer): the
 residual add and RMSNorm, the fused q/k/v projection and rotary before it; the
 output projection, the next residual add and RMSNorm and the MLP after it
-(on the CPU inductor traces through kernels.ops into the torch twins). Paged
+(on the CPU inductor traces through maas_kernels.ops into the torch twins). Paged
 attention stays eager: its layout is data (block tables, one call per prefill
 chunk) and it writes the pool in place. Each half compiles once into a graph every layer shares (the
 layer's weights are inputs of the graph, not constants in it), with the token

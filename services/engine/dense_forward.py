@@ -3,16 +3,16 @@
 No KV cache and no paging, so autograd can run through it: `maas
 distill-draft` trains a draft model with it, and tests use it as the
 reference the paged forward must match. It calls the plain-torch twins of the
-kernels (kernels/*_ref.py) directly, never kernels.ops: on a GPU too it stays
+kernels (maas_kernels/*_ref.py) directly, never maas_kernels.ops: on a GPU too it stays
 the reference, and stays differentiable.
 """
 
 import torch
 import torch.nn.functional as F
 
-from kernels.activation_ref import silu_and_mul_reference
-from kernels.rms_norm_ref import rms_norm_residual_reference
-from kernels.rotary_ref import rotary_cos_sin_reference, rotary_embedding_reference
+from maas_kernels.activation_ref import silu_and_mul_reference
+from maas_kernels.rms_norm_ref import rms_norm_residual_reference
+from maas_kernels.rotary_ref import rotary_cos_sin_reference, rotary_embedding_reference
 from services.engine.model import LlamaForCausalLM, RMSNorm
 
 

@@ -4,21 +4,21 @@ A forward pass takes the new tokens of several sequences back to back, so one
 call can prefill prompts in chunks, decode a batch, or mix both; the linear
 layers see one flat batch of tokens with no padding.
 
-One path for every device: the modules call kernels/ (kernels.ops), which runs
+One path for every device: the modules call maas_kernels/ (maas_kernels.ops), which runs
 the Triton kernel on a CUDA tensor and its plain-torch twin anywhere else, so
 the CPU serves the twins and tests hold them to transformers token for token
 (dense_forward.py is the reference the paged forward must match). The
 residual stream travels beside the hidden states so that each residual add is
 fused into the RMSNorm after it (DecoderLayer.forward). Quantized linear layers
-call kernels.int8_matmul and kernels.int4_matmul, which pick by device too.
+call maas_kernels.int8_matmul and maas_kernels.int4_matmul, which pick by device too.
 """
 
 import torch
 from torch import nn
 
-from kernels import rms_norm_residual, rotary_embedding, silu_and_mul
-from kernels.ops import uses_triton
-from kernels.rotary_ref import rotary_cos_sin_reference
+from maas_kernels import rms_norm_residual, rotary_embedding, silu_and_mul
+from maas_kernels.ops import uses_triton
+from maas_kernels.rotary_ref import rotary_cos_sin_reference
 from services.engine import cpu_linear
 from services.engine.attention import paged_attention
 from services.engine.attention_metadata import AttentionMetadata

@@ -14,7 +14,7 @@ from functools import cache
 
 import torch
 
-from kernels import ops
+from maas_kernels import ops
 from services.engine.attention_metadata import AttentionMetadata
 from services.engine.native import library as native
 

@@ -3,7 +3,7 @@
 DecoderLayer.attention_inputs and attention_outputs (model.py) are ~90 torch
 calls a layer from Python, 1-10 us each: about half of a batch-1 decode step
 on the CPU, more than reading the weights. Where the layer halves apply (a
-CPU model in float32, the native library built, kernels.ops not forcing
+CPU model in float32, the native library built, maas_kernels.ops not forcing
 Triton, projections in float32, int8 or float32-scaled int4), install()
 gathers every layer's weight pointers once into a ctypes structure and
 replaces the two methods on the layer with calls that do the same arithmetic
@@ -19,7 +19,7 @@ from functools import cache
 import torch
 from torch import nn
 
-from kernels import ops
+from maas_kernels import ops
 from services.engine import native_attention
 from services.engine.attention_metadata import AttentionMetadata
 from services.engine.kv_cache import PagedKVCache

@@ -21,7 +21,7 @@ def test_every_copied_path_exists_and_every_package_is_copied():
     copied = re.findall(r"^COPY (?!--from)(\S+(?: \S+)*) \S+$", DOCKERFILE, re.M)
     sources = [s for line in copied for s in line.split()]
     assert sources and all((ROOT / s).exists() for s in sources), sources
-    top_level = {"proto", "services", "operators", "kernels"}
+    top_level = {"proto", "services", "operators", "maas_kernels"}
     assert top_level <= set(sources)
 
 

@@ -4,7 +4,7 @@
 // half of a batch-1 step (docs/engine.md, "One stream"). services/engine/native_layers.py
 // fills NativeLayer once per layer and calls these with the step's rows.
 //
-// The arithmetic is the torch twins' (kernels/rms_norm_ref.py, rotary_ref.py,
+// The arithmetic is the torch twins' (maas_kernels/rms_norm_ref.py, rotary_ref.py,
 // activation_ref.py), in float32; the projections are matmul.cpp's kernels, split over
 // output rows by OpenMP, so the thread count never changes a result. Intermediates live
 // in buffers of the calling thread, grown once and kept between calls.

@@ -7,7 +7,7 @@ Method = Literal["none", "int8", "int4"]
 METHODS: tuple[Method, ...] = ("none", "int8", "int4")
 Activations = Literal["float32", "int8"]
 ACTIVATIONS: tuple[Activations, ...] = ("float32", "int8")
-# Group sizes torch's CPU int4 kernel and kernels/quant_int4.py both take.
+# Group sizes torch's CPU int4 kernel and maas_kernels/quant_int4.py both take.
 GROUP_SIZES = (32, 64, 128)
 
 

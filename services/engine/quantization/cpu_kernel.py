@@ -21,7 +21,7 @@ from functools import cache
 
 import torch
 
-from kernels import ops
+from maas_kernels import ops
 from services.engine.native import library as native
 
 # A decode step's matmuls of SmolLM2-135M (AVX2 EPYC, one thread, thread CPU ms;
@@ -66,7 +66,7 @@ def library() -> ctypes.CDLL | None:
 
 def handles(rows: torch.Tensor, in_features: int) -> bool:
     """Whether these kernels run `rows` (float32 on this CPU) against a quantized weight."""
-    # kernels.ops.force_triton() sends CPU tensors to the Triton kernels (the interpreter
+    # maas_kernels.ops.force_triton() sends CPU tensors to the Triton kernels (the interpreter
     # tests the CUDA wiring on a CPU): then they must get them.
     return (
         rows.device.type == "cpu"

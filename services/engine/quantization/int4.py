@@ -1,10 +1,10 @@
-"""int4 weights, asymmetric per group of inputs: kernels/quant_int4_ref.py's format.
+"""int4 weights, asymmetric per group of inputs: maas_kernels/quant_int4_ref.py's format.
 
 Int4Weight is that format, the one thing every source produces (quantizing a
 float weight, or repacking a GGUF file's 4-bit blocks). Two modules run it:
 CpuInt4Linear converts it to the layout of torch's CPU int4 kernel, for
 bf16/fp16 on the CPU; Int4Linear keeps it as it is for cpu_kernel's AVX2
-matmul (float32 on the CPU) and kernels.int4_matmul (the Triton kernel on
+matmul (float32 on the CPU) and maas_kernels.int4_matmul (the Triton kernel on
 CUDA, dequantize + matmul where neither runs).
 """
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import int4_matmul
-from kernels.quant_int4_ref import quantize_int4, unpack_int4
+from maas_kernels import int4_matmul
+from maas_kernels.quant_int4_ref import quantize_int4, unpack_int4
 from services.engine.quantization import cpu_kernel
 from services.engine.quantization.config import GROUP_SIZES
 from services.engine.quantization.linear import QuantizedLinear
@@ -104,7 +104,7 @@ class _Int4Base(QuantizedLinear):
 
 
 class Int4Linear(_Int4Base):
-    """The portable format: cpu_kernel's matmul in float32 on the CPU, else kernels.int4_matmul."""
+    """The portable format: cpu_kernel's float32 matmul on CPUs, else maas_kernels.int4_matmul."""
 
     def __init__(
         self,

@@ -1,9 +1,9 @@
-"""int8 weights, symmetric per output channel: kernels/quant_int8_ref.py's format."""
+"""int8 weights, symmetric per output channel: maas_kernels/quant_int8_ref.py's format."""
 
 import torch
 
-from kernels import int8_matmul
-from kernels.quant_int8_ref import quantize_int8
+from maas_kernels import int8_matmul
+from maas_kernels.quant_int8_ref import quantize_int8
 from services.engine.quantization import cpu_kernel
 from services.engine.quantization.linear import QuantizedLinear
 

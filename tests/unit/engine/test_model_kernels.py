@@ -1,8 +1,8 @@
-"""The model's CUDA kernels (kernels/ wired in) against its torch twins, on the CPU.
+"""The model's CUDA kernels (maas_kernels/ wired in) against its torch twins, on the CPU.
 
-The model has one path: every op goes through kernels.ops, which takes the
+The model has one path: every op goes through maas_kernels.ops, which takes the
 Triton kernel for a CUDA tensor and the torch twin elsewhere.
-kernels.ops.force_triton() sends every op to its Triton kernel on CPU tensors
+maas_kernels.ops.force_triton() sends every op to its Triton kernel on CPU tensors
 too, which Triton's interpreter runs. So a GPU-less machine checks the wiring:
 the fused residual stream, rotary on the projection's views, the decode
 kernel on the pool's layout and the metadata's block tables, the quantized
@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 pytest.importorskip("triton", reason="triton is not installed")
 
-from kernels.ops import force_triton  # noqa: E402
+from maas_kernels.ops import force_triton  # noqa: E402
 from services.engine.attention_metadata import AttentionMetadata  # noqa: E402
 from services.engine.kv_cache import PagedKVCache  # noqa: E402
 from services.engine.model import LlamaForCausalLM  # noqa: E402
@@ -84,14 +84,14 @@ def launches(monkeypatch):
     """How many times each Triton launcher ran, by module name."""
     counts = dict.fromkeys(LAUNCHERS, 0)
     for module_name, launcher in LAUNCHERS.items():
-        module = pytest.importorskip(f"kernels.{module_name}")
+        module = pytest.importorskip(f"maas_kernels.{module_name}")
         original = getattr(module, launcher)
 
         def spy(*args, _name=module_name, _original=original, **kwargs):
             counts[_name] += 1
             return _original(*args, **kwargs)
 
-        # kernels.ops imports the launcher from its module at each call, so this is what it runs.
+        # maas_kernels.ops imports the launcher from its module per call, so this is what it runs.
         monkeypatch.setattr(module, launcher, spy)
     return counts
 
@@ -142,7 +142,7 @@ def test_quantized_layers_run_the_dequant_matmul_kernels(
     tiny_model, launches, method, linear, kernel
 ):
     # float32 on the CPU keeps the portable layers (the ones CUDA gets), whose
-    # matmul is kernels.int8_matmul / int4_matmul; group 32 divides the tiny sizes.
+    # matmul is maas_kernels.int8_matmul / int4_matmul; group 32 divides the tiny sizes.
     with torch.no_grad():
         model = quantize_model(tiny_model, QuantizationConfig(method, 32), torch.float32)
     assert isinstance(model.model.layers[0].mlp.down_proj, linear)

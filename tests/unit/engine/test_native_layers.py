@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from kernels.rotary_ref import rotary_cos_sin_reference
+from maas_kernels.rotary_ref import rotary_cos_sin_reference
 from services.engine import native_attention, native_layers
 from services.engine.attention_metadata import AttentionMetadata
 from services.engine.kv_cache import PagedKVCache

@@ -10,8 +10,8 @@ import copy
 import pytest
 import torch
 
-from kernels.quant_int4_ref import dequantize_int4, quantize_int4, unpack_int4
-from kernels.quant_int8_ref import dequantize_int8, quantize_int8
+from maas_kernels.quant_int4_ref import dequantize_int4, quantize_int4, unpack_int4
+from maas_kernels.quant_int8_ref import dequantize_int8, quantize_int8
 from services.common.settings import parse_settings
 from services.engine import native_layers
 from services.engine.quantization import cpu_kernel

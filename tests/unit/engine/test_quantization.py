@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.quant_int4_ref import dequantize_int4
-from kernels.quant_int8_ref import dequantize_int8
+from maas_kernels.quant_int4_ref import dequantize_int4
+from maas_kernels.quant_int8_ref import dequantize_int8
 from services.common.settings import parse_settings
 from services.engine.kv_budget import model_bytes
 from services.engine.model import LlamaForCausalLM

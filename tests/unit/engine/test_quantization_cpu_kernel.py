@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.quant_int4_ref import dequantize_int4
-from kernels.quant_int8_ref import dequantize_int8
+from maas_kernels.quant_int4_ref import dequantize_int4
+from maas_kernels.quant_int8_ref import dequantize_int8
 from services.engine.quantization import cpu_kernel
 from services.engine.quantization.int4 import (
     Int4Linear,

@@ -6,7 +6,7 @@ import torch
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize, quantize
 
-from kernels.quant_int4_ref import dequantize_int4
+from maas_kernels.quant_int4_ref import dequantize_int4
 from services.engine.loader import load_model
 from services.engine.model_config import ModelConfig
 from services.engine.quantization.config import QuantizationConfig

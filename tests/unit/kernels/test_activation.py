@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from kernels.activation_ref import silu_and_mul_reference
+from maas_kernels.activation_ref import silu_and_mul_reference
 from services.engine.model import MLP
 from services.engine.model_config import ModelConfig
 from tests.unit.kernels.tolerances import assert_close, assert_rounds_like

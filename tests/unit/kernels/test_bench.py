@@ -1,6 +1,6 @@
 import torch
 
-from kernels.bench import ModelShape, run
+from maas_kernels.bench import ModelShape, run
 
 
 def test_the_benchmark_runs_every_kernel_against_its_twin_end_to_end():

@@ -3,7 +3,7 @@ import random
 import pytest
 import torch
 
-from kernels.paged_attention_ref import paged_attention_decode_reference
+from maas_kernels.paged_attention_ref import paged_attention_decode_reference
 from services.engine.attention import paged_attention
 from services.engine.attention_metadata import AttentionMetadata
 from tests.unit.kernels.tolerances import assert_close

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.quant_int4_ref import (
+from maas_kernels.quant_int4_ref import (
     dequantize_int4,
     int4_matmul_reference,
     quantize_int4,

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.quant_int8_ref import dequantize_int8, int8_matmul_reference, quantize_int8
+from maas_kernels.quant_int8_ref import dequantize_int8, int8_matmul_reference, quantize_int8
 from tests.unit.kernels.tolerances import assert_close
 from tests.unit.kernels.triton_import import import_kernel
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from kernels.rms_norm_ref import rms_norm_residual_reference
+from maas_kernels.rms_norm_ref import rms_norm_residual_reference
 from tests.unit.kernels.tolerances import assert_close, assert_rounds_like
 from tests.unit.kernels.triton_import import import_kernel
 

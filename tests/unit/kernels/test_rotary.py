@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from kernels.rotary_ref import rotary_cos_sin_reference, rotary_embedding_reference
+from maas_kernels.rotary_ref import rotary_cos_sin_reference, rotary_embedding_reference
 from tests.unit.kernels.tolerances import assert_close, assert_rounds_like
 from tests.unit.kernels.triton_import import import_kernel
 

@@ -12,10 +12,10 @@ _TRITON_PLATFORMS = {("linux", "x86_64"), ("linux", "aarch64")}
 
 
 def import_kernel(name: str) -> ModuleType:
-    """kernels.<name>; a missing triton fails on Linux, where it is a broken install."""
+    """maas_kernels.<name>; a missing triton fails on Linux, where it is a broken install."""
     if (sys.platform, platform.machine()) in _TRITON_PLATFORMS:
-        return importlib.import_module(f"kernels.{name}")
+        return importlib.import_module(f"maas_kernels.{name}")
     return pytest.importorskip(
-        f"kernels.{name}",
+        f"maas_kernels.{name}",
         reason=f"triton has no wheels for {sys.platform}/{platform.machine()}",
     )

@@ -1,4 +1,4 @@
-"""Residual add + RMSNorm in plain torch: the twin of kernels/rms_norm.py.
+"""Residual add + RMSNorm in plain torch: the twin of maas_kernels/rms_norm.py.
 
 This is the engine's RMSNorm (services/engine/model.py) with the residual add
 that precedes it in a decoder layer, so the CPU path and the Triton kernel are

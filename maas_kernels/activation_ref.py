@@ -1,4 +1,4 @@
-"""SiLU-and-mul in plain torch: the twin of kernels/activation.py.
+"""SiLU-and-mul in plain torch: the twin of maas_kernels/activation.py.
 
 The gated activation of a Llama MLP as the engine computes it: the fused
 gate/up projection's output split in halves, silu(gate) * up.

@@ -1,7 +1,7 @@
-"""Rotary position embedding in plain torch: the twin of kernels/rotary.py.
+"""Rotary position embedding in plain torch: the twin of maas_kernels/rotary.py.
 
 The engine's rotary on the CPU (services/engine/model.py calls these through
-kernels.ops, and builds cos and sin with rotary_cos_sin_reference on every
+maas_kernels.ops, and builds cos and sin with rotary_cos_sin_reference on every
 device): angles in float32, cos and sin rounded to the model
 dtype once per step, half-split pairing (dimension i rotates with i + head_dim/2),
 the Hugging Face layout.

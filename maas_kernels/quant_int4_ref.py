@@ -1,4 +1,4 @@
-"""int4 weight-only quantization in plain torch: the format, and the twin of kernels/quant_int4.py.
+"""int4 weight-only quantization in plain torch: the format, and twin of maas_kernels/quant_int4.py.
 
 Asymmetric and group-wise along the input dimension, GGUF Q4_1's arithmetic:
 each run of group_size weights in a row keeps a float32 scale and minimum, and

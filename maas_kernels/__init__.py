@@ -1,6 +1,6 @@
 """Triton kernels for the engine's GPU path, each beside a plain-torch twin.
 
-Call the ops re-exported here (kernels/ops.py): on CUDA tensors they run the
+Call the ops re-exported here (maas_kernels/ops.py): on CUDA tensors they run the
 Triton kernel, elsewhere the twin, which computes what the engine's own torch
 code computes. Each kernel module (rms_norm, activation, rotary,
 paged_attention, quant_int8, quant_int4) holds one Triton kernel and its
@@ -13,7 +13,7 @@ No module is named after an op: importing kernels.<name> sets the package
 attribute <name>, which would replace the op of that name re-exported here.
 """
 
-from kernels.ops import (
+from maas_kernels.ops import (
     int4_matmul,
     int8_matmul,
     paged_attention_decode,

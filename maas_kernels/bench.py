@@ -1,6 +1,6 @@
 """Each Triton kernel against its torch twin on SmolLM2-135M's shapes.
 
-On a GPU node: `python -m kernels.bench --output benchmarks/results/kernels.json`.
+On a GPU node: `python -m maas_kernels.bench --output benchmarks/results/kernels.json`.
 Both sides run on the same CUDA tensors, the twin as plain torch ops, and each
 is timed as the mean over back-to-back calls between two synchronisations, so
 launch overhead counts as it does in the eager engine. The JSON has one record
@@ -56,18 +56,18 @@ def _cases(
 ) -> list[Case]:
     # Imported on first use: a kernel is compiled or interpreted as TRITON_INTERPRET
     # reads when its module is first imported, which a caller on the CPU sets first.
-    from kernels.activation import silu_and_mul_triton
-    from kernels.activation_ref import silu_and_mul_reference
-    from kernels.paged_attention import paged_attention_decode_triton
-    from kernels.paged_attention_ref import paged_attention_decode_reference
-    from kernels.quant_int4 import int4_matmul_triton
-    from kernels.quant_int4_ref import int4_matmul_reference, quantize_int4
-    from kernels.quant_int8 import int8_matmul_triton
-    from kernels.quant_int8_ref import int8_matmul_reference, quantize_int8
-    from kernels.rms_norm import rms_norm_residual_triton
-    from kernels.rms_norm_ref import rms_norm_residual_reference
-    from kernels.rotary import rotary_embedding_triton
-    from kernels.rotary_ref import rotary_cos_sin_reference, rotary_embedding_reference
+    from maas_kernels.activation import silu_and_mul_triton
+    from maas_kernels.activation_ref import silu_and_mul_reference
+    from maas_kernels.paged_attention import paged_attention_decode_triton
+    from maas_kernels.paged_attention_ref import paged_attention_decode_reference
+    from maas_kernels.quant_int4 import int4_matmul_triton
+    from maas_kernels.quant_int4_ref import int4_matmul_reference, quantize_int4
+    from maas_kernels.quant_int8 import int8_matmul_triton
+    from maas_kernels.quant_int8_ref import int8_matmul_reference, quantize_int8
+    from maas_kernels.rms_norm import rms_norm_residual_triton
+    from maas_kernels.rms_norm_ref import rms_norm_residual_reference
+    from maas_kernels.rotary import rotary_embedding_triton
+    from maas_kernels.rotary_ref import rotary_cos_sin_reference, rotary_embedding_reference
 
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=device).to(dtype)

@@ -1,4 +1,4 @@
-"""int8 weight-only quantization in plain torch: the format, and the twin of kernels/quant_int8.py.
+"""int8 weight-only quantization in plain torch: the format, and twin of maas_kernels/quant_int8.py.
 
 Symmetric, per output channel: row n of a Linear weight [out, in] is stored as
 int8 values in [-127, 127] and one float32 scale, weight[n] ~ q[n] * scale[n].

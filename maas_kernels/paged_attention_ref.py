@@ -1,4 +1,4 @@
-"""Decode attention over the paged KV pool in plain torch: the twin of kernels/paged_attention.py.
+"""Decode attention over the paged KV pool in plain torch: twin of maas_kernels/paged_attention.py.
 
 Each sequence's blocks are gathered into one dense run of keys and values,
 then a softmax masked to its context length weighs them; query head h reads

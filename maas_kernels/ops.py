@@ -16,12 +16,12 @@ from contextlib import contextmanager
 
 import torch
 
-from kernels.activation_ref import silu_and_mul_reference
-from kernels.paged_attention_ref import paged_attention_decode_reference
-from kernels.quant_int4_ref import int4_matmul_reference
-from kernels.quant_int8_ref import int8_matmul_reference
-from kernels.rms_norm_ref import rms_norm_residual_reference
-from kernels.rotary_ref import rotary_embedding_reference
+from maas_kernels.activation_ref import silu_and_mul_reference
+from maas_kernels.paged_attention_ref import paged_attention_decode_reference
+from maas_kernels.quant_int4_ref import int4_matmul_reference
+from maas_kernels.quant_int8_ref import int8_matmul_reference
+from maas_kernels.rms_norm_ref import rms_norm_residual_reference
+from maas_kernels.rotary_ref import rotary_embedding_reference
 
 # Read by every op; only force_triton() sets it. A plain module global, not
 # thread-local: it is meant for tests, which run one forward at a time.
@@ -53,7 +53,7 @@ def rms_norm_residual(
     x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if x.is_cuda or _force_triton:
-        from kernels.rms_norm import rms_norm_residual_triton
+        from maas_kernels.rms_norm import rms_norm_residual_triton
 
         return rms_norm_residual_triton(x, residual, weight, eps)
     return rms_norm_residual_reference(x, residual, weight, eps)
@@ -61,7 +61,7 @@ def rms_norm_residual(
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if x.is_cuda or _force_triton:
-        from kernels.activation import silu_and_mul_triton
+        from maas_kernels.activation import silu_and_mul_triton
 
         return silu_and_mul_triton(x)
     return silu_and_mul_reference(x)
@@ -71,7 +71,7 @@ def rotary_embedding(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if q.is_cuda or _force_triton:
-        from kernels.rotary import rotary_embedding_triton
+        from maas_kernels.rotary import rotary_embedding_triton
 
         return rotary_embedding_triton(q, k, cos, sin)
     return rotary_embedding_reference(q, k, cos, sin)
@@ -86,7 +86,7 @@ def paged_attention_decode(
     scale: float | None = None,
 ) -> torch.Tensor:
     if q.is_cuda or _force_triton:
-        from kernels.paged_attention import paged_attention_decode_triton
+        from maas_kernels.paged_attention import paged_attention_decode_triton
 
         return paged_attention_decode_triton(q, k_cache, v_cache, block_tables, context_lens, scale)
     return paged_attention_decode_reference(q, k_cache, v_cache, block_tables, context_lens, scale)
@@ -94,7 +94,7 @@ def paged_attention_decode(
 
 def int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     if x.is_cuda or _force_triton:
-        from kernels.quant_int8 import int8_matmul_triton
+        from maas_kernels.quant_int8 import int8_matmul_triton
 
         return int8_matmul_triton(x, q, scale)
     return int8_matmul_reference(x, q, scale)
@@ -108,7 +108,7 @@ def int4_matmul(
     group_size: int,
 ) -> torch.Tensor:
     if x.is_cuda or _force_triton:
-        from kernels.quant_int4 import int4_matmul_triton
+        from maas_kernels.quant_int4 import int4_matmul_triton
 
         return int4_matmul_triton(x, packed, scales, mins, group_size)
     return int4_matmul_reference(x, packed, scales, mins, group_size)
