@@ -26,8 +26,8 @@ OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 # n-gram speculation with 4 draft tokens paid up to batch 4 (20 rows,
 # 1.17-1.32x) and lost at batch 8 (0.85x; docs/speculative.md). The others
 # scale it by matmul throughput against memory bandwidth: AVX-512 doubles
-# the FMA width, native bf16 halves the bytes read per weight and AMX
-# multiplies the FLOP/s again, a GPU's ratio is some 10x a CPU's. Estimates.
+# the FMA width, an AMX machine serves bf16 (half the bytes read per weight)
+# at many times the FLOP/s, a GPU's ratio is some 10x a CPU's. Estimates.
 VERIFY_ROWS = {"avx2": 20, "avx512": 40, "bf16": 80, "cuda": 320}
 # Rows a step computes (decode rows + prefill tokens) from which it runs on
 # every core: every step. Narrow steps had been left one core fewer, for the
@@ -52,9 +52,18 @@ class Choice:
 def machine_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
     if on_cuda:
         return Choice("bfloat16", "CUDA: bfloat16 tensor cores, half the weight bytes")
+    if machine.amx:
+        return Choice(
+            "bfloat16", "the CPU has AMX tiles: bf16 matmuls at many times float32's rate"
+        )
     if machine.native_bf16:
+        # bf16 runs the model as torch ops, float32 the native decode layers (native/):
+        # on an AMD EPYC family 26 (Zen 5, avx512_bf16, no AMX; session 13) float32
+        # served 1.86x bf16's output tok/s at 1 stream and 1.71x at 8 (docs/bench.md).
         have = ", ".join(sorted(BF16_FLAGS & machine.flags))
-        return Choice("bfloat16", f"the CPU has native bf16 matmuls ({have})")
+        return Choice(
+            "float32", f"{have} without AMX: float32's native layers beat bf16's torch ops"
+        )
     return Choice("float32", "no amx_bf16/avx512_bf16: bf16 matmuls would be emulated, slower")
 
 
@@ -109,7 +118,7 @@ def _quantization() -> Choice:
 def _spec_max_batch(machine: MachineProfile, on_cuda: bool, draft_tokens: int, cap: int) -> Choice:
     if on_cuda:
         kind = "cuda"
-    elif machine.native_bf16 or machine.amx:
+    elif machine.amx:
         kind = "bf16"
     elif "avx512f" in machine.flags:
         kind = "avx512"

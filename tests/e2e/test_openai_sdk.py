@@ -21,9 +21,9 @@ def from_cache(create, **kwargs):
     """create(**kwargs) for a prompt already in the engine's prefix cache.
 
     A prefill's rounding depends on how much of its prompt was cached: SDPA runs
-    over the uncached chunk, so in bfloat16 (the default where the CPU has native
-    bf16) a greedy near-tie can flip between a first request, one that shares only
-    the chat template's blocks with earlier tests, and a repeat. Tests that compare
+    over the uncached chunk, so in bfloat16 (the default on CUDA and AMX CPUs) a
+    greedy near-tie can flip between a first request, one that shares only the
+    chat template's blocks with earlier tests, and a repeat. Tests that compare
     two greedy replies take both from the cache, so a difference means the
     requests differ, not their rounding.
     """

@@ -23,6 +23,13 @@ XEON = MachineProfile(
     cpus=32,
     physical_cores=16,
 )
+# A Zen 5 EPYC: AVX-512 with bf16 dot products, no AMX.
+ZEN5 = MachineProfile(
+    "AMD EPYC",
+    frozenset({"fma", "avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni"}),
+    cpus=2,
+    physical_cores=2,
+)
 GPU_HOST = MachineProfile(
     "AMD EPYC 9654", frozenset({"avx2", "avx512f"}), 16, 16, gpu="NVIDIA H200"
 )
@@ -59,6 +66,18 @@ def test_an_amx_xeon_serves_bfloat16_on_its_physical_cores():
     chosen = values(XEON)
     assert (chosen["dtype"], chosen["torch_threads"]) == ("bfloat16", 16)
     assert chosen["speculative_max_batch"] > values(EPYC)["speculative_max_batch"]
+
+
+def test_avx512_bf16_without_amx_serves_float32_through_the_native_layers():
+    chosen = derive(ZEN5, False, draft_tokens=4, max_num_seqs=64)
+    assert chosen["dtype"].value == "float32"
+    assert "avx512_bf16 without AMX" in chosen["dtype"].why
+    # Between the AVX2 machine's and the AMX Xeon's: wider FMAs, float32 weights.
+    assert (
+        values(EPYC)["speculative_max_batch"]
+        < chosen["speculative_max_batch"].value
+        < values(XEON)["speculative_max_batch"]
+    )
 
 
 def test_a_cuda_device_serves_bfloat16_and_speculates_up_to_the_batch_cap():
