@@ -21,7 +21,9 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # the core's policy, before torch loads
+from services.engine.machine_defaults import use_core_omp
+
+use_core_omp()  # the core's OpenMP, before torch loads it
 
 import torch  # noqa: E402
 

@@ -25,7 +25,9 @@ import statistics
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from services.engine.machine_defaults import use_core_omp
+
+use_core_omp()  # the core's OpenMP, before torch loads it
 
 import torch  # noqa: E402
 

@@ -29,9 +29,9 @@ import statistics
 import time
 from pathlib import Path
 
-# The core's wait policy (machine_defaults._omp), before torch loads OpenMP: with
-# libgomp's default spinning, two threads here burned 7x one's CPU per step.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from services.engine.machine_defaults import use_core_omp
+
+use_core_omp()  # the core's OpenMP, before torch loads it
 
 import torch  # noqa: E402
 

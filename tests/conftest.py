@@ -6,8 +6,9 @@ from pathlib import Path
 
 # Before anything imports torch. `make test` runs a worker per core, each with
 # torch threads; OpenMP's default spin-wait then burns the cores the other
-# worker needs (the engine's own tests ran 7x slower). The engine core process
-# sets the same policy for itself.
+# worker needs (the engine's own tests ran 7x slower). Every engine core a test
+# starts inherits it in place of its own short spin (machine_defaults.CORE_OMP):
+# a machine shared by many engines is where sleeping threads pay.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Every engine a test starts (the stacks included) gets a 1 GiB budget, not the
 # 2 GiB default: its KV pool is zero-filled at start, and two workers' stacks,

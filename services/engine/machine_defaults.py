@@ -11,7 +11,8 @@ resolves once before starting the core and logs the outcome as one
 `engine_machine_defaults` line, with why each value was chosen.
 """
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,17 @@ from services.common.machine_profile import BF16_FLAGS, MachineProfile
 from services.engine.settings import EngineSettings
 
 OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+# The core's OpenMP: libgomp's default policy (spin, then sleep) with a short spin, ~0.1-0.5
+# ms depending on the CPU's pause. A decode step is one native call of ~120 parallel
+# regions microseconds apart: sleeping threads (OMP_WAIT_POLICY=PASSIVE, the default until
+# session 13) took a futex wake-up each, 45-65 us on a 2-core AMD EPYC family 26 (Zen 5):
+# 30 layers of int8 row kernels in 9.3-11.6 ms instead of 3.5-3.9. Through the stack,
+# ABBA on that machine, int8 served 112 / 131 output tok/s at 1 stream against PASSIVE's
+# 61 / 67, and 243 / 339 at 8 against 238 / 249; float32 42 / 33 against 30 / 32 at 1. The
+# spin ends well before the next step, so between steps the cores go to the serving side;
+# sessions 4-8 measured spinning losing on a machine loaded 8-16 by other work, with ~2,700
+# torch ops a step: set OMP_WAIT_POLICY=PASSIVE there (the environment's value wins).
+CORE_OMP = {"GOMP_SPINCOUNT": "10000"}
 
 # Decode rows a forward verifies before it stops being bound by reading the
 # weights and starts costing like more steps: speculation stops where the
@@ -92,13 +104,19 @@ def _wide_rows(on_cuda: bool) -> Choice:
     )
 
 
+def use_core_omp(environ: MutableMapping[str, str] = os.environ) -> None:
+    """The core's OpenMP settings in this process, for a benchmark that runs the engine in
+    it; call before torch loads OpenMP. As in resolve, OpenMP variables given win."""
+    if not any(name in environ for name in OMP_VARIABLES):
+        environ.update(CORE_OMP)
+
+
 def _omp() -> Choice:
-    # Even with one compute thread: it covers any team opened before torch's
-    # thread count is set, and the test workers' engines keep out of each other's way.
     return Choice(
-        {"OMP_WAIT_POLICY": "PASSIVE"},
-        "idle OpenMP threads sleep: with 2 threads on the 2-core AMD EPYC, spinning "
-        "(GOMP_SPINCOUNT=100000, ACTIVE) lost to passive at 1 stream in every pair (load 8-16)",
+        dict(CORE_OMP),
+        "OpenMP threads spin briefly between a step's parallel regions, then sleep: a decode "
+        "step is ~120 of them, and waking a sleeping thread for each cost 1.9x int8's "
+        "tokens/s at 1 stream (docs/engine.md)",
     )
 
 
