@@ -9,11 +9,16 @@ which resolves to the copy torch already loaded, and the callers pass
 torch.get_num_threads(). Without a compiler, or on a CPU without AVX2,
 library() is None and the callers keep their torch paths.
 
+A CPU with AVX-512 gets a build for it (`-mavx512f`): matmul.cpp's panel
+GEMM then runs its tiles in 512-bit vectors, with the same sums. Every other
+CPU runs the portable AVX2 build.
+
 An image without a compiler (the chart's engine pods: a slim runtime stage,
-a read-only root) carries the library prebuilt beside these sources
+a read-only root) carries the portable library prebuilt beside these sources
 (`python -m services.engine.native.library`, run where the package is
-installed; deploy/Dockerfile does it in its build stage): library() takes a
-prebuilt file whose name matches these sources' hash before building one.
+installed; deploy/Dockerfile does it in its build stage): library() takes
+this CPU's own build where one exists, then a prebuilt file whose name
+matches these sources' hash, before building one.
 """
 
 import ctypes
@@ -27,6 +32,7 @@ from pathlib import Path
 import torch
 
 from services.common.logging import get_logger
+from services.common.machine_profile import machine_profile
 from services.common.model_cache import cache_root, publish
 
 log = get_logger(__name__)
@@ -37,6 +43,7 @@ SOURCES = tuple(sorted(FOLDER.glob("*.cpp")))
 PREBUILT = FOLDER
 # The headers they include are part of the build: a changed one must not reuse a cached .so.
 HEADERS = tuple(sorted(FOLDER.glob("*.h")))
+# The portable build's: any x86 CPU with AVX2 and FMA.
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
 
 # ctypes argument types the kernels' signatures are written in.
@@ -50,19 +57,28 @@ def _cpu_supported() -> bool:
     return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
-def _build(target: Path, compiler: str) -> None:
+def build_flags(cpu_flags: frozenset[str]) -> tuple[str, ...]:
+    """The flags of the build for a CPU with these /proc/cpuinfo flags."""
+    return (*FLAGS, "-mavx512f") if "avx512f" in cpu_flags else FLAGS
+
+
+def _build(target: Path, compiler: str, flags: tuple[str, ...] = FLAGS) -> None:
     done = subprocess.run(
-        [compiler, *FLAGS, "-o", str(target), *map(str, SOURCES)], capture_output=True, text=True
+        [compiler, *flags, "-o", str(target), *map(str, SOURCES)], capture_output=True, text=True
     )
     if done.returncode:
         # An OSError, so that publish removes the partial file and reports it.
         raise OSError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
 
 
-def _name() -> str:
+def _name(flags: tuple[str, ...] = FLAGS) -> str:
     """The library's file name: a changed source, header or flag never reuses a build."""
-    identity = b"".join(f.read_bytes() for f in SOURCES + HEADERS) + " ".join(FLAGS).encode()
+    identity = b"".join(f.read_bytes() for f in SOURCES + HEADERS) + " ".join(flags).encode()
     return f"engine-{hashlib.sha256(identity).hexdigest()[:16]}.so"
+
+
+def _existing(flags: tuple[str, ...], folders: tuple[Path, ...]) -> Path | None:
+    return next((f / _name(flags) for f in folders if (f / _name(flags)).is_file()), None)
 
 
 def _compiler() -> str | None:
@@ -74,16 +90,18 @@ def library() -> ctypes.CDLL | None:
     """The compiled kernels, or None where they cannot run (not AVX2, no compiler)."""
     if not _cpu_supported():
         return None
-    name = _name()
-    path = PREBUILT / name
-    if not path.is_file():
-        path = cache_root() / "cpu_kernels" / name
-    if not path.is_file():
+    flags = build_flags(machine_profile().flags)
+    cached = cache_root() / "cpu_kernels"
+    path = _existing(flags, (PREBUILT, cached))
+    if path is None and (path := _existing(FLAGS, (PREBUILT,))) is not None:
+        flags = FLAGS  # an image's portable build: it has no compiler for this CPU's own
+    if path is None:
         compiler = _compiler()
         if compiler is None:
             log.warning("cpu_native_kernels_unavailable", reason="no C++ compiler")
             return None
-        if not publish(path.parent, name, lambda target: _build(target, compiler)):
+        path = cached / _name(flags)
+        if not publish(cached, path.name, lambda target: _build(target, compiler, flags)):
             log.warning("cpu_native_kernels_unavailable", reason="build failed or cache unwritable")
             return None
     try:
@@ -103,7 +121,7 @@ def bind(signatures: dict[str, list]) -> ctypes.CDLL | None:
 
 
 def prebuild() -> Path:
-    """Build the library into PREBUILT, where library() looks first."""
+    """Build the portable library into PREBUILT, where library() looks before building."""
     compiler = _compiler()
     if compiler is None:
         raise SystemExit("no C++ compiler (set CXX or install g++)")
