@@ -92,9 +92,8 @@ def library() -> ctypes.CDLL | None:
         return None
     flags = build_flags(machine_profile().flags)
     cached = cache_root() / "cpu_kernels"
-    path = _existing(flags, (PREBUILT, cached))
-    if path is None and (path := _existing(FLAGS, (PREBUILT,))) is not None:
-        flags = FLAGS  # an image's portable build: it has no compiler for this CPU's own
+    # This CPU's build, else an image's portable one (it has no compiler for this CPU's).
+    path = _existing(flags, (PREBUILT, cached)) or _existing(FLAGS, (PREBUILT,))
     if path is None:
         compiler = _compiler()
         if compiler is None:
