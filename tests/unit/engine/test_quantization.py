@@ -118,9 +118,12 @@ def test_int4_falls_back_to_the_portable_layout_when_rows_do_not_tile():
     int4 = Int4Weight.quantize(random_weight(40, 64), 32)  # torch's kernel tiles rows by 16
     layer = make_int4_linear(int4, None, torch.bfloat16)
     assert isinstance(layer, Int4Linear)
-    x = torch.randn(3, 64).to(torch.bfloat16)
-    expected = dequantize_int4(int4.packed, int4.scales, int4.mins, 32).to(torch.bfloat16)
-    assert_close_relative(layer(x), F.linear(x, expected), 1e-2)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    # The weight the layer applies: its scales and minimums are kept in bf16. Against the
+    # float32 ones rounded weights in bf16 (unseeded) came past 1% once in a full run;
+    # against these the worst of 300 seeds was 0.55%.
+    applied = dequantize_int4(int4.packed, layer.scales.float(), layer.mins.float(), 32)
+    assert_close_relative(layer(x), F.linear(x.float(), applied), 1e-2)
 
 
 @pytest.mark.parametrize(
