@@ -71,7 +71,7 @@ def identity_through(layer: QuantizedLinear, dtype: torch.dtype) -> torch.Tensor
 def test_int8_linear_is_a_linear_over_the_per_channel_dequantized_weight(dtype, rows):
     weight = random_weight(96, 64)
     layer = Int8Linear(weight, None, dtype)
-    x = torch.randn(rows, 64).to(dtype)
+    x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows)).to(dtype)
     applied = dequantize_int8(layer.qweight, layer.scale).to(dtype)
     assert_close_relative(layer(x), F.linear(x, applied), OUTPUT_TOLERANCE[dtype])
     # About 1% noise against the float layer: a step is 1/127 of the row's largest weight.
@@ -90,7 +90,8 @@ def test_int8_round_trip_is_within_half_a_step_of_each_row():
 
 def test_int8_torch_kernel_and_dequantize_paths_agree_in_bf16():
     layer = Int8Linear(random_weight(64, 128), None, torch.bfloat16)
-    x = torch.randn(CPU_KERNEL_MAX_ROWS + 1, 128).to(torch.bfloat16)
+    x = torch.randn(CPU_KERNEL_MAX_ROWS + 1, 128, generator=torch.Generator().manual_seed(0))
+    x = x.to(torch.bfloat16)
     # The first 16 rows alone take the GEMV kernel, all 17 the dequantize + matmul path.
     assert_close_relative(layer(x[:CPU_KERNEL_MAX_ROWS]), layer(x)[:CPU_KERNEL_MAX_ROWS], 1e-2)
 
@@ -110,7 +111,7 @@ def test_int4_linear_applies_the_group_wise_weight_it_was_given(dtype, group_siz
     step = int4.scales.repeat_interleave(group_size, dim=1)
     assert ((expected - weight).abs() <= step / 2 + 1e-5).all()
     # Gaussian weights span ~5 sigma a group: a step of a third of a sigma, ~10% noise.
-    x = torch.randn(5, 256).to(dtype)
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(group_size)).to(dtype)
     assert relative_rms(layer(x), F.linear(x.float(), weight)) < 0.15
 
 
