@@ -104,10 +104,15 @@ def _wide_rows(on_cuda: bool) -> Choice:
     )
 
 
+def _given_omp(environ: Mapping[str, str]) -> dict[str, str]:
+    """The OpenMP variables the environment sets: any of them replaces CORE_OMP whole."""
+    return {name: environ[name] for name in OMP_VARIABLES if name in environ}
+
+
 def use_core_omp(environ: MutableMapping[str, str] = os.environ) -> None:
     """The core's OpenMP settings in this process, for a benchmark that runs the engine in
     it; call before torch loads OpenMP. As in resolve, OpenMP variables given win."""
-    if not any(name in environ for name in OMP_VARIABLES):
+    if not _given_omp(environ):
         environ.update(CORE_OMP)
 
 
@@ -136,7 +141,7 @@ def _quantization() -> Choice:
 def _spec_max_batch(machine: MachineProfile, on_cuda: bool, draft_tokens: int, cap: int) -> Choice:
     if on_cuda:
         kind = "cuda"
-    elif machine.amx:
+    elif machine_dtype(machine, on_cuda).value == "bfloat16":
         kind = "bf16"
     elif "avx512f" in machine.flags:
         kind = "avx512"
@@ -203,7 +208,7 @@ def resolve(
     choices["quantization"] = (
         Choice(settings.quantization, "given", "flag") if given else derived["quantization"]
     )
-    omp = {name: environ[name] for name in OMP_VARIABLES if name in environ}
+    omp = _given_omp(environ)
     choices["omp"] = Choice(omp, "given", "env") if omp else derived["omp"]
     updates = {name: choices[name].value for name in (*_AUTO, "quantization")}
     return Resolved(

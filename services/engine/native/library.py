@@ -77,8 +77,8 @@ def _name(flags: tuple[str, ...] = FLAGS) -> str:
     return f"engine-{hashlib.sha256(identity).hexdigest()[:16]}.so"
 
 
-def _existing(flags: tuple[str, ...], folders: tuple[Path, ...]) -> Path | None:
-    return next((f / _name(flags) for f in folders if (f / _name(flags)).is_file()), None)
+def _existing(name: str, folders: tuple[Path, ...]) -> Path | None:
+    return next((f / name for f in folders if (f / name).is_file()), None)
 
 
 def _compiler() -> str | None:
@@ -91,16 +91,16 @@ def library() -> ctypes.CDLL | None:
     if not _cpu_supported():
         return None
     flags = build_flags(machine_profile().flags)
-    cached = cache_root() / "cpu_kernels"
+    name, cached = _name(flags), cache_root() / "cpu_kernels"
     # This CPU's build, else an image's portable one (it has no compiler for this CPU's).
-    path = _existing(flags, (PREBUILT, cached)) or _existing(FLAGS, (PREBUILT,))
+    path = _existing(name, (PREBUILT, cached)) or _existing(_name(), (PREBUILT,))
     if path is None:
         compiler = _compiler()
         if compiler is None:
             log.warning("cpu_native_kernels_unavailable", reason="no C++ compiler")
             return None
-        path = cached / _name(flags)
-        if not publish(cached, path.name, lambda target: _build(target, compiler, flags)):
+        path = cached / name
+        if not publish(cached, name, lambda target: _build(target, compiler, flags)):
             log.warning("cpu_native_kernels_unavailable", reason="build failed or cache unwritable")
             return None
     try:
