@@ -182,9 +182,15 @@ def main(argv: list[str]) -> int:
         "verdict": verdict,
     }
     output.write_text(json.dumps(report, indent=2) + "\n")
+    print_summary(runs, verdict)
+    # The plot needs matplotlib, an extra (maas[bench]): the run's JSON is its result.
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"wrote {output}; no plot: install maas[bench] (matplotlib) for {plot}")
+        return 0
     from services.bench.plot import plot_run
 
     plot_run(*plot_inputs(runs, samples), plot, f"maas bench --scenario {scenario.name}")
-    print_summary(runs, verdict)
     print(f"wrote {output} and {plot}")
     return 0
