@@ -16,7 +16,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.machine_profile import BF16_FLAGS, MachineProfile
+from services.common.machine_profile import MachineProfile
 from services.engine.settings import EngineSettings
 
 OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
@@ -38,9 +38,9 @@ CORE_OMP = {"GOMP_SPINCOUNT": "10000"}
 # n-gram speculation with 4 draft tokens paid up to batch 4 (20 rows,
 # 1.17-1.32x) and lost at batch 8 (0.85x; docs/speculative.md). The others
 # scale it by matmul throughput against memory bandwidth: AVX-512 doubles
-# the FMA width, an AMX machine serves bf16 (half the bytes read per weight)
-# at many times the FLOP/s, a GPU's ratio is some 10x a CPU's. Estimates.
-VERIFY_ROWS = {"avx2": 20, "avx512": 40, "bf16": 80, "cuda": 320}
+# the FMA width (an AMX machine serves float32 too: DTYPE_BY_CPU_CLASS), a
+# GPU's ratio is some 10x a CPU's. Estimates.
+VERIFY_ROWS = {"avx2": 20, "avx512": 40, "cuda": 320}
 # Rows a step computes (decode rows + prefill tokens) from which it runs on
 # every core: every step. Narrow steps had been left one core fewer, for the
 # serving process (sessions 4-8: through the stack a team of two lost to one
@@ -61,22 +61,53 @@ class Choice:
     source: str = "auto"  # or "flag" (a flag or MAAS_ variable), "env" (OpenMP's own)
 
 
+@dataclass(frozen=True)
+class Measured:
+    """The dtype a CPU class serves by default, and the measurement that chose it."""
+
+    dtype: str
+    measured: str
+
+
+# One row per CPU class, each chosen by measuring that class through the stack (seeded
+# prompts, 128 tokens, output tok/s at 1 / 8 / 32 streams). bf16 on a CPU runs the model
+# as torch ops; float32 runs the native decode layers (native/), which no CPU class has
+# yet lost to bf16's torch ops. A class that gains native bf16 layers is measured again.
+DTYPE_BY_CPU_CLASS = {
+    "amx": Measured(
+        "float32",
+        "Intel Xeon family 6 model 207 (2 cores, AMX bf16/int8; issue #32): float32's native "
+        "layers 21.6 / 106.8 / 190.4 against bf16's torch ops 17.5 / 101.9 / 186.2",
+    ),
+    "avx512_bf16": Measured(
+        "float32",
+        "AMD EPYC family 26 model 2 (Zen 5, avx512_bf16, no AMX; session 13): float32 "
+        "1.86x / 1.71x bf16's tok/s at 1 / 8 streams (docs/bench.md)",
+    ),
+    "avx512": Measured("float32", "no bf16 dot products: bf16 matmuls would be emulated"),
+    "avx2": Measured(
+        "float32",
+        "no bf16 dot products: a bf16 torch.mm measured below 1 GFLOP/s against float32's "
+        "145 on a 2-core AVX2 EPYC",
+    ),
+}
+
+
+def cpu_class(machine: MachineProfile) -> str:
+    """The row of DTYPE_BY_CPU_CLASS (and of docs/bench.md's tables) this CPU belongs to."""
+    if machine.amx:
+        return "amx"
+    if machine.native_bf16:
+        return "avx512_bf16"
+    return "avx512" if "avx512f" in machine.flags else "avx2"
+
+
 def machine_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
     if on_cuda:
         return Choice("bfloat16", "CUDA: bfloat16 tensor cores, half the weight bytes")
-    if machine.amx:
-        return Choice(
-            "bfloat16", "the CPU has AMX tiles: bf16 matmuls at many times float32's rate"
-        )
-    if machine.native_bf16:
-        # bf16 runs the model as torch ops, float32 the native decode layers (native/):
-        # on an AMD EPYC family 26 (Zen 5, avx512_bf16, no AMX; session 13) float32
-        # served 1.86x bf16's output tok/s at 1 stream and 1.71x at 8 (docs/bench.md).
-        have = ", ".join(sorted(BF16_FLAGS & machine.flags))
-        return Choice(
-            "float32", f"{have} without AMX: float32's native layers beat bf16's torch ops"
-        )
-    return Choice("float32", "no amx_bf16/avx512_bf16: bf16 matmuls would be emulated, slower")
+    kind = cpu_class(machine)
+    row = DTYPE_BY_CPU_CLASS[kind]
+    return Choice(row.dtype, f"{kind} CPU, measured: {row.measured}")
 
 
 def _threads(machine: MachineProfile) -> Choice:
@@ -141,8 +172,6 @@ def _quantization() -> Choice:
 def _spec_max_batch(machine: MachineProfile, on_cuda: bool, draft_tokens: int, cap: int) -> Choice:
     if on_cuda:
         kind = "cuda"
-    elif machine_dtype(machine, on_cuda).value == "bfloat16":
-        kind = "bf16"
     elif "avx512f" in machine.flags:
         kind = "avx512"
     else:
