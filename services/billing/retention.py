@@ -8,6 +8,12 @@ before the trim: whatever is delivered or claimed meanwhile lies above that
 bound, so a pending or unread entry is never trimmed. Every group of the
 stream counts, not only billing's. Each round also samples Redis memory, so
 its use against maxmemory is on billing's /metrics (the chart's alert).
+
+`run` is supervised as the consumer's is: a round that fails, for any reason
+(Redis down, or a reply it cannot read), is logged, counted in
+maas_billing_trimmer_restarts_total and retried with the consumer's capped
+exponential backoff, forever; a trimmer that died would let the stream grow
+until Redis refuses the gateway's writes.
 """
 
 import asyncio
@@ -15,7 +21,9 @@ import asyncio
 from prometheus_client import Counter, Gauge
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
+from services.billing.consumer import BACKOFF
 from services.common.logging import get_logger
 from services.common.redis_client import honour_swallowed_cancel
 
@@ -25,6 +33,9 @@ TRIMMED = Counter("maas_billing_stream_trimmed_entries", "Acknowledged usage ent
 LENGTH = Gauge("maas_billing_stream_entries", "Entries in the usage stream (XLEN)")
 USED = Gauge("maas_redis_memory_used_bytes", "Redis used_memory, sampled by billing")
 LIMIT = Gauge("maas_redis_memory_max_bytes", "Redis maxmemory (0 = none), sampled by billing")
+RESTARTS = Counter(
+    "maas_billing_trimmer_restarts", "Trim rounds that failed and were retried", ["error"]
+)
 
 
 def _parse(entry_id: str) -> tuple[int, int]:
@@ -71,11 +82,31 @@ class StreamTrimmer:
         return trimmed
 
     async def run(self) -> None:
+        """Trim every interval until cancelled; no failure ends it."""
         while True:
-            honour_swallowed_cancel()
-            try:
-                await self.trim_once()
-            except RedisError as exc:
-                # The consumer reports Redis outages; trimming resumes with Redis.
-                log.warning("stream_trim_failed", error=str(exc))
+            # A fresh retrier per round: backoff restarts from its minimum after a success.
+            async for attempt in AsyncRetrying(
+                wait=BACKOFF,
+                retry=retry_if_exception_type(Exception),
+                before_sleep=_failed,
+                reraise=True,
+            ):
+                with attempt:
+                    honour_swallowed_cancel()
+                    await self.trim_once()
             await asyncio.sleep(self._interval)
+
+
+def _failed(state: RetryCallState) -> None:
+    error = state.outcome.exception()
+    RESTARTS.labels(type(error).__name__).inc()
+    log.warning(
+        "stream_trim_failed",
+        error=str(error),
+        error_type=type(error).__name__,
+        attempt=state.attempt_number,
+        retry_in_seconds=round(state.upcoming_sleep, 2),
+        # A Redis error explains itself (the consumer reports outages too);
+        # anything else is a bug to trace.
+        exc_info=None if isinstance(error, RedisError) else error,
+    )

@@ -12,6 +12,12 @@ user's "<|im_end|>" costs the tokens of its characters and means nothing.
 Tools and tool calls (chat_tools) are text from users too: they are escaped
 the same way, at any depth of the values the template is given.
 
+"Special" here means what the model reads as control: the vocabulary's
+special tokens, and its other added tokens shaped like markup ("<...>").
+Qwen2.5's "<tool_call>" is an added token with special=False: the tokenizer
+matches it in any text, so a user's "<tool_call>" would be the token the
+model writes to call a tool, and the answer's parser would read it as one.
+
 For a conversation without special-token text this encodes exactly what the
 whole rendered prompt does: the tokenizer itself encodes the text between two
 special tokens apart from the rest, after a token marked lstrip/rstrip has
@@ -30,11 +36,15 @@ from services.common.chat_tools import chat_input
 # Any render's placeholder; a match counts only with this render's tag. One pattern
 # compiled once: compiling one per tag took 60% of a short chat's render (140 of 230 us).
 _PLACEHOLDER = re.compile("\ue000([0-9a-f]{16}):(\\d+)\ue001")
+# An added token shaped like this is a control token even when not marked
+# special ("<tool_call>", "</tool_call>", "<|fim_prefix|>").
+_MARKUP = re.compile(r"<[^<>\s]+>")
 
 
 @dataclass(frozen=True)
 class SpecialTokens:
-    """The vocabulary's special tokens, found in text the way the tokenizer finds them."""
+    """The vocabulary's control tokens (special, or added and shaped like markup),
+    found in text the way the tokenizer finds them."""
 
     ids: dict[str, int]
     pattern: re.Pattern[str]
@@ -46,7 +56,7 @@ class SpecialTokens:
         added = [
             (token_id, token)
             for token_id, token in tokenizer.get_added_tokens_decoder().items()
-            if token.special
+            if token.special or _MARKUP.fullmatch(token.content)
         ]
         # Longest first: at one position the tokenizer matches the longest token.
         texts = sorted((t.content for _, t in added), key=len, reverse=True)

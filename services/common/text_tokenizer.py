@@ -9,7 +9,8 @@ formats.
 Special tokens written in text are honoured in `encode`, the caller's own raw
 prompt (as vLLM does for /v1/completions: the tenant writes its own context),
 and never in chat message content (`render_chat`, `encode_chat`), which only
-the chat template may turn into control tokens (see `chat_prompt`).
+the chat template may turn into control tokens (see `chat_prompt`, which
+counts added tokens shaped like markup, such as "<tool_call>", as special).
 
 Encoding goes through the tokenizer's batch call even for one text: unlike
 `Tokenizer.encode`, it releases the GIL, so the tokenizer service can encode
@@ -89,9 +90,20 @@ class TextTokenizer:
 
     @cached_property
     def plain_text_tokenizer(self) -> Tokenizer:
-        """The same vocabulary with special-token matching off: "<|im_end|>" is seven tokens."""
+        """The same vocabulary with control-token matching off: "<|im_end|>" is seven tokens."""
         # A copy, because encode_special_tokens is the tokenizer's state, shared by every thread.
         plain = Tokenizer.from_str(self.tokenizer.to_str())
+        # encode_special_tokens leaves added tokens that are not special matched:
+        # the ones chat_prompt counts as control ("<tool_call>") become special
+        # here, in this copy only, so decoding still shows them.
+        markup = [
+            token
+            for token in plain.get_added_tokens_decoder().values()
+            if not token.special and token.content in self.special_tokens.ids
+        ]
+        for token in markup:
+            token.special = True
+        plain.add_special_tokens(markup)
         plain.encode_special_tokens = True
         return plain
 

@@ -5,7 +5,8 @@ become the dicts that the HTTP API's pydantic models validate, so both fronts
 accept, refuse and render exactly the same requests. Protobuf
 has no JSON value type, so a schema or a function's parameters travel as JSON
 text; text that is not a JSON object is refused here, naming its field. Out:
-the calls read from the answer (tool_calls.py) become ToolCallDelta messages.
+the calls read from the answer (tool_calls.py) become ToolCallDelta messages,
+once they passed the output filter (screened_calls).
 """
 
 import json
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 
 from maas.v1 import gateway_pb2
 from services.gateway.body_shape import MAX_ITEMS, json_items
+from services.gateway.output_filter import OutputFilter
 
 
 class FieldError(ValueError):
@@ -93,3 +95,12 @@ def call_deltas(calls: list[dict]) -> list[gateway_pb2.ToolCallDelta]:
         )
         for call in calls
     ]
+
+
+def screened_calls(
+    output_filter: OutputFilter, calls: list[dict], finish: str | None
+) -> tuple[list[dict], str | None]:
+    """The calls the output filter lets out, and the finish reason: "content_filter"
+    when it blocked one, which ends the stream as blocked text does."""
+    passed, blocked = output_filter.screen_calls(calls)
+    return passed, "content_filter" if blocked else finish

@@ -8,6 +8,10 @@ task), or at once on a path that sends nothing more of it.
 Everything here runs in the task uvicorn gives the request, the SSE stream
 included (EventStream); a client that leaves cancels that task's work
 through its connection's watch (disconnect.py).
+
+Tool calls pass the output filter once read (OutputFilter.screen_calls): a
+blocked call ends its choice with finish_reason "content_filter", as blocked
+text does in the pipeline; the stream ends when every choice has.
 """
 
 from collections.abc import AsyncIterator
@@ -23,6 +27,7 @@ from services.gateway.disconnect import ClientGoneError, cancelled_if_gone
 from services.gateway.errors import APIError
 from services.gateway.http_metrics import RESPONSES
 from services.gateway.openai_format import Choices, ResponseShape
+from services.gateway.output_filter import OutputFilter
 from services.gateway.parsed_request import ParsedRequest
 from services.gateway.pipeline import Completion, Pipeline, with_headers
 from services.gateway.schemas import SamplingFields
@@ -79,7 +84,7 @@ async def respond(
         tool_format=completion.ticket.prompt.tool_format,
     )
     try:
-        return await _answer(request, shape, body, completion)
+        return await _answer(request, shape, body, completion, pipeline.output_filter)
     except APIError as exc:
         completion.delivered()
         raise with_headers(exc, completion.headers) from None
@@ -99,7 +104,28 @@ async def prepend(first: Delta, rest: AsyncIterator[Delta]) -> AsyncIterator[Del
         yield delta
 
 
-async def collect(shape: ResponseShape, first: Delta, deltas: AsyncIterator[Delta]) -> dict:
+def screen_calls(output_filter: OutputFilter, choice: dict, body: dict) -> bool:
+    """Screen the tool calls in a choice's message or delta `body`, in place;
+    True when one was blocked, which ends the choice."""
+    calls = body.get("tool_calls")
+    if not calls:
+        return False
+    passed, blocked = output_filter.screen_calls(calls)
+    if passed:
+        body["tool_calls"] = passed
+    else:
+        del body["tool_calls"]
+    if blocked:
+        choice["finish_reason"] = "content_filter"
+    return blocked
+
+
+async def collect(
+    shape: ResponseShape,
+    first: Delta,
+    deltas: AsyncIterator[Delta],
+    output_filter: OutputFilter,
+) -> dict:
     choices, last = Choices(), first
     try:
         async for delta in prepend(first, deltas):
@@ -109,11 +135,23 @@ async def collect(shape: ResponseShape, first: Delta, deltas: AsyncIterator[Delt
             last = delta
     finally:
         await deltas.aclose()
-    return shape.full(choices, last)
+    full = shape.full(choices, last)
+    for choice in full["choices"]:
+        if "message" in choice:
+            screen_calls(output_filter, choice, choice["message"])
+        if choices.finish[choice["index"]] == "content_filter":
+            # The filter cut the text after a call: the client must know, so
+            # not "tool_calls" (the stream's parser keeps it the same way).
+            choice["finish_reason"] = "content_filter"
+    return full
 
 
 async def _answer(
-    request: Request, shape: ResponseShape, body: SamplingFields, completion: Completion
+    request: Request,
+    shape: ResponseShape,
+    body: SamplingFields,
+    completion: Completion,
+    output_filter: OutputFilter,
 ) -> Response:
     route, deltas, headers = request.url.path, completion.deltas, completion.headers
     try:
@@ -122,7 +160,7 @@ async def _answer(
         with cancelled_if_gone(request.scope):
             first = await anext(deltas)
             if not body.stream:
-                full = await collect(shape, first, deltas)
+                full = await collect(shape, first, deltas, output_filter)
     except ClientGoneError:
         await deltas.aclose()
         completion.delivered()
@@ -132,7 +170,7 @@ async def _answer(
         return JSONResponse(full, headers=headers, background=BackgroundTask(completion.delivered))
 
     async def events():
-        last = first
+        last, blocked = first, set()
         try:
             if shape.chat:
                 for index in range(body.n):
@@ -142,7 +180,16 @@ async def _answer(
                 if delta.finish_reason == "error":
                     yield sse(STREAM_BROKEN.body())
                     return
-                yield sse(shape.chunk(delta, body.include_usage))
+                if delta.index in blocked:
+                    continue
+                chunk = shape.chunk(delta, body.include_usage)
+                choice = chunk["choices"][0]
+                if screen_calls(output_filter, choice, choice.get("delta", {})):
+                    blocked.add(delta.index)
+                yield sse(chunk)
+                if len(blocked) == body.n:
+                    # Closing the deltas (below) stops the engine's work.
+                    break
             if body.include_usage:
                 yield sse(shape.usage_chunk(last))
             yield DONE

@@ -13,8 +13,16 @@ the detokenized text): an entry is held back while its token may still be
 part of a term, its string masked where a match covers it, and with "stop"
 the entries from the matching token on are dropped. An alternative in
 top_logprobs is masked when it contains a term on its own.
+
+Tool calls are screened too, once each call is read whole (screen_calls): the
+model may spell a term with JSON escapes ("\\u0062ad") that the text filter
+cannot see and the client decodes, so the function name and every string of
+the arguments (keys and values) are screened as decoded. "mask" masks them in
+place; "stop" lets out only the calls before the first with a term, and the
+front ends the choice with finish_reason "content_filter".
 """
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -24,6 +32,9 @@ from prometheus_client import Counter
 from maas.v1 import engine_pb2
 
 BLOCKED = Counter("maas_gateway_blocked_terms", "Blocked terms found in output", ["action"])
+# A JSON string literal, escapes included: arguments are json.dumps' output, so
+# outside these there are only numbers, literals and punctuation.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
 @dataclass
@@ -134,3 +145,39 @@ class OutputFilter:
 
     def stream(self) -> StreamFilter:
         return StreamFilter(Terms(self._pattern, self._holdback, self._action))
+
+    def screen_calls(self, calls: list[dict]) -> tuple[list[dict], bool]:
+        """(the tool calls that may be sent, whether one was blocked).
+
+        Calls are OpenAI's tool_calls dicts (tool_parsers.base.tool_call).
+        With "stop", a call holding a term and every call after it are
+        withheld: the choice ends there.
+        """
+        if not self.enabled:
+            return calls, False
+        passed = []
+        for call in calls:
+            screened, found = self._screen_call(call)
+            if found:
+                BLOCKED.labels(self._action).inc(found)
+                if self._action == "stop":
+                    return passed, True
+            passed.append(screened)
+        return passed, False
+
+    def _screen_call(self, call: dict) -> tuple[dict, int]:
+        """The call with its decoded name and strings masked, and how many terms were found."""
+        function = call["function"]
+        name, found = self._masked(function["name"])
+
+        def literal(match: re.Match) -> str:
+            nonlocal found
+            masked, count = self._masked(json.loads(match.group()))
+            found += count
+            return json.dumps(masked) if count else match.group()
+
+        arguments = _JSON_STRING.sub(literal, function["arguments"])
+        return {**call, "function": {**function, "name": name, "arguments": arguments}}, found
+
+    def _masked(self, text: str) -> tuple[str, int]:
+        return self._pattern.subn(lambda m: "*" * len(m.group()), text)

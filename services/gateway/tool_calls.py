@@ -13,7 +13,8 @@ Done here and in the tokenizer service, never in the engine, so every backend
 - "auto" leaves the output free and reads it for calls in the template's
   format (tool_parsers/); "none" sends no tools at all.
 Calls come back as OpenAI's tool_calls (id "call_...", type "function",
-function.arguments a JSON string) with finish_reason "tool_calls".
+function.arguments a JSON string) with finish_reason "tool_calls", once the
+output filter has screened their decoded text (output_filter.screen_calls).
 """
 
 import json

@@ -49,12 +49,14 @@ class ToolParser:
         raise NotImplementedError
 
     def feed(self, text: str, finish_reason: str | None) -> tuple[str, list[dict], str | None]:
-        """push, and finish once the finish reason comes: it becomes "tool_calls" if any call."""
+        """push, and finish once the finish reason comes: it becomes "tool_calls" if any
+        call, unless the output filter ended the choice ("content_filter" stays)."""
         content, calls = self.push(text)
         if finish_reason is None:
             return content, calls, None
         tail, more = self.finish()
-        return content + tail, calls + more, "tool_calls" if self.calls else finish_reason
+        called = self.calls and finish_reason != "content_filter"
+        return content + tail, calls + more, "tool_calls" if called else finish_reason
 
     def whole(self, text: str) -> tuple[str | None, list[dict]]:
         """(content, calls) of a whole output; content None when the answer is only calls."""
