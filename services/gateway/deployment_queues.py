@@ -5,6 +5,10 @@ set, else what its ready engines can batch at once (the sum of their
 max_num_seqs): beyond that a request would only wait in an engine's queue,
 where the gateway cannot order it fairly. With several gateway replicas set
 max_in_flight to the capacity divided by the number of replicas.
+
+Each queue has queue_size waiting places, shared by the tenants waiting in
+proportion to their tier weights (fair_queue.FairQueue._make_room), so a
+tenant flooding one deployment cannot keep the others out of it.
 """
 
 from maas.v1 import router_pb2

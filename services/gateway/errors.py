@@ -56,6 +56,22 @@ def unavailable(message: str, retry_after: int = 1) -> APIError:
     )
 
 
+# Why the gateway dropped a request to protect other tenants (as llm-d's
+# x-llm-d-request-dropped-reason); over gRPC, trailing metadata.
+DROPPED_REASON_HEADER = "x-maas-request-dropped-reason"
+
+
+def dropped(message: str, reason: str, retry_after: int = 1) -> APIError:
+    """429 for a request dropped as its tenant's own excess (reason: e.g. queue-fair-share)."""
+    return APIError(
+        429,
+        message,
+        type="requests",
+        code="rate_limit_exceeded",
+        headers={"Retry-After": str(retry_after), DROPPED_REASON_HEADER: reason},
+    )
+
+
 def from_upstream(exc: grpc.aio.AioRpcError, model: str, param: str | None = None) -> APIError:
     """Translate a peer service's gRPC status into what the client should see."""
     code, detail = exc.code(), exc.details() or ""
