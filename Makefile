@@ -8,7 +8,7 @@ PROTOS := $(wildcard proto/maas/v1/*.proto)
 # Every install takes the versions `make lock` resolved (constraints.txt).
 PIP_INSTALL = $(BIN)/pip install --quiet -c constraints.txt
 
-.PHONY: lock run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-router bench-long-prefill bench-accel bench-structured bench-peers bench-static bench-vllm install install-test install-vllm install-helm crd chart-lint chart-template clean
+.PHONY: lock run test proto lint bench bench-engine bench-billing bench-billing-soak bench-gateway bench-isolation bench-router bench-long-prefill bench-accel bench-structured bench-peers bench-static bench-vllm install install-test install-vllm install-helm crd chart-lint chart-template clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -109,6 +109,12 @@ bench-structured: $(STAMP)
 
 bench-gateway: $(STAMP)
 	$(BIN)/python -m benchmarks.gateway_bench --output benchmarks/results/gateway.json
+
+# Issue 31: one tenant's latency alone and under four attacks from another, and each
+# service's peak memory (minutes). A small run, kept out of the results:
+# ARGS='--requests 3 --attacks grammars --output /tmp/isolation.json'.
+bench-isolation: $(STAMP)
+	$(BIN)/python -m benchmarks.isolation_bench --output benchmarks/results/isolation.json $(ARGS)
 
 # Four local engines on this machine's cores: one torch thread each.
 bench-router: $(BENCH_STAMP)
