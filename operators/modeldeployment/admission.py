@@ -6,7 +6,8 @@ namespace (the Redis password, a service token) to a container of their
 choosing. The spec's images (`image`, `canary.image`, `model.source.fetchImage`,
 `engine.vllm.image`) must match the allow-list, and
 `model.source.credentialsSecret` the name pattern; a spec that does not is
-refused whole and nothing is created for it.
+refused whole and nothing is created for it. So is a spec whose
+`engine.vllm.args` or `engine.vllm.env` go beyond tuning (vllm_allowlist.py).
 
 The operator's own defaults (its --engine-image and --vllm-image, the curl and
 AWS CLI fetch images) are its configuration, not the spec's, and are not
@@ -17,6 +18,8 @@ checked. Image patterns are shell-style and case-sensitive (fnmatch); `*` crosse
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+
+from operators.modeldeployment.vllm_allowlist import refused_arg, refused_env
 
 
 @dataclass(frozen=True)
@@ -56,4 +59,20 @@ class AdmissionPolicy:
                 f"spec.model.source.credentialsSecret {secret!r} does not match the "
                 f"operator's pattern {self.credentials_secret_pattern!r}",
             )
-        return None
+        return _vllm_refusal(spec["engine"]["vllm"])
+
+
+def _vllm_refusal(vllm: dict) -> Refusal | None:
+    why = refused_arg(list(vllm.get("args") or []))
+    if why is not None:
+        return Refusal(
+            "VllmArgNotAllowed", f"spec.engine.vllm.args {why} (allowed: see docs/operator.md)"
+        )
+    for name in vllm.get("env") or {}:
+        if refused_env(name):
+            return Refusal(
+                "VllmEnvNotAllowed",
+                f"spec.engine.vllm.env {name!r} is not a variable a ModelDeployment may set "
+                "for vLLM (allowed: see docs/operator.md)",
+            )
+    return None

@@ -3,8 +3,13 @@
 A fresh registry per operator (not kopf's global one) lets the tests run the
 real handlers against an emulated API server with their own login.
 
-A spec the admission policy refuses gets Ready=False with the reason and a
-Warning Event, and nothing is created or changed (see status.ready).
+A spec the admission policy refuses (or whose pvc:// claim is no model store,
+model_store.py) gets Ready=False with the reason and a Warning Event, and
+nothing is created or changed (see status.ready). A ModelDeployment claiming a
+model id an earlier one holds (services.common.model_claims) is reconciled, but
+gets ModelIdConflict=True and Ready=False: the router pools none of its
+engines. kopf's index of every watched ModelDeployment by claimed id answers
+that without an API call.
 """
 
 import logging
@@ -16,17 +21,26 @@ import kopf
 
 from operators.modeldeployment import crd_schema as s
 from operators.modeldeployment import metrics
-from operators.modeldeployment.admission import AdmissionPolicy
+from operators.modeldeployment.admission import AdmissionPolicy, Refusal
 from operators.modeldeployment.autoscale import Dependencies, tick
 from operators.modeldeployment.defaults import defaulted_spec
 from operators.modeldeployment.kube import Credentials
+from operators.modeldeployment.model_store import CLAIM_REASONS, claim_refusal
 from operators.modeldeployment.reconcile import delete_owned, reconcile
 from operators.modeldeployment.resources import selector_string
 from operators.modeldeployment.routes import RoutesConfigMap
-from operators.modeldeployment.status import merge_conditions, ready
+from operators.modeldeployment.status import (
+    conflict_refusal,
+    merge_conditions,
+    model_id_conflict,
+    ready,
+)
 from operators.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
+from services.common.model_claims import Claimant, Conflict, conflicts
 
 FINALIZER = "maas.io/cleanup"
+# A spec refused for its claim is looked at again after this many autoscaler intervals.
+CLAIM_RECHECK_INTERVALS = 6
 
 
 @dataclass
@@ -35,7 +49,8 @@ class OperatorContext:
     engine_image: str
     interval_seconds: float
     admission: AdmissionPolicy
-    # The Secret whose service-token the engines demand (docs/security.md); empty: none.
+    # The Secret whose service-token the engines demand, and whose vllm-api-key
+    # vLLM servers do (docs/security.md); empty: none.
     service_token_secret: str = ""
     # vLLM's image for backend-vllm specs that name none.
     vllm_image: str = DEFAULT_VLLM_IMAGE
@@ -58,6 +73,23 @@ def _available(conditions: list[dict]) -> bool | None:
     return found[0] if found else None
 
 
+def _said(conditions: list[dict], refusal: Refusal) -> bool:
+    """Ready already says this refusal: its Event was posted when it first did."""
+    return any(
+        c.get("type") == "Ready"
+        and c.get("reason") == refusal.reason
+        and c.get("message") == refusal.message
+        for c in conditions
+    )
+
+
+def _conflict(body, model_claims: kopf.Index) -> Conflict | None:
+    """The earlier ModelDeployment that holds one of this one's model ids, if any."""
+    own = Claimant.of(dict(body))
+    rivals = {c for model in own.ids for c in model_claims.get(model, [])}
+    return conflicts(rivals | {own}).get(own.uid)
+
+
 def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     resource = dict(group=s.GROUP, version=s.VERSION, plural=s.PLURAL, registry=registry)
@@ -77,25 +109,50 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
             ctx.deps.api.update(Credentials.from_connection_info(info))
         return info
 
+    async def refusal_of(body, spec: dict) -> Refusal | None:
+        namespace = body["metadata"]["namespace"]
+        return ctx.admission.refusal(spec) or await claim_refusal(ctx.deps.api, namespace, spec)
+
+    def verdicts(refusal, conflict, available) -> list:
+        summary = ready(refusal or conflict_refusal(conflict), available)
+        return [model_id_conflict(conflict), summary]
+
+    # Every watched ModelDeployment by the model ids it claims (kopf keeps it current);
+    # the id names the handlers' kwarg (a nested function's would be its qualname).
+    @kopf.index(**resource, id="model_claims")
+    def model_claims(body, **_):
+        claimant = Claimant.of(dict(body))
+        return {model: claimant for model in claimant.ids}
+
     @kopf.on.create(**resource)
     @kopf.on.update(**resource)
     @kopf.on.resume(**resource)
-    async def apply_spec(body, spec, status, patch, logger, **_):
+    async def apply_spec(body, spec, status, patch, logger, model_claims: kopf.Index, **_):
         spec = defaulted_spec(dict(spec))
 
-        refusal = ctx.admission.refusal(spec)
+        refusal = await refusal_of(body, spec)
+        conflict = _conflict(body, model_claims)
         previous = status.get("conditions") or []
         patch.status["conditions"] = merge_conditions(
             previous,
-            [ready(refusal, _available(previous))],
+            verdicts(refusal, conflict, _available(previous)),
             body["metadata"].get("generation", 0),
             ctx.clock(),
         )
         if refusal is not None:
-            kopf.event(body, type="Warning", reason=refusal.reason, message=refusal.message)
+            if not _said(previous, refusal):
+                kopf.event(body, type="Warning", reason=refusal.reason, message=refusal.message)
             # Below kopf's posting level: the Event above is the one the user sees.
             logger.info("refused: %s", refusal.message)
+            if refusal.reason in CLAIM_REASONS:
+                # The claim's labels change without the spec: look again later (the
+                # status patch above is applied all the same).
+                delay = ctx.interval_seconds * CLAIM_RECHECK_INTERVALS
+                raise kopf.TemporaryError(refusal.message, delay=delay)
             return
+        if conflict is not None:
+            message = conflict_refusal(conflict).message
+            kopf.event(body, type="Warning", reason="ModelIdConflict", message=message)
         image = spec.get("image") or ctx.engine_image
         outcomes = await reconcile(
             ctx.deps.api,
@@ -127,7 +184,7 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     # A failed tick (an API call that timed out) retries at the next interval, not
     # after kopf's default minute: scaling must not go blind that long.
     @kopf.timer(**resource, interval=ctx.interval_seconds, backoff=ctx.interval_seconds)
-    async def autoscale(body, spec, patch, logger, **_):
+    async def autoscale(body, spec, patch, logger, model_claims: kopf.Index, **_):
         spec = defaulted_spec(dict(spec))
         result = await tick(ctx.deps, dict(body), spec, ctx.clock())
         if result is None:
@@ -135,7 +192,11 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         conditions = result.status["conditions"]
         result.status["conditions"] = merge_conditions(
             conditions,
-            [ready(ctx.admission.refusal(spec), _available(conditions))],
+            verdicts(
+                await refusal_of(body, spec),
+                _conflict(body, model_claims),
+                _available(conditions),
+            ),
             body["metadata"].get("generation", 0),
             ctx.clock(),
         )

@@ -19,6 +19,7 @@ from operators.modeldeployment.vllm_pod import (
     DEFAULT_VLLM_IMAGE,
     STARTUP_SECONDS,
     adapter_args,
+    api_key_env,
     vllm_container,
 )
 
@@ -140,6 +141,7 @@ def _containers(
             # Derived model files and compiled kernels: a restart of the container reuses them.
             {"name": "MAAS_CACHE_DIR", "value": CACHE_DIR},
             *_service_token_env(token_secret),
+            *(api_key_env(token_secret) if vllm else []),
         ],
         "ports": [
             {"name": "grpc", "containerPort": GRPC_PORT},
@@ -155,6 +157,7 @@ def _containers(
     containers = [container]
     if vllm:
         server = vllm_container(spec, vllm_image, model_id, mount, CACHE_DIR)
+        server["env"] += api_key_env(token_secret)
         server["resources"] = _container_resources(spec["resources"])
         containers.append(server)
     return [

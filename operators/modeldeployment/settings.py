@@ -40,7 +40,8 @@ class OperatorSettings(ServiceSettings):
     service_token_secret: str = Field(
         "",
         description="Secret in each engine's namespace whose service-token engines demand "
-        "of callers; empty = engines accept any caller",
+        "of callers (and whose vllm-api-key a vLLM server demands of its adapter); "
+        "empty = engines accept any caller",
     )
 
     @field_validator("credentials_secret_pattern")

@@ -2,6 +2,7 @@
 
 from operators.modeldeployment.defaults import defaulted_spec
 from operators.modeldeployment.policy import AutoscalingConfig
+from services.common import model_claims
 from services.common.canary import canary_deployment
 
 
@@ -27,7 +28,7 @@ def drain_timeout_seconds(spec: dict) -> float:
 
 def model_id(name: str, spec: dict) -> str:
     """The id clients and the router use; the resource name unless spec says otherwise."""
-    return (spec.get("model") or {}).get("name") or name
+    return model_claims.model_id(name, spec)
 
 
 def canary_model_id(name: str, spec: dict) -> str:

@@ -1,7 +1,9 @@
-"""Status conditions of a ModelDeployment: the autoscaler's, from one tick, and Ready.
+"""Status conditions of a ModelDeployment: the autoscaler's, ModelIdConflict and Ready.
 
 Ready is the summary: False with the admission policy's reason when the spec
-is refused, else whether Available is. Both the spec handler and the
+is refused, False with ModelIdConflict when an earlier ModelDeployment holds
+its model id (services.common.model_claims: its engines run, but the router
+pools none of them), else whether Available is. Both the spec handler and the
 autoscaler write it, each from the spec in the body it was given, because a
 status patch replaces the whole list: a writer that left Ready out would
 drop it, and one that kept an older body's Ready would bring it back. The
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from operators.modeldeployment.admission import Refusal
+from services.common.model_claims import Conflict
 
 
 def timestamp(epoch: float) -> str:
@@ -70,6 +73,23 @@ def conditions(
             limited_message or "the autoscaler is free to act",
         ),
     ]
+
+
+def conflict_refusal(conflict: Conflict | None) -> Refusal | None:
+    if conflict is None:
+        return None
+    return Refusal(
+        "ModelIdConflict",
+        f"model id {conflict.model!r} belongs to ModelDeployment {conflict.holder}, made "
+        "earlier; the router routes none of this one's engines until that one is gone",
+    )
+
+
+def model_id_conflict(conflict: Conflict | None) -> Condition:
+    refusal = conflict_refusal(conflict)
+    if refusal is None:
+        return Condition("ModelIdConflict", False, "Unique", "no earlier deployment has the id")
+    return Condition("ModelIdConflict", True, refusal.reason, refusal.message)
 
 
 def ready(refusal: Refusal | None, available: bool | None) -> Condition:

@@ -343,12 +343,18 @@ def test_every_service_gets_the_token(helm):
         assert token == {"name": secret, "key": "service-token"}, name
 
 
-def test_engine_namespaces_get_a_copy_of_the_token_only(helm):
+def test_engine_namespaces_get_a_copy_of_the_token_and_vllm_key_only(helm):
     docs = render_set(helm, "operator.watchNamespaces={team-a}")
     secrets = _by_kind(docs, "Secret")
     assert set(secrets) == {"maas", "team-a"}
-    assert set(secrets["team-a"]["data"]) == {"service-token"}
-    assert secrets["team-a"]["data"]["service-token"] == secrets["maas"]["data"]["service-token"]
+    assert set(secrets["team-a"]["data"]) == {"service-token", "vllm-api-key"}
+    for key in ("service-token", "vllm-api-key"):
+        assert secrets["team-a"]["data"][key] == secrets["maas"]["data"][key]
+    assert secrets["maas"]["data"]["vllm-api-key"] != secrets["maas"]["data"]["service-token"]
+    # vLLM's key is for engine pods only: no service of the release holds it.
+    for workload in _workloads(docs):
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            assert _secret_ref(container, "VLLM_API_KEY") is None
 
 
 def test_the_operator_names_the_token_secret_to_its_engines(helm):

@@ -1,5 +1,6 @@
 """The chart starts the router on Kubernetes discovery over the operator's namespaces,
-with rights to read engine Services and EndpointSlices there and nothing else."""
+with rights to read engine Services, EndpointSlices and the ModelDeployments that
+own them there, and nothing else."""
 
 import json
 
@@ -26,7 +27,11 @@ def _reads(namespace: str | None) -> list[Call]:
     return [
         Call(verb, group, resource, namespace, None)
         for verb in ("list", "watch")
-        for group, resource in (("", "services"), ("discovery.k8s.io", "endpointslices"))
+        for group, resource in (
+            ("", "services"),
+            ("discovery.k8s.io", "endpointslices"),
+            ("maas.io", "modeldeployments"),
+        )
     ]
 
 
@@ -43,8 +48,12 @@ def test_router_discovers_in_exactly_the_operators_namespaces():
         str(c) for c in sorted(_reads("team-b"), key=str)
     ]
     assert grants.refused(set(_reads(None))), "no list across every namespace"
-    writes = {Call("patch", "", "services", "maas", "x"), Call("get", "", "pods", "maas", "x")}
-    assert len(grants.refused(writes)) == 2, "the router reads, and only those two"
+    writes = {
+        Call("patch", "", "services", "maas", "x"),
+        Call("get", "", "pods", "maas", "x"),
+        Call("patch", "maas.io", "modeldeployments/status", "maas", "x"),
+    }
+    assert len(grants.refused(writes)) == 3, "the router reads, and only those three"
 
 
 def test_cluster_wide_router_watches_every_namespace_with_a_cluster_role():

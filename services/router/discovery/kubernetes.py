@@ -5,14 +5,18 @@ The `kubernetes` client is synchronous, so each resource of each namespace is
 listed and watched in its own daemon thread, which wakes the event loop after
 every change; the loop then rebuilds the whole snapshot from all caches. Every
 watch round starts with a fresh list, so a dropped watch (or a 410 Gone) can't
-leave a deleted pod behind. RBAC: list/watch on services and discovery.k8s.io
-endpointslices, in a Role per namespace or, for every namespace, a ClusterRole.
+leave a deleted pod behind. The ModelDeployments of the same namespaces are
+watched too: a Service is pooled only when one of them owns it
+(discovery/ownership.py). RBAC: list/watch on services, discovery.k8s.io
+endpointslices and maas.io modeldeployments, in a Role per namespace or, for
+every namespace, a ClusterRole.
 """
 
 import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 
 from kubernetes import client, watch
 
@@ -20,10 +24,13 @@ from services.common.kubernetes_client import api_client
 from services.common.logging import get_logger
 from services.router.discovery import Snapshot
 from services.router.discovery.kubernetes_objects import snapshot_of
+from services.router.discovery.ownership import OwnerCheck
 from services.router.settings import RouterSettings
 
 log = get_logger(__name__)
 
+# The ModelDeployment resource, as the operator serves it (operators/modeldeployment/crd_schema.py).
+MD_GROUP, MD_VERSION, MD_PLURAL = "maas.io", "v1alpha1", "modeldeployments"
 # The server ends a watch after this long; the next round relists.
 WATCH_SECONDS = 300
 RETRY_SECONDS = 2.0
@@ -103,22 +110,34 @@ def _key(obj: dict) -> tuple[str, str]:
 class KubernetesSource:
     def __init__(self, api: client.ApiClient, namespaces: list[str], service_selector: str):
         core, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+        custom = client.CustomObjectsApi(api)
         if namespaces:
             scopes = [(ns,) for ns in dict.fromkeys(namespaces)]
             list_services, list_slices = (
                 core.list_namespaced_service,
                 discovery.list_namespaced_endpoint_slice,
             )
+
+            def list_deployments(namespace: str, **kwargs):
+                # The namespace sits between version and plural in this call.
+                return custom.list_namespaced_custom_object(
+                    MD_GROUP, MD_VERSION, namespace, MD_PLURAL, **kwargs
+                )
         else:
             scopes = [()]
             list_services, list_slices = (
                 core.list_service_for_all_namespaces,
                 discovery.list_endpoint_slice_for_all_namespaces,
             )
+            list_deployments = partial(
+                custom.list_cluster_custom_object, MD_GROUP, MD_VERSION, MD_PLURAL
+            )
         self._services = [_ResourceCache(list_services, s, service_selector) for s in scopes]
         # A slice names its Service in a label; rather than rely on it copying the
         # Service's other labels, every slice is read and joined by namespace and name.
         self._slices = [_ResourceCache(list_slices, s, "") for s in scopes]
+        self._deployments = [_ResourceCache(list_deployments, s, "") for s in scopes]
+        self._owners = OwnerCheck()
 
     @classmethod
     def from_settings(cls, settings: RouterSettings) -> "KubernetesSource":
@@ -131,7 +150,7 @@ class KubernetesSource:
     async def snapshots(self) -> AsyncIterator[Snapshot]:
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
-        caches = self._services + self._slices
+        caches = self._services + self._slices + self._deployments
         for cache in caches:
             cache.start(lambda: loop.call_soon_threadsafe(changed.set))
         while True:
@@ -141,8 +160,9 @@ class KubernetesSource:
             if all(cache.synced.is_set() for cache in caches):
                 services = [obj for cache in self._services for obj in cache.objects()]
                 slices = [obj for cache in self._slices for obj in cache.objects()]
-                yield snapshot_of(services, slices)
+                owners = [obj for cache in self._deployments for obj in cache.objects()]
+                yield snapshot_of(self._owners.pooled(services, owners), slices)
 
     async def close(self) -> None:
-        for cache in self._services + self._slices:
+        for cache in self._services + self._slices + self._deployments:
             cache.stop()

@@ -7,6 +7,7 @@ and installs vLLM first): then the venv is built, and a failure fails.
 
 import asyncio
 import os
+import secrets
 
 import grpc
 import httpx
@@ -25,6 +26,7 @@ SERVED_MODEL = "smollm2-vllm"
 MODEL_ID = "smollm2-via-vllm"  # what our clients call it: not vLLM's name
 BLOCK_SIZE = 32  # vLLM's CPU attention takes multiples of 32
 MAX_NUM_SEQS = 8
+API_KEY = secrets.token_urlsafe(24)
 # SmolLM2's chat template around "What is 2+2?", its default system prompt
 # included: 37 tokens, one full block of 32 and a partial one.
 PROMPT = [
@@ -59,6 +61,8 @@ def vllm_server(vllm_python, tmp_path_factory):
         max_model_len=2048,
         max_num_seqs=MAX_NUM_SEQS,
         extra_args=["--block-size", str(BLOCK_SIZE)],
+        # As the operator and `maas up` run it: only the adapter, given the key, may call it.
+        api_key=API_KEY,
     )
     server = VllmServer(config, tmp_path_factory.mktemp("vllm") / "vllm.log").start()
     yield server
@@ -80,7 +84,9 @@ def adapter_process(vllm_server, log_dir, **flags) -> tuple[ManagedProcess, str]
             **flags,
         },
     )
-    return ManagedProcess("vllm-adapter", argv, log_dir / "adapter.log"), f"127.0.0.1:{port}"
+    env = {"VLLM_API_KEY": vllm_server.config.api_key}
+    process = ManagedProcess("vllm-adapter", argv, log_dir / "adapter.log", env=env)
+    return process, f"127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="package")
@@ -101,7 +107,8 @@ async def stub(adapter):
 
 @pytest.fixture
 async def vllm_http(vllm_server):
-    async with httpx.AsyncClient(base_url=vllm_server.url, timeout=120) as client:
+    headers = {"Authorization": f"Bearer {vllm_server.config.api_key}"}
+    async with httpx.AsyncClient(base_url=vllm_server.url, headers=headers, timeout=120) as client:
         yield client
 
 

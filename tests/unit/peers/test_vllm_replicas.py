@@ -6,6 +6,7 @@ from services.local.stack import Stack, StackConfig
 from services.local.vllm_replicas import (
     VllmOptions,
     VllmRuntime,
+    engine_env,
     engine_flags,
     replica_config,
     replica_cpus,
@@ -32,6 +33,19 @@ def test_engine_in_front_gets_vllms_addresses_and_batch_size():
         "vllm-kv-events-endpoint": config.kv_events_endpoint,
         "max-num-seqs": "16",
     }
+
+
+def test_each_vllm_server_demands_its_own_key_known_only_by_environment():
+    runtime = VllmRuntime(python=Path("/venv/bin/python"), model=Path("/models/smol"))
+    configs = [replica_config(runtime, VllmOptions(), "smol", i, 2, "127.0.0.1") for i in (0, 1)]
+    keys = [config.env()["VLLM_API_KEY"] for config in configs]
+    assert len(set(keys)) == 2 and all(len(key) >= 32 for key in keys)
+    for config, key in zip(configs, keys, strict=True):
+        # The engine in front shows the same key; neither command line carries it
+        # (/proc/PID/cmdline is readable by every user of the host).
+        assert engine_env(config) == {"VLLM_API_KEY": key}
+        assert not any(key in arg for arg in config.argv())
+        assert not any(key in str(value) for value in engine_flags(config).values())
 
 
 def test_each_vllm_replica_is_a_child_to_wait_for():

@@ -1,0 +1,47 @@
+"""Which PersistentVolumeClaims a `pvc://` model source may mount: those labelled for models.
+
+The operator mounts the claim into engine pods with its own rights, so
+without a check whoever may write a ModelDeployment could mount any claim of
+the namespace (another team's data, a database's volume) into a container
+that serves it to tenants through the model's outputs, or read it through
+vLLM's file loading. A claim is a model store when its owner says so with the
+label `maas.io/model-store: "true"`; the operator reads the claim before it
+creates anything and refuses a spec naming any other (Ready=False,
+ClaimNotAllowed / ClaimNotFound), as it refuses a disallowed image. Labelling a
+claim is a right over that claim, held by whoever may update it.
+
+The check runs at every reconcile and autoscaler tick, and a refused spec is
+looked at again every six autoscaler intervals (30 s by default), so labelling
+the claim is enough to start it; a label removed later stops the next rollout (pods already running
+keep their mount until replaced).
+"""
+
+from urllib.parse import urlparse
+
+from operators.modeldeployment.admission import Refusal
+from operators.modeldeployment.kube import KubeApi, object_path
+
+STORE_LABEL = "maas.io/model-store"
+CLAIM_REASONS = ("ClaimNotFound", "ClaimNotAllowed")
+
+
+async def claim_refusal(api: KubeApi, namespace: str, spec: dict) -> Refusal | None:
+    """Why spec's pvc:// source may not be mounted, or None (also for other sources)."""
+    uri = (spec["model"].get("source") or {}).get("uri") or ""
+    parsed = urlparse(uri)
+    if parsed.scheme != "pvc":
+        return None
+    claim = parsed.netloc
+    found = await api.get(object_path("PersistentVolumeClaim", namespace, claim))
+    if found is None:
+        return Refusal(
+            "ClaimNotFound",
+            f"spec.model.source.uri {uri!r}: no PersistentVolumeClaim {claim!r} in {namespace}",
+        )
+    if (found["metadata"].get("labels") or {}).get(STORE_LABEL) != "true":
+        return Refusal(
+            "ClaimNotAllowed",
+            f"spec.model.source.uri {uri!r}: PersistentVolumeClaim {claim!r} is not labelled "
+            f'{STORE_LABEL}="true"; only claims labelled as model stores are mounted',
+        )
+    return None
