@@ -159,7 +159,12 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        inner = handler.unary_unary or handler.unary_stream
+        inner = (
+            handler.unary_unary
+            or handler.unary_stream
+            or handler.stream_unary
+            or handler.stream_stream
+        )
         if inner is None:
             return handler
         key = (handler_call_details.method, inner)
@@ -182,6 +187,29 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.stream_unary:
+            # The gateway's tenant front registers its unary methods request-streaming
+            # (grpc_front.py), so that it checks a key before grpc reads the message.
+            inner_unary = handler.stream_unary
+
+            async def stream_unary(requests, ctx):
+                with observed(method, ctx):
+                    return await inner_unary(requests, ctx)
+
+            return grpc.stream_unary_rpc_method_handler(
+                stream_unary, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.stream_stream:
+            inner_streams = handler.stream_stream
+
+            async def stream_stream(requests, ctx):
+                with observed(method, ctx):
+                    async for message in inner_streams(requests, ctx):
+                        yield message
+
+            return grpc.stream_stream_rpc_method_handler(
+                stream_stream, handler.request_deserializer, handler.response_serializer
             )
         inner_stream = handler.unary_stream
 

@@ -39,6 +39,22 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MESSAGE_LIMIT),
 ]
 
+# A public server (internal=False) reads a call's message only when its
+# handler asks, after the key check; until then grpc holds what the HTTP/2
+# stream window lets the caller send: 64 KiB a call, with BDP probing off (it
+# would grow the window towards megabytes on a fast link), and at most 100
+# calls a connection. A read opens the window to the whole message. A
+# connection must finish its HTTP/2 handshake within 10 s (as HTTP's headers
+# must), and one with no call open for 60 s is closed (GOAWAY; a client
+# reconnects on its next call).
+PUBLIC_OPTIONS = [
+    ("grpc.http2.lookahead_bytes", 64 * 1024),
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.max_concurrent_streams", 100),
+    ("grpc.server_handshake_timeout_ms", 10_000),
+    ("grpc.max_connection_idle_ms", 60_000),
+]
+
 
 @dataclass
 class GrpcService:
@@ -83,6 +99,7 @@ async def start_server(
         options=[
             ("grpc.max_send_message_length", MESSAGE_LIMIT),
             ("grpc.max_receive_message_length", receive_limit),
+            *(() if internal else PUBLIC_OPTIONS),
         ],
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )

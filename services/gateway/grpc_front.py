@@ -6,14 +6,29 @@ and routing; APIError statuses map onto gRPC codes. The x-ratelimit-* and
 Retry-After headers travel as metadata: initial metadata on a served stream,
 trailing metadata on a refusal.
 
-As over HTTP, the key is checked before the body is read: the handlers are
-registered without a deserializer (add_gateway_to_server), so an
-unauthenticated call costs the raw bytes grpc already holds (bounded by the
-server's receive limit) and never the parse, which can take 35 times the wire
-size for a message of empty repeated fields.
+As over HTTP, the key is checked before the message is read. Every method is
+registered as request-streaming without a deserializer (add_gateway_to_server;
+the wire format of a unary request is the same), so its handler runs on the
+call's headers, and grpc reads the message only when the handler asks for it:
+until then it holds at most the stream's flow-control window
+(grpc_server.PUBLIC_OPTIONS: 64 KiB, BDP probing off). In order, each stage
+with its bound:
+
+1. the key, checked within `grpc_message_timeout_seconds`; a call without one
+   ends at once, and none holds a slot;
+2. a slot: `grpc_max_concurrent_rpcs` calls past their key check at once,
+   more get RESOURCE_EXHAUSTED;
+3. the message's bytes, reserved in the tenant's byte budget (the one HTTP
+   bodies use, body_budget.py) at the receive limit (its size is unknown
+   before it is read), then read within `grpc_message_timeout_seconds`, and
+   parsed; the budget is given back once the ParsedRequest is built, and
+   the raw bytes are dropped with it.
 """
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -23,12 +38,14 @@ from maas.v1 import common_pb2, gateway_pb2
 from services.common.chat_messages import message_dict
 from services.common.grpc_server import GrpcService, ServerHandle, start_server
 from services.gateway.auth import Authenticator
+from services.gateway.body_budget import BodyBudget, BudgetLimits
 from services.gateway.errors import APIError
 from services.gateway.grpc_chat import (
     FieldError,
     call_deltas,
     check_json_fields,
     response_format_dict,
+    screened_calls,
     tool_choice_value,
     tool_dicts,
 )
@@ -73,29 +90,86 @@ def options_dict(options: gateway_pb2.CompletionOptions) -> dict:
     return fields
 
 
-class GatewayServicer:
-    """The three RPCs, each called with the caller's principal and its parsed request."""
+@dataclass(frozen=True)
+class FrontLimits:
+    slots: int  # calls past their key check at once
+    message_bytes: int  # the largest request message
+    stage_timeout: float  # for the key check, then for the message
 
-    def __init__(self, pipeline: Pipeline, auth: Authenticator):
+
+class GatewayServicer:
+    """The three RPCs: each call's key, slot and message, then the pipeline."""
+
+    def __init__(
+        self, pipeline: Pipeline, auth: Authenticator, budget: BodyBudget, limits: FrontLimits
+    ):
         self._pipeline = pipeline
         self._auth = auth
+        self._budget = budget
+        self._limits = limits
+        self.open_calls = 0
 
-    async def authenticated(
-        self, raw: bytes, message_type: type[Message], context
-    ) -> tuple[Principal, Message]:
-        """Check the key in the metadata, then parse `raw`; abort the call if either fails."""
+    @asynccontextmanager
+    async def admitted(self, context) -> AsyncIterator[Principal]:
+        """The caller's principal, and a slot for the rest of the call; or the call aborted."""
         metadata = dict(context.invocation_metadata() or ())
+        timeout = self._limits.stage_timeout
         try:
-            principal = await self._auth.authenticate(metadata.get("authorization"))
+            async with asyncio.timeout(timeout):
+                principal = await self._auth.authenticate(metadata.get("authorization"))
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED, f"the key was not checked within {timeout:g} s"
+            )
         except APIError as exc:
             await self._abort(context, exc)
-        try:
-            return principal, message_type.FromString(raw)
-        except DecodeError:
+        if self.open_calls >= self._limits.slots:
             await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"the request is not a valid {message_type.DESCRIPTOR.full_name}",
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Concurrent RPC limit exceeded: {self._limits.slots} calls are open",
             )
+        self.open_calls += 1
+        try:
+            yield principal
+        finally:
+            self.open_calls -= 1
+
+    async def parsed(self, principal: Principal, context, message_type: type[Message], parse):
+        """Read the call's message within the tenant's byte budget and the deadline, then
+        `parse` it; the budget goes back, and the raw bytes with it, once that is done."""
+        lease = self._budget.lease(principal.tenant)
+        try:
+            try:
+                await lease.grow(self._limits.message_bytes)
+            except APIError as exc:
+                await self._abort(context, exc)
+            raw = await self._read(context)
+            lease.shrink_to(len(raw))
+            try:
+                message = message_type.FromString(raw)
+            except DecodeError:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"the request is not a valid {message_type.DESCRIPTOR.full_name}",
+                )
+            del raw
+            return await parse(message, context)
+        finally:
+            lease.release()
+
+    async def _read(self, context) -> bytes:
+        timeout = self._limits.stage_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                raw = await context.read()
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the request message was not sent within {timeout:g} s",
+            )
+        if raw is grpc.aio.EOF:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call sent no message")
+        return raw
 
     async def _abort(self, context, error: APIError):
         metadata = tuple((k.lower(), v) for k, v in (error.headers or {}).items())
@@ -105,7 +179,8 @@ class GatewayServicer:
             trailing_metadata=metadata,
         )
 
-    async def ChatCompletion(self, principal, request, context):
+    @staticmethod
+    async def chat(request: gateway_pb2.ChatCompletionRequest, context) -> ParsedRequest:
         try:
             check_json_fields(request.tools, request.options)
             body = ChatCompletionRequest(
@@ -120,11 +195,10 @@ class GatewayServicer:
             )
         except (ValidationError, FieldError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        parsed = chat_request(body, session_header(context))
-        async for chunk in self._stream(principal, parsed, context):
-            yield chunk
+        return chat_request(body, session_header(context))
 
-    async def Completion(self, principal, request, context):
+    @staticmethod
+    async def completion(request: gateway_pb2.CompletionRequest, context) -> ParsedRequest:
         try:
             check_json_fields((), request.options)
             body = CompletionRequest(
@@ -135,11 +209,13 @@ class GatewayServicer:
             )
         except (ValidationError, FieldError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        parsed = text_request(body, session_header(context))
-        async for chunk in self._stream(principal, parsed, context):
-            yield chunk
+        return text_request(body, session_header(context))
 
-    async def _stream(self, principal, parsed: ParsedRequest, context):
+    @staticmethod
+    async def nothing(request: gateway_pb2.ListModelsRequest, context) -> None:
+        """ListModels's request has no fields to parse."""
+
+    async def stream(self, principal, parsed: ParsedRequest, context):
         try:
             completion = await self._pipeline.complete(principal, parsed)
         except APIError as exc:
@@ -169,6 +245,7 @@ class GatewayServicer:
                 text, found, finish = delta.text, [], delta.finish_reason
                 if calls is not None:
                     text, found, finish = calls.feed(text, finish)
+                    found, finish = screened_calls(self._pipeline.output_filter, found, finish)
                 chunk = gateway_pb2.CompletionChunk(
                     id=parsed.request_id,
                     model=parsed.model,
@@ -185,13 +262,16 @@ class GatewayServicer:
                         )
                     )
                 yield chunk
+                if finish:
+                    # One choice: it has ended (closing the deltas stops the engine).
+                    return
                 delta = await anext(deltas, None)
                 if delta is None:
                     return
         finally:
             await deltas.aclose()
 
-    async def ListModels(self, principal, request, context):
+    async def list_models(self, principal, context):
         try:
             models = await self._pipeline.models(principal.tenant)
         except APIError as exc:
@@ -201,54 +281,68 @@ class GatewayServicer:
         )
 
 
-Handler = Callable[[Principal, Message, grpc.aio.ServicerContext], object]
+Parse = Callable[[Message, grpc.aio.ServicerContext], Awaitable[object]]
 
 
-def _unary_stream(servicer: GatewayServicer, method: Handler, message_type: type[Message]):
-    async def handle(raw: bytes, context) -> AsyncIterator[gateway_pb2.CompletionChunk]:
-        principal, request = await servicer.authenticated(raw, message_type, context)
-        async for chunk in method(principal, request, context):
-            yield chunk
+def _streaming(servicer: GatewayServicer, message_type: type[Message], parse: Parse):
+    async def handle(requests, context) -> AsyncIterator[gateway_pb2.CompletionChunk]:
+        async with servicer.admitted(context) as principal:
+            parsed = await servicer.parsed(principal, context, message_type, parse)
+            async for chunk in servicer.stream(principal, parsed, context):
+                yield chunk
 
-    return grpc.unary_stream_rpc_method_handler(
+    return grpc.stream_stream_rpc_method_handler(
         handle, response_serializer=gateway_pb2.CompletionChunk.SerializeToString
     )
 
 
-def _unary_unary(servicer: GatewayServicer, method: Handler, message_type: type[Message]):
-    async def handle(raw: bytes, context) -> Message:
-        principal, request = await servicer.authenticated(raw, message_type, context)
-        return await method(principal, request, context)
+def _list_models(servicer: GatewayServicer):
+    async def handle(requests, context) -> gateway_pb2.ListModelsResponse:
+        async with servicer.admitted(context) as principal:
+            empty = gateway_pb2.ListModelsRequest
+            await servicer.parsed(principal, context, empty, servicer.nothing)
+            return await servicer.list_models(principal, context)
 
-    return grpc.unary_unary_rpc_method_handler(
+    return grpc.stream_unary_rpc_method_handler(
         handle, response_serializer=gateway_pb2.ListModelsResponse.SerializeToString
     )
 
 
 async def start_grpc_front(
-    settings: GatewaySettings, pipeline: Pipeline, auth: Authenticator
+    settings: GatewaySettings,
+    pipeline: Pipeline,
+    auth: Authenticator,
+    budget: BodyBudget | None = None,
 ) -> ServerHandle:
-    """Serve the tenant gRPC API on settings.grpc_port, under the limits of a public port."""
+    """Serve the tenant gRPC API on settings.grpc_port, under the limits of a public port.
+    `budget` is the HTTP front's, so a tenant's bytes count once across both fronts."""
+    budget = budget or BodyBudget(BudgetLimits.from_settings(settings))
+    limits = FrontLimits(
+        slots=settings.grpc_max_concurrent_rpcs,
+        message_bytes=settings.max_body_bytes,
+        stage_timeout=settings.grpc_message_timeout_seconds,
+    )
     return await start_server(
         "gateway",
         settings.model_copy(update={"port": settings.grpc_port}),
-        [GrpcService(SERVICE_NAME, GatewayServicer(pipeline, auth), add_gateway_to_server)],
-        # No message larger than an HTTP body, parsed or not, and no more open calls than the cap.
+        [
+            GrpcService(
+                SERVICE_NAME, GatewayServicer(pipeline, auth, budget, limits), add_gateway_to_server
+            )
+        ],
+        # No message larger than an HTTP body; the slots are the servicer's (admitted).
         receive_limit=settings.max_body_bytes,
-        max_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
         # Tenants call here with API keys, never the service token.
         internal=False,
     )
 
 
 def add_gateway_to_server(servicer: GatewayServicer, server: grpc.aio.Server) -> None:
-    """The generated add_GatewayServicer_to_server, minus the request deserializers."""
+    """The generated add_GatewayServicer_to_server, but request-streaming and raw (see above)."""
     handlers = {
-        "ChatCompletion": _unary_stream(
-            servicer, servicer.ChatCompletion, gateway_pb2.ChatCompletionRequest
-        ),
-        "Completion": _unary_stream(servicer, servicer.Completion, gateway_pb2.CompletionRequest),
-        "ListModels": _unary_unary(servicer, servicer.ListModels, gateway_pb2.ListModelsRequest),
+        "ChatCompletion": _streaming(servicer, gateway_pb2.ChatCompletionRequest, servicer.chat),
+        "Completion": _streaming(servicer, gateway_pb2.CompletionRequest, servicer.completion),
+        "ListModels": _list_models(servicer),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)

@@ -5,7 +5,8 @@ chat (POST /v1/chat/completions), completions (POST /v1/completions), models
 (GET /v1/models), usage (GET /v1/usage), health (/healthz, /health, /readyz).
 
 Nothing here tells an unauthenticated caller more than it must: POST keys are
-checked before the body is read (auth_gate.py), /readyz says ready or not
+checked before the body is read (auth_gate.py), the body is read within the
+tenant's byte budget (body_guard.py, body_budget.py), /readyz says ready or not
 (the reason goes to the log), and /metrics is served on the metrics port
 only, which the chart keeps off the public Service.
 """
@@ -17,11 +18,13 @@ from starlette.exceptions import HTTPException
 
 from services.common.logging import get_logger
 from services.gateway.auth_gate import AuthGate
+from services.gateway.body_budget import BodyBudget, BudgetLimits
 from services.gateway.body_guard import BodyGuard
 from services.gateway.errors import APIError
 from services.gateway.http_metrics import RESPONSES
 from services.gateway.routes import chat, completions, health, models, usage
 from services.gateway.routes.deps import Gateway
+from services.gateway.settings import GatewaySettings
 from services.gateway.tracing_middleware import TracingMiddleware
 
 log = get_logger(__name__)
@@ -84,7 +87,16 @@ def create_app(gw: Gateway) -> FastAPI:
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.state.gateway = gw
-    app.add_middleware(BodyGuard, max_bytes=gw.max_body_bytes, read_timeout=gw.body_timeout_seconds)
+    # A Gateway built without a budget (a test's) gets the settings' defaults around its body limit.
+    budget = gw.body_budget or BodyBudget(
+        BudgetLimits.from_settings(GatewaySettings(max_body_bytes=gw.max_body_bytes))
+    )
+    app.add_middleware(
+        BodyGuard,
+        max_bytes=gw.max_body_bytes,
+        read_timeout=gw.body_timeout_seconds,
+        budget=budget,
+    )
     # Outside BodyGuard: the key is checked before the body is read.
     app.add_middleware(AuthGate, auth=gw.auth, limiter=gw.pipeline.limiter)
     # Added last, so outermost: the span and the timings cover every byte.

@@ -19,6 +19,7 @@ from services.common.redis_client import open_redis
 from services.common.tenant_labels import TenantLabels
 from services.gateway.auth import Authenticator
 from services.gateway.background import Background
+from services.gateway.body_budget import BodyBudget, BudgetLimits
 from services.gateway.circuit_breaker import Breakers
 from services.gateway.cold_start_hold import ColdStartHold, HoldLimits
 from services.gateway.deployment_queues import DeploymentQueues
@@ -26,6 +27,7 @@ from services.gateway.engine_client import EngineClient, Timeouts
 from services.gateway.grpc_front import start_grpc_front
 from services.gateway.http_app import create_app
 from services.gateway.http_protocol import ConnectionLimits, GuardedHttpProtocol
+from services.gateway.malloc_tuning import return_large_frees
 from services.gateway.model_catalog import ModelCatalog
 from services.gateway.output_filter import OutputFilter
 from services.gateway.pipeline import Pipeline
@@ -129,6 +131,7 @@ def http_server(settings: GatewaySettings, gateway: Gateway) -> uvicorn.Server:
 
 async def run_gateway(settings: GatewaySettings) -> None:
     """The gateway process: both fronts until SIGTERM, then a drain in order."""
+    return_large_frees()
     redis = open_redis(settings.redis_url)
     upstreams = Upstreams(settings.tokenizer_address, settings.router_address)
     routes = RoutesWatcher(
@@ -150,9 +153,17 @@ async def run_gateway(settings: GatewaySettings) -> None:
         settings.auth_on_redis_error,
         max_stale=settings.auth_max_stale_seconds,
     )
-    handle = await start_grpc_front(settings, pipeline, auth)
+    # One byte budget for both fronts: a tenant's bodies and messages count together.
+    budget = BodyBudget(BudgetLimits.from_settings(settings))
+    handle = await start_grpc_front(settings, pipeline, auth, budget)
     gateway = Gateway(
-        pipeline, auth, redis, settings.max_body_bytes, billing, settings.body_timeout_seconds
+        pipeline,
+        auth,
+        redis,
+        settings.max_body_bytes,
+        billing,
+        settings.body_timeout_seconds,
+        budget,
     )
     http = http_server(settings, gateway)
     http_task = asyncio.create_task(http.serve())

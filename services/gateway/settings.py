@@ -10,7 +10,10 @@ class GatewaySettings(ServiceSettings):
     port: int = Field(8080, ge=0, le=65535, description="HTTP port (OpenAI API)")
     grpc_port: int = Field(0, ge=0, le=65535, description="tenant gRPC port (0 picks one)")
     grpc_max_concurrent_rpcs: int = Field(
-        1024, ge=1, description="open calls on the tenant gRPC port; more get RESOURCE_EXHAUSTED"
+        1024,
+        ge=1,
+        description="calls past their key check on the tenant gRPC port; more get"
+        " RESOURCE_EXHAUSTED",
     )
     redis_url: str = Field(DEFAULT_REDIS_URL, description="Redis with tenants, keys and usage")
     tokenizer_address: str = Field("127.0.0.1:50051", description="tokenizer service HOST:PORT")
@@ -102,6 +105,27 @@ class GatewaySettings(ServiceSettings):
 
     # Input and output.
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="larger bodies get 413")
+    # Request bytes held while read and parsed (body_budget.py; docs/gateway.md has the arithmetic).
+    body_budget_bytes: int = Field(
+        32 * 1024 * 1024,
+        gt=0,
+        description="request bytes read and held at once on this replica, all tenants together;"
+        " a read beyond it waits, then 503 (at least max_body_bytes)",
+    )
+    body_budget_tenant_bytes: int = Field(
+        8 * 1024 * 1024,
+        gt=0,
+        description="of those, one tenant's at most (less when its max_concurrency x"
+        " max_body_bytes is less); a read beyond it waits, then 429",
+    )
+    body_budget_wait_seconds: float = Field(
+        1.0, ge=0, description="how long a read waits for room in the byte budget"
+    )
+    grpc_message_timeout_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="tenant gRPC: to pass the key check, and then to send the request message",
+    )
     blocked_terms: list[str] = Field(
         default_factory=list, description="terms filtered out of generated text"
     )

@@ -5,7 +5,7 @@ from fastapi.responses import Response
 
 from services.gateway.http_stream import respond
 from services.gateway.parsed_request import chat_request
-from services.gateway.routes.deps import PipelineDep
+from services.gateway.routes.deps import PipelineDep, release_body
 from services.gateway.schemas import ChatCompletionRequest
 
 router = APIRouter()
@@ -16,4 +16,5 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request, pipe: PipelineDep
 ) -> Response:
     parsed = chat_request(body, request.headers.get("x-session-id"))
+    release_body(request)
     return await respond(request, pipe, parsed, body, chat=True)

@@ -5,7 +5,7 @@ from fastapi.responses import Response
 
 from services.gateway.http_stream import respond
 from services.gateway.parsed_request import text_request
-from services.gateway.routes.deps import PipelineDep
+from services.gateway.routes.deps import PipelineDep, release_body
 from services.gateway.schemas import CompletionRequest
 
 router = APIRouter()
@@ -14,4 +14,5 @@ router = APIRouter()
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request, pipe: PipelineDep) -> Response:
     parsed = text_request(body, request.headers.get("x-session-id"))
+    release_body(request)
     return await respond(request, pipe, parsed, body, chat=False)

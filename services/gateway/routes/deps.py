@@ -13,6 +13,8 @@ from redis.asyncio import Redis
 
 from maas.v1 import billing_pb2_grpc
 from services.gateway.auth import Authenticator
+from services.gateway.body_budget import BodyBudget
+from services.gateway.body_guard import LEASE
 from services.gateway.pipeline import Pipeline
 from services.gateway.tenants import Principal
 
@@ -25,6 +27,8 @@ class Gateway:
     max_body_bytes: int
     billing: billing_pb2_grpc.BillingStub | None = None
     body_timeout_seconds: float = 30.0
+    # Shared with the gRPC front; None: create_app makes one from the defaults.
+    body_budget: BodyBudget | None = None
 
 
 async def gateway(request: Request) -> Gateway:
@@ -41,6 +45,18 @@ async def principal(request: Request) -> Principal:
     if found is not None:
         return found
     return await request.app.state.gateway.auth.authenticate(request.headers.get("authorization"))
+
+
+def release_body(request: Request) -> None:
+    """Once the route has its ParsedRequest: the body's byte budget goes back, and
+    Starlette's copies of the body (its bytes and FastAPI's json.loads of them,
+    cached on the Request, which lives as long as the response) are dropped,
+    so a stream does not keep them for minutes."""
+    lease = request.scope.get("state", {}).get(LEASE)
+    if lease is not None:
+        lease.release()
+    for cached in ("_body", "_json"):
+        request.__dict__.pop(cached, None)
 
 
 GatewayDep = Annotated[Gateway, Depends(gateway)]
