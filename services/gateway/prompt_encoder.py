@@ -53,10 +53,18 @@ class PromptEncoder:
                 raise APIError(400, "prompt must not be empty", param="prompt")
         return Prompt(list(encoded.token_ids), encoded.max_model_len, encoded.tool_format)
 
-    async def check_grammar(self, model: str, grammar, param: str) -> None:
-        """The tokenizer compiles it: a 400 naming `param` if it cannot be used."""
-        request = tokenizer_pb2.ValidateGrammarRequest(model=model, grammar=grammar)
-        await self._call(self._tokenizer.ValidateGrammar, request, model, param)
+    async def check_grammar(self, model: str, grammar, param: str, tenant: str) -> None:
+        """The tokenizer compiles it: a 400 naming `param` if it cannot be used, a 429
+        if the tenant is over its compile bounds (one in flight, its CPU-seconds budget:
+        services/tokenizer/compile_admission.py). The tokenizer answers only once the
+        compile has ended, so the tenant's concurrency slot is held until then."""
+        request = tokenizer_pb2.ValidateGrammarRequest(model=model, grammar=grammar, tenant=tenant)
+        try:
+            await self._tokenizer.ValidateGrammar(request, timeout=30)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise _compile_refused(exc, param) from exc
+            raise from_upstream(exc, model, param=param) from exc
 
     @staticmethod
     async def _call(method, request, model: str, param: str):
@@ -64,3 +72,17 @@ class PromptEncoder:
             return await method(request, timeout=30)
         except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, model, param=param) from exc
+
+
+def _compile_refused(exc: grpc.aio.AioRpcError, param: str) -> APIError:
+    """The tenant's own excess, not a shortage: 429 with the tokenizer's Retry-After."""
+    trailers = dict(exc.trailing_metadata() or ())
+    retry_after = trailers.get("retry-after", "1")
+    return APIError(
+        429,
+        f"grammar compile refused: {exc.details()}",
+        type="requests",
+        code="rate_limit_exceeded",
+        param=param,
+        headers={"Retry-After": retry_after if retry_after.isdigit() else "1"},
+    )

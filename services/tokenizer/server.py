@@ -14,7 +14,9 @@ from services.common.logging import get_logger
 from services.common.model_files import resolve_model_path
 from services.common.text_tokenizer import TextTokenizer
 from services.common.tokenizer_loader import load_tokenizer
+from services.tokenizer.compile_admission import CompileAdmission
 from services.tokenizer.encode_pool import EncodePool
+from services.tokenizer.grammar_validator import GrammarValidator
 from services.tokenizer.registry import Deployment, TokenizerRegistry
 from services.tokenizer.servicer import TokenizerServicer
 from services.tokenizer.settings import TokenizerSettings
@@ -35,7 +37,13 @@ async def start_tokenizer(
         default, settings.tokenizer_models, settings.max_resident_tokenizers, load_tokenizer
     )
     pool = EncodePool(settings.encode_threads, settings.encode_queue)
-    servicer = TokenizerServicer(registry, pool, settings.grammar_timeout_s)
+    grammars = GrammarValidator(
+        settings.grammar_limits(),
+        CompileAdmission(settings.grammar_budget_s_per_minute, settings.grammar_max_in_flight),
+        settings.grammar_cache_mb << 20,
+        settings.grammar_tenant_cache_mb << 20,
+    )
+    servicer = TokenizerServicer(registry, pool, grammars)
     log.info(
         "tokenizer_loaded",
         deployment=settings.model_id,

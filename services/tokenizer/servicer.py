@@ -6,8 +6,11 @@ Errors map to gRPC codes the gateway turns into OpenAI errors: an unknown
 deployment is NOT_FOUND, one whose tokenizer cannot be loaded UNAVAILABLE,
 a bad conversation, an over-long prompt or a token id outside the
 vocabulary INVALID_ARGUMENT, a full encode pool RESOURCE_EXHAUSTED.
-A grammar that cannot be compiled, or not within the deadline, is
-INVALID_ARGUMENT naming the problem (grammar_check.py).
+A grammar that cannot be compiled, is over a cost cap, or does not compile
+within the deadline is INVALID_ARGUMENT naming the problem; a tenant over
+its compile bounds (one in flight, its CPU-seconds budget) or a tokenizer
+with too many compiles in flight is RESOURCE_EXHAUSTED, with a retry-after
+trailer (grammar_validator.py).
 
 Work is bounded before it starts: a text too long for any encoding is refused
 on its character count (length_check.check_chars), token-id prompts on their
@@ -21,7 +24,6 @@ encodes at up to ~3 us a byte, so 512 bytes of it hold the loop ~1.6 ms on
 this host's EPYC (4 KiB held it 12 ms: too long for the loop).
 """
 
-import asyncio
 import time
 
 import grpc
@@ -34,7 +36,9 @@ from services.common.length_check import ContextLengthError, check_chars, check_
 from services.common.metrics import LATENCY_BUCKETS
 from services.engine.grammar.proto import grammar_from_proto
 from services.engine.grammar.spec import GrammarError
+from services.tokenizer.compile_admission import CompileRefused
 from services.tokenizer.encode_pool import EncodePool, PoolFullError
+from services.tokenizer.grammar_validator import GrammarValidator
 from services.tokenizer.registry import (
     Deployment,
     DeploymentLoadError,
@@ -66,12 +70,10 @@ def check_token_ids(ids, vocab_size: int) -> None:
 
 
 class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
-    def __init__(
-        self, registry: TokenizerRegistry, pool: EncodePool, grammar_timeout_s: float = 10.0
-    ):
+    def __init__(self, registry: TokenizerRegistry, pool: EncodePool, grammars: GrammarValidator):
         self._registry = registry
         self._pool = pool
-        self._grammar_timeout_s = grammar_timeout_s
+        self._grammars = grammars
 
     async def _deployment(self, model: str, context: grpc.aio.ServicerContext) -> Deployment:
         try:
@@ -195,17 +197,10 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
         dep = await self._deployment(request.model, context)
         try:
             spec = grammar_from_proto(request.grammar)
-            await self._pool.run(dep.grammars.prepare)
-            await asyncio.wait_for(
-                self._pool.run(dep.grammars.check, spec), self._grammar_timeout_s
-            )
+            seconds = await self._grammars.validate(dep.grammars, spec, request.tenant)
         except GrammarError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except TimeoutError:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"the grammar did not compile within {self._grammar_timeout_s:g} s; simplify it",
-            )
-        except PoolFullError as exc:
+        except CompileRefused as exc:
+            context.set_trailing_metadata((("retry-after", str(exc.retry_after_s)),))
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-        return tokenizer_pb2.ValidateGrammarResponse()
+        return tokenizer_pb2.ValidateGrammarResponse(compile_seconds=seconds)

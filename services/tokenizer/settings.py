@@ -4,6 +4,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.settings import ServiceSettings
+from services.engine.grammar.worker import WorkerLimits
 
 
 class TokenizerSource(BaseModel):
@@ -38,5 +39,25 @@ class TokenizerSettings(ServiceSettings):
         64, ge=0, description="requests that may wait for an encode thread; more are refused"
     )
     grammar_timeout_s: float = Field(
-        10.0, gt=0, description="a grammar that takes longer to compile is refused"
+        10.0,
+        gt=0,
+        description="a grammar compile still running after this is killed and refused",
     )
+    grammar_memory_mb: int = Field(
+        1024, ge=64, description="memory a grammar compile may add to its worker process"
+    )
+    grammar_budget_s_per_minute: float = Field(
+        30.0, gt=0, description="CPU seconds of grammar compile each tenant may use a minute"
+    )
+    grammar_max_in_flight: int = Field(
+        16, ge=1, description="grammar compiles running or waiting at once, all tenants"
+    )
+    grammar_cache_mb: int = Field(64, ge=0, description="compiled grammars kept, all tenants")
+    grammar_tenant_cache_mb: int = Field(
+        8, ge=0, description="compiled grammars kept for one tenant"
+    )
+
+    def grammar_limits(self) -> WorkerLimits:
+        return WorkerLimits(
+            deadline_s=self.grammar_timeout_s, memory_bytes=self.grammar_memory_mb << 20
+        )

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from maas.v1 import common_pb2 as maas_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17maas/v1/tokenizer.proto\x12\x07maas.v1\x1a\x14maas/v1/common.proto\"J\n\x16ValidateGrammarRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12!\n\x07grammar\x18\x02 \x01(\x0b\x32\x10.maas.v1.Grammar\"\x19\n\x17ValidateGrammarResponse\"w\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12%\n\ntool_calls\x18\x05 \x03(\x0b\x32\x11.maas.v1.ToolCall\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"\x8c\x01\n\x11RenderChatRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.maas.v1.ChatMessage\x12\x1d\n\x15\x61\x64\x64_generation_prompt\x18\x03 \x01(\x08\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\r\n\x05tools\x18\x05 \x01(\t\"o\n\rEncodeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x1a\n\x12\x61\x64\x64_special_tokens\x18\x03 \x01(\x08\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x11\n\ttoken_ids\x18\x05 \x03(\x05\"_\n\x0e\x45ncodeResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x15\n\rmax_model_len\x18\x03 \x01(\x05\x12\x13\n\x0btool_format\x18\x04 \x01(\t\"N\n\rDecodeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x1b\n\x13skip_special_tokens\x18\x03 \x01(\x08\"\x1e\n\x0e\x44\x65\x63odeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\"5\n\rCountResponse\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\x12\x15\n\rmax_model_len\x18\x02 \x01(\x05\x32\xd3\x02\n\tTokenizer\x12\x41\n\nRenderChat\x12\x1a.maas.v1.RenderChatRequest\x1a\x17.maas.v1.EncodeResponse\x12\x39\n\x06\x45ncode\x12\x16.maas.v1.EncodeRequest\x1a\x17.maas.v1.EncodeResponse\x12\x39\n\x06\x44\x65\x63ode\x12\x16.maas.v1.DecodeRequest\x1a\x17.maas.v1.DecodeResponse\x12\x37\n\x05\x43ount\x12\x16.maas.v1.EncodeRequest\x1a\x16.maas.v1.CountResponse\x12T\n\x0fValidateGrammar\x12\x1f.maas.v1.ValidateGrammarRequest\x1a .maas.v1.ValidateGrammarResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17maas/v1/tokenizer.proto\x12\x07maas.v1\x1a\x14maas/v1/common.proto\"Z\n\x16ValidateGrammarRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12!\n\x07grammar\x18\x02 \x01(\x0b\x32\x10.maas.v1.Grammar\x12\x0e\n\x06tenant\x18\x03 \x01(\t\"2\n\x17ValidateGrammarResponse\x12\x17\n\x0f\x63ompile_seconds\x18\x01 \x01(\x01\"w\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12%\n\ntool_calls\x18\x05 \x03(\x0b\x32\x11.maas.v1.ToolCall\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"\x8c\x01\n\x11RenderChatRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.maas.v1.ChatMessage\x12\x1d\n\x15\x61\x64\x64_generation_prompt\x18\x03 \x01(\x08\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\r\n\x05tools\x18\x05 \x01(\t\"o\n\rEncodeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x1a\n\x12\x61\x64\x64_special_tokens\x18\x03 \x01(\x08\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x11\n\ttoken_ids\x18\x05 \x03(\x05\"_\n\x0e\x45ncodeResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x15\n\rmax_model_len\x18\x03 \x01(\x05\x12\x13\n\x0btool_format\x18\x04 \x01(\t\"N\n\rDecodeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x1b\n\x13skip_special_tokens\x18\x03 \x01(\x08\"\x1e\n\x0e\x44\x65\x63odeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\"5\n\rCountResponse\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\x12\x15\n\rmax_model_len\x18\x02 \x01(\x05\x32\xd3\x02\n\tTokenizer\x12\x41\n\nRenderChat\x12\x1a.maas.v1.RenderChatRequest\x1a\x17.maas.v1.EncodeResponse\x12\x39\n\x06\x45ncode\x12\x16.maas.v1.EncodeRequest\x1a\x17.maas.v1.EncodeResponse\x12\x39\n\x06\x44\x65\x63ode\x12\x16.maas.v1.DecodeRequest\x1a\x17.maas.v1.DecodeResponse\x12\x37\n\x05\x43ount\x12\x16.maas.v1.EncodeRequest\x1a\x16.maas.v1.CountResponse\x12T\n\x0fValidateGrammar\x12\x1f.maas.v1.ValidateGrammarRequest\x1a .maas.v1.ValidateGrammarResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,25 +33,25 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'maas.v1.tokenizer_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_VALIDATEGRAMMARREQUEST']._serialized_start=58
-  _globals['_VALIDATEGRAMMARREQUEST']._serialized_end=132
-  _globals['_VALIDATEGRAMMARRESPONSE']._serialized_start=134
-  _globals['_VALIDATEGRAMMARRESPONSE']._serialized_end=159
-  _globals['_CHATMESSAGE']._serialized_start=161
-  _globals['_CHATMESSAGE']._serialized_end=280
-  _globals['_TOOLCALL']._serialized_start=282
-  _globals['_TOOLCALL']._serialized_end=337
-  _globals['_RENDERCHATREQUEST']._serialized_start=340
-  _globals['_RENDERCHATREQUEST']._serialized_end=480
-  _globals['_ENCODEREQUEST']._serialized_start=482
-  _globals['_ENCODEREQUEST']._serialized_end=593
-  _globals['_ENCODERESPONSE']._serialized_start=595
-  _globals['_ENCODERESPONSE']._serialized_end=690
-  _globals['_DECODEREQUEST']._serialized_start=692
-  _globals['_DECODEREQUEST']._serialized_end=770
-  _globals['_DECODERESPONSE']._serialized_start=772
-  _globals['_DECODERESPONSE']._serialized_end=802
-  _globals['_COUNTRESPONSE']._serialized_start=804
-  _globals['_COUNTRESPONSE']._serialized_end=857
-  _globals['_TOKENIZER']._serialized_start=860
-  _globals['_TOKENIZER']._serialized_end=1199
+  _globals['_VALIDATEGRAMMARREQUEST']._serialized_end=148
+  _globals['_VALIDATEGRAMMARRESPONSE']._serialized_start=150
+  _globals['_VALIDATEGRAMMARRESPONSE']._serialized_end=200
+  _globals['_CHATMESSAGE']._serialized_start=202
+  _globals['_CHATMESSAGE']._serialized_end=321
+  _globals['_TOOLCALL']._serialized_start=323
+  _globals['_TOOLCALL']._serialized_end=378
+  _globals['_RENDERCHATREQUEST']._serialized_start=381
+  _globals['_RENDERCHATREQUEST']._serialized_end=521
+  _globals['_ENCODEREQUEST']._serialized_start=523
+  _globals['_ENCODEREQUEST']._serialized_end=634
+  _globals['_ENCODERESPONSE']._serialized_start=636
+  _globals['_ENCODERESPONSE']._serialized_end=731
+  _globals['_DECODEREQUEST']._serialized_start=733
+  _globals['_DECODEREQUEST']._serialized_end=811
+  _globals['_DECODERESPONSE']._serialized_start=813
+  _globals['_DECODERESPONSE']._serialized_end=843
+  _globals['_COUNTRESPONSE']._serialized_start=845
+  _globals['_COUNTRESPONSE']._serialized_end=898
+  _globals['_TOKENIZER']._serialized_start=901
+  _globals['_TOKENIZER']._serialized_end=1240
 # @@protoc_insertion_point(module_scope)

@@ -8,16 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ValidateGrammarRequest(_message.Message):
-    __slots__ = ("model", "grammar")
+    __slots__ = ("model", "grammar", "tenant")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     GRAMMAR_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     model: str
     grammar: _common_pb2.Grammar
-    def __init__(self, model: _Optional[str] = ..., grammar: _Optional[_Union[_common_pb2.Grammar, _Mapping]] = ...) -> None: ...
+    tenant: str
+    def __init__(self, model: _Optional[str] = ..., grammar: _Optional[_Union[_common_pb2.Grammar, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class ValidateGrammarResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("compile_seconds",)
+    COMPILE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    compile_seconds: float
+    def __init__(self, compile_seconds: _Optional[float] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content", "name", "tool_call_id", "tool_calls")

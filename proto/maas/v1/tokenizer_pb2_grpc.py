@@ -97,7 +97,10 @@ class TokenizerServicer:
 
     def ValidateGrammar(self, request, context):
         """Compile a grammar against the vocabulary: INVALID_ARGUMENT naming the
-        problem if it cannot be used, before any engine time is spent.
+        problem (over a cost cap, past the compile deadline) if it cannot be used,
+        before any engine time is spent; RESOURCE_EXHAUSTED, with a "retry-after"
+        trailer in seconds, when the tenant already has a compile in flight or has
+        spent its compile budget, or too many compiles are in flight.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

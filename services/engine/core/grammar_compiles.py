@@ -1,30 +1,39 @@
-"""New grammars compile on a worker thread, not on the thread that steps.
+"""New grammars compile in the grammar worker process, waited for off the thread that steps.
 
 A grammar the compiler has not seen costs milliseconds to seconds of C++
 (the twenty test schemas take ~160 ms cold, a large schema far more);
 compiled inside the core's input handling, it would stall every running
 request's next step for that long. So the core checks an Add with a grammar
-at once for what is cheap (prompt, parameters, the grammar's caps), hands
-the compile to one worker (xgrammar caches what it compiled, so a repeat
-costs a lookup there), and adds the request to the scheduler between steps
-once its compile is done. An abort before then drops it; a compile error
-refuses that request alone, as RequestRejected did before.
+at once for what is cheap (prompt, parameters), and one thread hands the
+compile to the engine's GrammarCompiler, which checks the caps, looks in
+the request's tenant's cache and otherwise compiles in its worker process
+at low priority, killed at the deadline (services/engine/grammar/worker.py).
+The request joins the scheduler between steps once its compile is done. An
+abort before then drops it; a compile error, an over-cap grammar or a
+compile past the deadline refuses that request alone, as RequestRejected
+did before.
 
-One worker: compiles queue behind each other rather than take the second
-core from the forward, and xgrammar's compiler is shared.
+One thread: compiles queue behind each other rather than take the second
+core from the forward, and the worker compiles one grammar at a time.
 """
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from services.engine.core import protocol
+from services.engine.grammar.spec import GrammarError, GrammarSpec
+from services.engine.llm_engine import RequestRejected
 from services.engine.request import SeqOutput
-from services.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # importing it imports xgrammar, which an engine without grammars skips
+    from services.engine.grammar.compiler import GrammarCompiler
 
 
 class GrammarCompiles:
-    def __init__(self, compile_grammar: Callable[[SamplingParams], object]):
-        self._compile = compile_grammar
+    def __init__(self, compiler: Callable[[], "GrammarCompiler"]):
+        """compiler: the engine's, built on first use (LLMEngine.grammar_compiler)."""
+        self._compiler = compiler
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-compile")
         self._pending: dict[str, tuple[protocol.Add, Future]] = {}
 
@@ -36,11 +45,19 @@ class GrammarCompiles:
         return bool(self._pending)
 
     def submit(self, message: protocol.Add) -> None:
-        future = self._pool.submit(self._compile, message.params)
+        future = self._pool.submit(self._compile, message.params.grammar, message.tenant)
         self._pending[message.request_id] = (message, future)
 
+    def _compile(self, spec: GrammarSpec, tenant: str):
+        """The compiled grammar, or RequestRejected naming why not."""
+        try:
+            return self._compiler().compile(spec, tenant)
+        except GrammarError as exc:
+            raise RequestRejected(f"grammar: {exc}") from exc
+
     def cancel(self, request_id: str) -> protocol.Add | None:
-        """Forget a request still compiling; None if it is not. A compile under way runs out."""
+        """Forget a request still compiling; None if it is not. A compile under way
+        runs out, at most to its deadline; its result is kept in the tenant's cache."""
         entry = self._pending.pop(request_id, None)
         if entry is None:
             return None

@@ -1,58 +1,63 @@
-"""Compile grammars against one vocabulary, each distinct one once.
+"""Compile grammars against one vocabulary: checked, in a killable worker, cached per tenant.
 
-xgrammar's compiler keeps its own cache keyed by the grammar's source and
-options, evicting the least recently used past a byte limit, which is the
-bound this cache needs; a second request with the same schema costs a
-lookup. JSON is compiled without free whitespace (any_whitespace=False):
-with it a model may pad forever and never close the object before
-max_tokens. json_schema keeps xgrammar's strict mode (no properties the
-schema does not name, unless it says additionalProperties), as OpenAI's
-strict schemas require; json_object is any object.
+The one way the engine and the tokenizer service compile a grammar. The
+spec's cheap caps (spec.py) are checked here; the parse, the cost caps
+(cost.py) and the compile run in the worker process under a deadline
+(worker.py); what compiles is kept per tenant (cache.py), so a tenant's
+repeated schema costs a lookup and nobody else's. Thread-safe: the worker
+takes one compile at a time and callers wait for it on threads of their own.
 """
 
-import json
+import weakref
 
 import xgrammar
 
-from services.engine.grammar.spec import GrammarError, GrammarSpec
+from services.engine.grammar.cache import TenantCache
+from services.engine.grammar.spec import GrammarSpec
+from services.engine.grammar.worker import GrammarWorker, WorkerLimits
 
 CACHE_BYTES = 256 << 20
+TENANT_CACHE_BYTES = 32 << 20
 
 
 class GrammarCompiler:
-    def __init__(self, info: xgrammar.TokenizerInfo, cache_bytes: int = CACHE_BYTES):
+    def __init__(
+        self,
+        info: xgrammar.TokenizerInfo,
+        limits: WorkerLimits | None = None,
+        cache_bytes: int = CACHE_BYTES,
+        tenant_cache_bytes: int = TENANT_CACHE_BYTES,
+    ):
         self.info = info
-        self._compiler = xgrammar.GrammarCompiler(
-            info, max_threads=1, cache_limit_bytes=cache_bytes
+        self.worker = GrammarWorker(info.serialize_json(), limits or WorkerLimits())
+        self._cache: TenantCache[xgrammar.CompiledGrammar] = TenantCache(
+            cache_bytes, tenant_cache_bytes
         )
+        # Started now, off any request's deadline: callers build this on a thread
+        # of its own (the engine core at start, the tokenizer on first use).
+        self.worker.start()
+        # A compiler dropped (a tokenizer deployment unloaded) takes its child with it.
+        weakref.finalize(self, self.worker.close)
 
-    def compile(self, spec: GrammarSpec) -> xgrammar.CompiledGrammar:
+    def compile(self, spec: GrammarSpec, tenant: str = "") -> xgrammar.CompiledGrammar:
         """Raise GrammarError, naming what is wrong, for any grammar that cannot be used."""
+        return self.compile_counted(spec, tenant)[0]
+
+    def compile_counted(
+        self, spec: GrammarSpec, tenant: str = ""
+    ) -> tuple[xgrammar.CompiledGrammar, float]:
+        """(the grammar, CPU seconds its compile took: 0 from the cache).
+
+        Raises CompileFailed (a GrammarError) with the seconds a failed compile took.
+        """
         spec.check()
-        try:
-            return self._compile(spec)
-        except (RuntimeError, ValueError, TypeError) as exc:
-            raise GrammarError(f"invalid {spec.kind}: {_message(exc)}") from None
+        compiled = self.cached(spec, tenant)
+        if compiled is not None:
+            return compiled, 0.0
+        answer = self.worker.compile(spec)
+        compiled = xgrammar.CompiledGrammar.deserialize_json(answer.grammar_json, self.info)
+        self._cache.put(tenant, spec.kind, spec.text, compiled, len(answer.grammar_json))
+        return compiled, answer.cpu_seconds
 
-    def _compile(self, spec: GrammarSpec) -> xgrammar.CompiledGrammar:
-        if spec.kind == "json_schema":
-            return self._compiler.compile_json_schema(spec.text, any_whitespace=False)
-        if spec.kind == "json_object":
-            return self._compiler.compile_json_schema(
-                '{"type": "object"}', any_whitespace=False, strict_mode=False
-            )
-        if spec.kind == "regex":
-            return self._compiler.compile_regex(spec.text)
-        if spec.kind == "choice":
-            # JSON string literals are EBNF string literals, escapes included.
-            rule = " | ".join(json.dumps(choice) for choice in spec.choices())
-            return self._compiler.compile_grammar(f"root ::= {rule}")
-        return self._compiler.compile_grammar(spec.text)
-
-
-def _message(exc: Exception) -> str:
-    # xgrammar's C++ errors start with "[time] /project/cpp/file.cc:line: ".
-    text = str(exc).strip()
-    if text.startswith("["):
-        text = text.split(": ", 1)[-1]
-    return text[:500]
+    def cached(self, spec: GrammarSpec, tenant: str = "") -> xgrammar.CompiledGrammar | None:
+        return self._cache.get(tenant, spec.kind, spec.text)

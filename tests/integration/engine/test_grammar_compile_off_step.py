@@ -26,21 +26,22 @@ SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required
 
 
 class HeldCompile:
-    """Wraps the engine's compile_grammar: each grammar's compile waits until the gate opens."""
+    """Stands for the engine's grammar compiler: each compile waits until the gate opens."""
 
     def __init__(self, engine):
-        self._compile = engine.compile_grammar
+        self._compiler = engine.grammar_compiler
         self.started = threading.Event()
         self.returned = threading.Event()
         self.gate = threading.Event()
 
-    def __call__(self, params):
-        if params.grammar is None:
-            return None
+    def __call__(self):
+        return self
+
+    def compile(self, spec, tenant=""):
         self.started.set()
         self.gate.wait()
         try:
-            return self._compile(params)
+            return self._compiler().compile(spec, tenant)
         finally:
             self.returned.set()
 
@@ -49,7 +50,7 @@ class HeldCompile:
 def held(model, tokenizer):
     engine = make_engine(model, tokenizer)
     hold = HeldCompile(engine)
-    engine.compile_grammar = hold  # the core binds it when it starts
+    engine.grammar_compiler = hold  # the core binds it when it starts
     try:
         yield engine, hold
     finally:

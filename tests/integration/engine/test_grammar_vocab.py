@@ -6,6 +6,7 @@ so a grammar the check accepts is the grammar the engine compiles.
 
 import pytest
 
+from services.engine.grammar.worker import WorkerLimits
 from services.tokenizer.grammar_check import GrammarChecker
 from tests.integration.engine.test_llm_engine import make_engine
 
@@ -15,7 +16,9 @@ pytestmark = pytest.mark.slow
 def test_the_check_and_the_engine_see_the_same_vocabulary(model, tokenizer):
     _, config = model
     engine_info = make_engine(model, tokenizer).grammar_compiler().info
-    check_info = GrammarChecker(tokenizer).compiler().info
+    checker = GrammarChecker(tokenizer)
+    checker.prepare(WorkerLimits(), cache_bytes=0, tenant_cache_bytes=0)
+    check_info = checker.compiler.info
     assert engine_info.vocab_size == check_info.vocab_size == config.vocab_size
     assert engine_info.stop_token_ids == check_info.stop_token_ids == [tokenizer.eos_token_id]
     assert set(engine_info.stop_token_ids) <= set(config.eos_token_ids)
