@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 from services.billing.consumer import UsageConsumer
-from services.billing.prices import ModelPrice, PriceTable
+from services.common.prices import ModelPrice, PriceTable
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 from services.local.ports import free_port

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from services.admin.redis_locator import RedisNotFoundError, locate_redis
 from services.billing.ledger import DAY, HOUR, PREFIX, Ledger, Totals
-from services.billing.prices import PriceTable
+from services.common.prices import PriceTable
 from services.common.quota import Quotas, QuotaState
 from services.common.redis_client import open_redis
 from services.common.timestamps import parse_timestamp

@@ -1,6 +1,7 @@
 """Reads usage events from the Redis stream through a consumer group.
 
-On start it re-reads this consumer's own pending entries (delivered before a
+On start it publishes its price table for the gateway (PRICES_KEY), and
+re-reads this consumer's own pending entries (delivered before a
 crash, never acked), then follows new ones; every claim_idle_ms it also takes
 over entries another consumer left pending that long (XAUTOCLAIM), so a
 billing replica that died mid-batch loses nothing. Entries commit one by one,
@@ -27,9 +28,9 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from services.billing.health import ConsumerHealth
 from services.billing.ledger import PREFIX, Ledger, Retention
-from services.billing.prices import PriceTable
 from services.billing.tenant_metrics import TenantMetrics
 from services.common.logging import get_logger
+from services.common.prices import PRICES_KEY, PriceTable
 from services.common.redis_client import honour_swallowed_cancel
 from services.common.tracing import context_from_traceparent
 from services.common.usage_event import USAGE_STREAM, UsageEvent
@@ -70,7 +71,8 @@ class UsageConsumer:
         self._block_ms = block_ms
         self._claim_idle_ms = claim_idle_ms
         self._last_claim = 0.0
-        self.ledger = Ledger(redis, USAGE_STREAM, group, prices or PriceTable(), retention)
+        self._prices = prices or PriceTable()
+        self.ledger = Ledger(redis, USAGE_STREAM, group, self._prices, retention)
         self._tenants = TenantMetrics(tenant_labels)
         self.health = health or ConsumerHealth()
         self._synced = False
@@ -102,12 +104,19 @@ class UsageConsumer:
         self.health.beat()
         if not self._synced:
             await self.ensure_group()
+            await self._publish_prices()
             await self._drain_own_pending()
             self._synced = True
         await self._claim_abandoned()
         if not await self._read_once(">"):
             await self._redis.set(self._probe_key, time.time(), px=PROBE_TTL_MS)
             self.health.caught_up()
+
+    async def _publish_prices(self) -> None:
+        """Put this replica's price table where the gateway reads it to reserve
+        prepaid requests' costs (services/common/prices.py). At every sync, so a
+        Redis that lost the key gets it back with the consumer."""
+        await self._redis.set(PRICES_KEY, self._prices.model_dump_json())
 
     def _failed(self, state: RetryCallState) -> None:
         error = state.outcome.exception()

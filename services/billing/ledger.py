@@ -1,9 +1,10 @@
 """The per-tenant ledger in Redis, written exactly once per request.
 
 One Lua script applies an event: the dedup mark, running totals, the hour and
-day buckets, the line item, the monthly token counter and the prepaid balance,
-then XACKs the stream entry. A crash at any point either applied all of it or
-nothing, and a redelivered or duplicated event is acked without counting twice.
+day buckets, the line item, the monthly token counter and the prepaid balance;
+it drops the gateway's reservation on that balance and XACKs the stream entry.
+A crash at any point either applied all of it or nothing, and a redelivered or
+duplicated event is acked without counting twice.
 
 Keys (all under maas:billing:):
   seen:<hour start>               request ids that started in that hour (dedup)
@@ -13,6 +14,8 @@ Keys (all under maas:billing:):
   tenant:<t>:items                line items, a sorted set scored by time
   tenant:<t>:month:<YYYYMM>       tokens used this month (quotas)
   balance:<t>                     prepaid balance in nano-USD, if the tenant has one
+  reserved:{<t>}:*                the gateway's holds on the balance, the request's
+                                  dropped as it is charged (common/balance_reservations.py)
 
 Retention. Everything but the running totals and balances expires with the
 age of the data, reckoned from the request's start (see Retention): buckets by
@@ -33,9 +36,10 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 from redis.asyncio import Redis
 
-from services.billing.prices import PriceTable
+from services.common.balance_reservations import RELEASE_FUNCTION, reservation_keys
 from services.common.billing_keys import PREFIX, balance_key, month_key, tenant_key
 from services.common.logging import get_logger
+from services.common.prices import PriceTable
 from services.common.usage_event import UsageEvent
 
 log = get_logger(__name__)
@@ -54,7 +58,9 @@ UNPRICED = Counter(
 HOUR, DAY = 3600, 86400
 FIELDS = ("requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nano_usd")
 
-_APPLY = """
+_APPLY = (
+    RELEASE_FUNCTION
+    + """
 local fresh = ARGV[16] == '1' and redis.call('SADD', KEYS[1], ARGV[15]) == 1
 if fresh then
   redis.call('EXPIREAT', KEYS[1], ARGV[1])
@@ -78,10 +84,13 @@ if fresh then
     redis.call('DECRBY', KEYS[8], ARGV[8])
   end
 end
+-- Charged (or charged before): the gateway's hold on the balance has done its work.
+release_reservation(KEYS[9], KEYS[10], KEYS[11], ARGV[15])
 redis.call('XACK', KEYS[6], ARGV[2], ARGV[3])
 if fresh then return 1 end
 return 0
 """
+)
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,7 @@ class Ledger:
                 self._stream,
                 month_key(t, finished),
                 balance_key(t),
+                *reservation_keys(t),
             ],
             args=[
                 seen_hour + HOUR + keep.dedup_window,

@@ -7,11 +7,11 @@ import socket
 from maas.v1 import billing_pb2, billing_pb2_grpc
 from services.billing.consumer import UsageConsumer
 from services.billing.health import ConsumerHealth, publish_health
-from services.billing.prices import PriceTable
 from services.billing.retention import StreamTrimmer
 from services.billing.servicer import BillingServicer
 from services.billing.settings import BillingSettings
 from services.common.grpc_server import GrpcService, run_until_signalled, start_server
+from services.common.prices import PriceTable
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM
 

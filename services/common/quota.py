@@ -4,8 +4,10 @@ Both live beside the ledger so the Lua commit that charges a request also
 moves them (services/billing/ledger.py): the balance in nano-USD is decremented by each
 request's cost; the month's token counter grows by its tokens. The gateway
 asks `exhausted()` before admitting a request and refuses with OpenAI's
-`insufficient_quota` 429. A request in flight when the quota runs out
-finishes and is billed: quotas stop new work, they never cut a stream.
+`insufficient_quota` 429; a prepaid request then also reserves its most cost
+against the balance (balance_reservations.py), so requests in flight cannot
+spend it twice. A request in flight when the quota runs out finishes and is
+billed: quotas stop new work, they never cut a stream.
 """
 
 import time

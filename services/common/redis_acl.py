@@ -8,10 +8,12 @@ holds equal to `chart_rules()`, so neither can drift from the code.
 Each command below is one the user's code sends, directly or from a Lua script
 (Redis checks a script's calls against its caller's ACL too):
 
-* gateway: authentication (HGETALL of keys and tenants), quota reads, the rate
-  limiter's scripts on maas:rl:*, XADD of usage events, PING for readiness.
+* gateway: authentication (HGETALL of keys and tenants), quota and price reads,
+  the rate limiter's scripts on maas:rl:*, the balance reservations' scripts on
+  maas:billing:reserved:*, XADD of usage events, PING for readiness.
 * billing: the usage stream's consumer group and trimmer, the ledger script,
-  ledger reads for the Billing API, INFO memory, the consumer's write probe.
+  ledger reads for the Billing API, INFO memory, the consumer's write probe and
+  its price table for the gateway (SET).
 * admin: `maas tenants|keys` and `maas billing` (tenants, keys, quotas,
   top-ups, usage reports, reconcile), and `maas up`'s dev key.
 * probe: PING only, for the Redis pod's own probes.
@@ -51,6 +53,10 @@ LIMITER_SCRIPTS = (
     "zremrangebyscore",
 )
 LEDGER_SCRIPT = (
+    # Dropping the request's balance reservation (common/balance_reservations.py).
+    "hget",
+    "hdel",
+    "zrem",
     "sadd",
     "exists",
     "expire",
@@ -89,13 +95,16 @@ USERS = (
     AclUser(
         "gateway",
         commands=("ping", "hgetall", "xadd", *SCRIPTS, *LIMITER_SCRIPTS),
-        write_keys=("maas:rl:*", USAGE_STREAM),
+        # Its balance reservations' scripts (common/balance_reservations.py)
+        # call only what the limiter's do.
+        write_keys=("maas:rl:*", "maas:billing:reserved:*", USAGE_STREAM),
         read_keys=(
             "maas:apikey:*",
             "maas:tenant:*",
             "maas:billing:balance:*",
             "maas:billing:quota:*",
             "maas:billing:tenant:*:month:*",
+            "maas:billing:prices",
         ),
     ),
     AclUser(

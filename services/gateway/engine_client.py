@@ -13,12 +13,16 @@ event is published in a task of its own, so a client disconnect (which
 cancels the stream) cannot cancel billing. The router is not told of the
 end: its pick counts until the replica's next load report (router/endpoints.py).
 
-A client that leaves before the first token is not free: its prompt may be
-most of the work. Its engine request is stopped with Abort rather than a
-cancel, so the stream stays open to bring the abort's report of the prompt
-tokens the engine computed (cache hits included, as on every request), which
-are billed with no completion tokens; Ticket.abandoned is that task, and its
-result the usage event, for the pipeline to settle the tenant's TPM to.
+A request cut short before its first token is not free: its prompt may be
+most of the work. Whatever cut it (the client gone, the first-token timeout),
+its engine request is stopped with Abort rather than a cancel, so the stream
+stays open to bring the abort's report of the prompt tokens the engine
+computed (cache hits included, as on every request; the vLLM backend reports
+the prompt's length, docs/billing.md), which are billed with no completion
+tokens: none was delivered. Ticket.abandoned is the task that bills it, and
+its result the usage event, for the pipeline to settle the tenant's TPM to. A
+timed-out attempt the gateway retries on another replica is not billed: the
+request is billed once, for the attempt it ended with.
 """
 
 import asyncio
@@ -99,12 +103,20 @@ class Timeouts:
 class EngineFailedError(Exception):
     """An attempt failed before any token; `error` is what the client would see.
 
-    `scheduled`: the engine had put the request into a model step.
+    `scheduled`: the engine had put the request into a model step. `report`:
+    for an attempt stopped with Abort (a first-token timeout), what the engine
+    computed, billed if the request ends with this attempt.
     """
 
-    def __init__(self, error: APIError, code: grpc.StatusCode, scheduled: bool = False):
+    def __init__(
+        self,
+        error: APIError,
+        code: grpc.StatusCode,
+        scheduled: bool = False,
+        report: tuple[router_pb2.PickResponse, Tally] | None = None,
+    ):
         super().__init__(error.message)
-        self.error, self.code, self.scheduled = error, code, scheduled
+        self.error, self.code, self.scheduled, self.report = error, code, scheduled, report
 
     @property
     def retryable(self) -> bool:
@@ -135,23 +147,35 @@ class EngineClient:
         finish_reason is "error"; what was generated is still billed.
         """
         started = time.time()
+        pick, call, first = await self._first_message(ticket, started)
+        async for delta in self._stream(ticket, pick, call, first, started):
+            yield delta
+
+    async def _first_message(self, ticket: Ticket, started: float):
+        """(pick, call, first message) of the first attempt that answers; the
+        client's error when none does, once the prefill of the attempt the
+        request ended with is billed (module docstring)."""
         deadline = time.monotonic() + self._timeouts.total
         tried: list[str] = []
         failure: EngineFailedError | None = None
-        for _ in range(self._max_attempts):
-            pick = await self._pick(ticket, tried, failure)
-            try:
-                call, first = await self._start(ticket, pick, deadline, started)
-            except EngineFailedError as exc:
-                tried.append(pick.endpoint_id)
-                failure = exc
-                if not exc.retryable:
-                    break
-                continue
-            async for delta in self._stream(ticket, pick, call, first, started):
-                yield delta
-            return
-        raise failure.error
+        try:
+            for _ in range(self._max_attempts):
+                pick = await self._pick(ticket, tried, failure)
+                try:
+                    return pick, *await self._start(ticket, pick, deadline, started)
+                except EngineFailedError as exc:
+                    tried.append(pick.endpoint_id)
+                    failure = exc
+                    if not exc.retryable:
+                        break
+            raise failure.error
+        except BaseException:
+            # A client gone during an attempt leaves that attempt's bill (abandoned).
+            if failure is not None and failure.report is not None and ticket.abandoned is None:
+                ticket.abandoned = self._background.run(
+                    self._bill_report(ticket, *failure.report, started)
+                )
+            raise
 
     async def _start(
         self, ticket: Ticket, pick: router_pb2.PickResponse, deadline: float, started: float
@@ -192,14 +216,21 @@ class EngineClient:
                 was_scheduled(exc.initial_metadata()),
             ) from exc
         except TimeoutError as exc:
-            self._failed(ticket, pick, call, grpc.StatusCode.DEADLINE_EXCEEDED)
             stage = "connect" if call is None else "first token"
             error = APIError(
                 504, f"the model did not answer in time ({stage})", "timeout", "timeout"
             )
-            # Cancelled by _failed, so this answers at once with what arrived.
-            scheduled = call is not None and was_scheduled(await call.initial_metadata())
-            raise EngineFailedError(error, grpc.StatusCode.DEADLINE_EXCEEDED, scheduled) from exc
+            code = grpc.StatusCode.DEADLINE_EXCEEDED
+            if call is None:
+                self._failed(ticket, pick, call, code)
+                raise EngineFailedError(error, code) from exc
+            # Not cancelled: stopped with Abort, the engine reports the prefill it did.
+            self._failed(ticket, pick, None, code)
+            report = await self._report(ticket, pick, call, reading)
+            report.finish = "first_token_timeout"
+            # The call has ended, so this answers at once with what arrived.
+            scheduled = was_scheduled(await call.initial_metadata())
+            raise EngineFailedError(error, code, scheduled, (pick, report)) from exc
         except EngineFailedError as exc:
             self._failed(ticket, pick, call, exc.code)
             raise
@@ -265,6 +296,18 @@ class EngineClient:
     ) -> UsageEvent:
         """Abort a request whose client left before its first token, and bill
         what the engine reports having computed (module docstring)."""
+        report = await self._report(ticket, pick, call, reading)
+        if report.finish in ("", "abort"):
+            report.finish = "client_disconnect"
+        return self._bill(ticket, pick, report, started)
+
+    async def _bill_report(self, ticket: Ticket, pick, report: Tally, started: float) -> UsageEvent:
+        """_bill as a task's result, for Ticket.abandoned."""
+        return self._bill(ticket, pick, report, started)
+
+    async def _report(self, ticket: Ticket, pick, call, reading: asyncio.Future) -> Tally:
+        """Stop a request before its first token with Abort and read the engine's
+        report of the prompt it computed; the call is cancelled at the end."""
         tally = Tally(0)  # no report, no bill: the engine may not have started it
         try:
             async with asyncio.timeout(ABORT_SECONDS):
@@ -283,9 +326,10 @@ class EngineClient:
             )
         finally:
             call.cancel()
-        if tally.finish in ("", "abort"):
-            tally.finish = "client_disconnect"
-        return self._bill(ticket, pick, tally, started)
+        # Cut short before its first token, the request delivered none: what the
+        # engine generated after the cut is not billed (docs/billing.md).
+        tally.completion_tokens, tally.first_token_at = 0, 0.0
+        return tally
 
     def _bill(
         self, ticket: Ticket, pick, tally: Tally, started: float, after_delivery: bool = False
@@ -311,9 +355,9 @@ class EngineClient:
         if after_delivery:
             # A stream that started: the pipeline leaves its settlement to its bill.
             settlement = ticket.settlement(event.prompt_tokens + event.completion_tokens)
-            self._background.after(ticket.delivered, self._finish(event, settlement))
+            self._background.after(ticket.delivered, self._finish(event, ticket, settlement))
         else:
-            self._background.run(self._finish(event))
+            self._background.run(self._finish(event, ticket))
         return event
 
     async def _pick(
@@ -336,8 +380,17 @@ class EngineClient:
                 raise failure.error from exc
             raise from_upstream(exc, ticket.request.model) from exc
 
-    async def _finish(self, event: UsageEvent, settlement: Settlement | None = None) -> None:
+    async def _finish(
+        self, event: UsageEvent, ticket: Ticket, settlement: Settlement | None = None
+    ) -> None:
+        reservation = ticket.reservation
         if event.prompt_tokens or event.completion_tokens:
-            await self.usage.emit(event, settlement)
-        elif settlement is not None:
+            # The balance's hold settles to the real cost ahead of the event;
+            # billing's commit of the event then drops it.
+            held = reservation.settlement(event) if reservation is not None else None
+            await self.usage.emit(event, settlement, held)
+            return
+        if settlement is not None:
             await settlement.answered(None)
+        if reservation is not None:
+            await reservation.release()

@@ -7,7 +7,8 @@ Pipeline.complete runs the steps in order:
 2. resolve route: the model name (alias, canary, tier) -> a running deployment,
    or one scaled to zero;
 3. tokenize (prompt_encoder.py);
-4. admit: reserve prompt + max_tokens against the tenant's TPM, hold while a
+4. admit: reserve prompt + max_tokens against the tenant's TPM and, for a
+   prepaid tenant, their most cost against its balance (quota_gate.py), hold while a
    deployment scaled to zero starts a replica (cold_start_hold.py), then wait
    for a fair share of the deployment's slots (deployment_queues.py);
 and returns a Completion whose deltas, as they are read, run
@@ -16,7 +17,9 @@ and returns a Completion whose deltas, as they are read, run
 8. settle: free the slots and settle the tenant's tokens to what was really
    used (for a client that left before the first token: the prompt tokens
    the engine computed and billed, see engine_client.py); for a stream that
-   started, in the round trip of its usage event (usage_emitter.py).
+   started, in the round trip of its usage event (usage_emitter.py), which
+   also settles the balance hold to the real cost; a request with nothing to
+   bill releases its hold.
 
 A request that passed the limiter counts toward the tenant's RPM even if it
 then fails (an unknown model, a prompt too long for the context, queue full,
@@ -39,13 +42,13 @@ from services.gateway.cold_start_hold import ColdStartHold, ready
 from services.gateway.delta import Delta
 from services.gateway.deployment_queues import DeploymentQueues
 from services.gateway.engine_client import EngineClient
-from services.gateway.errors import APIError, bad_request, model_not_found, unavailable
-from services.gateway.fair_queue import QueueFullError, QueueTimeoutError
+from services.gateway.errors import APIError, bad_request, dropped, model_not_found, unavailable
+from services.gateway.fair_queue import FairShareError, QueueFullError, QueueTimeoutError
 from services.gateway.model_catalog import ModelCatalog
 from services.gateway.output_filter import OutputFilter
 from services.gateway.parsed_request import ParsedRequest
 from services.gateway.prompt_encoder import PromptEncoder
-from services.gateway.quota_gate import QuotaGate
+from services.gateway.quota_gate import QuotaGate, Reservation
 from services.gateway.rate_limiter import RateLimiter
 from services.gateway.routes_watcher import RoutesWatcher
 from services.gateway.routing_table import NoDeploymentUpError, Route
@@ -109,13 +112,14 @@ class Pipeline:
                 # may have run with its reply unread: give back what it may have taken.
                 self._settle(tenant, request, 0)
                 raise
+        reservation = self.quotas.reservation(tenant.name, request.request_id)
         try:
             deployments = await self._deployments()
             route = self._route(request, tenant, set(deployments))
             prompt = await self.encoder.encode(route.tokenizer, request.prompt, request.max_tokens)
             if request.sampling.HasField("grammar"):
                 await self.encoder.check_grammar(
-                    route.tokenizer, request.sampling.grammar, request.grammar_param
+                    route.tokenizer, request.sampling.grammar, request.grammar_param, tenant.name
                 )
             room = max(prompt.max_model_len - len(prompt.token_ids), 1)
             max_tokens = request.max_tokens or min(tenant.max_tokens or room, room)
@@ -128,17 +132,24 @@ class Pipeline:
                 limits = await self.limiter.admit(
                     tenant, request.request_id, floor, request.n, need
                 )
+            await reservation.take(route.deployment, len(prompt.token_ids), request.n * max_tokens)
             if route.scales_to_zero and not ready(deployments.get(route.deployment)):
                 # Before the queue, which is sized from the replicas that are ready.
                 deployments = await self.hold.until_ready(route.deployment, tenant.name)
             queue = self.queues.queue(route, deployments[route.deployment])
             await queue.acquire(tenant.name, route.tier.weight, request.n)
         except (QueueFullError, QueueTimeoutError) as exc:
-            self._settle(tenant, request, 0)
-            raise with_headers(unavailable(str(exc)), limits.headers()) from exc
+            self._settle(tenant, request, 0, reservation)
+            # Over its tenant's share of the queue (refused or displaced): 429, its own excess.
+            refusal = (
+                dropped(str(exc), "queue-fair-share")
+                if isinstance(exc, FairShareError)
+                else unavailable(str(exc))
+            )
+            raise with_headers(refusal, limits.headers()) from exc
         except BaseException as exc:
             if counted:
-                self._settle(tenant, request, 0)
+                self._settle(tenant, request, 0, reservation)
             elif isinstance(exc, Exception):
                 refusal = await self._count_late(tenant, request, floor)
                 if refusal is not None:
@@ -153,7 +164,15 @@ class Pipeline:
             self.limiter.settlement, tenant, request.request_id, sequences=request.n
         )
         return Ticket(
-            principal, request, route, prompt, sampling, queue, limits, settlement=settlement
+            principal,
+            request,
+            route,
+            prompt,
+            sampling,
+            queue,
+            limits,
+            settlement=settlement,
+            reservation=reservation,
         )
 
     async def _deployments(self) -> dict[str, router_pb2.DeploymentStats]:
@@ -208,6 +227,8 @@ class Pipeline:
                     ticket.principal.tenant, ticket.request.request_id, 0, ticket.request.n
                 )
                 self.background.after(ticket.delivered, settle)
+                if ticket.reservation is not None and ticket.reservation.held:
+                    self.background.after(ticket.delivered, ticket.reservation.release())
 
     async def _count_late(
         self, tenant: Tenant, request: ParsedRequest, floor: int
@@ -222,8 +243,17 @@ class Pipeline:
             self._settle(tenant, request, 0)
         return None
 
-    def _settle(self, tenant: Tenant, request: ParsedRequest, used: int) -> None:
+    def _settle(
+        self,
+        tenant: Tenant,
+        request: ParsedRequest,
+        used: int,
+        reservation: Reservation | None = None,
+    ) -> None:
+        """End a request that billed nothing: its lease, its tokens, its balance hold."""
         self.background.run(self.limiter.settle(tenant, request.request_id, used, request.n))
+        if reservation is not None and reservation.held:
+            self.background.run(reservation.release())
 
     async def _settle_abandoned(self, ticket: Ticket, abandoned: asyncio.Task) -> None:
         """Settle to what the abandoned request was billed, once that is known."""

@@ -2,9 +2,11 @@
 
 When Redis is unreachable the event goes to a durable local spool instead
 (usage_spool.py) and a replay task sends the spool, in order, once Redis is
-back. A finished request's TPM settlement (rate_limiter.Settlement) rides in
-its event's round trip; when the event is spooled, it is sent alone. While
-the spool holds anything, new events queue behind it, so billing
+back. A finished request's settlements ride in its event's round trip, ahead
+of its XADD: the TPM's (rate_limiter.Settlement) and its prepaid balance
+reservation's (quota_gate.ReservationSettlement), which must reach Redis
+before billing can charge the event; when the event is spooled, each is sent
+alone. While the spool holds anything, new events queue behind it, so billing
 sees events in the order requests finished. Replay reads the spool in a
 thread, never in the event loop, and at shutdown it runs until the spool is
 empty (or Redis fails), so what SIGTERM cut short is billed before the pod
@@ -21,15 +23,16 @@ the tenant label bounded as services/common/tenant_labels.py describes.
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import Counter, Gauge
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from services.common.logging import get_logger
 from services.common.tenant_labels import TenantLabels
 from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.rate_limiter import Settlement
 from services.gateway.usage_spool import UsageSpool, orphans
 
 log = get_logger(__name__)
@@ -41,6 +44,15 @@ TENANT_TOKENS = Counter(
     "maas_gateway_tenant_tokens", "Tokens served, by tenant and kind", ["tenant", "kind"]
 )
 REPLAY_BATCH = 500
+
+
+class Settlement(Protocol):
+    """A call that rides in the round trip of a usage event."""
+
+    def queue(self, pipe: Pipeline) -> None: ...
+
+    async def answered(self, result: object) -> None:
+        """The queued call's result, or None when it was never sent."""
 
 
 class UsageEmitter:
@@ -61,30 +73,32 @@ class UsageEmitter:
         self._stopping = asyncio.Event()
         SPOOLED.set(len(spool))
 
-    async def emit(self, event: UsageEvent, settlement: Settlement | None = None) -> None:
+    async def emit(self, event: UsageEvent, *settlements: Settlement | None) -> None:
         TOKENS.labels(event.model, "prompt").inc(event.prompt_tokens)
         TOKENS.labels(event.model, "completion").inc(event.completion_tokens)
         if self._tenants is not None:
             tenant = self._tenants.label(event.tenant)
             TENANT_TOKENS.labels(tenant, "prompt").inc(event.prompt_tokens)
             TENANT_TOKENS.labels(tenant, "completion").inc(event.completion_tokens)
-        settled = await self._send(event, settlement)
-        if settlement is not None:
-            await settlement.answered(settled)
+        riding = [s for s in settlements if s is not None]
+        settled = await self._send(event, riding)
+        for settlement, result in zip(riding, settled, strict=True):
+            await settlement.answered(result)
 
-    async def _send(self, event: UsageEvent, settlement: Settlement | None) -> object:
-        """Publish or spool the event; the settlement's result if it went along."""
+    async def _send(self, event: UsageEvent, settlements: list[Settlement]) -> list[object]:
+        """Publish or spool the event; the settlements' results (None: not sent)."""
         async with self._spool.lock:
             if not self._spool.has_events():
                 try:
-                    settled = None
-                    if settlement is None:
+                    settled: list[object] = []
+                    if not settlements:
                         await self._redis.xadd(USAGE_STREAM, event.to_fields())
                     else:
                         pipe = self._redis.pipeline(transaction=False)
-                        settlement.queue(pipe)
+                        for settlement in settlements:
+                            settlement.queue(pipe)
                         pipe.xadd(USAGE_STREAM, event.to_fields())
-                        settled, added = await pipe.execute(raise_on_error=False)
+                        *settled, added = await pipe.execute(raise_on_error=False)
                         if isinstance(added, RedisError):
                             # Spooled, and settled again alone: harmless, a
                             # settle sets the charge, it does not add to it.
@@ -96,7 +110,7 @@ class UsageEmitter:
             await self._spool.append(event)
             EMITTED.labels("spooled").inc()
             SPOOLED.inc()
-        return None
+        return [None] * len(settlements)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._replay_forever())

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from services.billing.ledger import Ledger
-from services.billing.prices import ModelPrice, PriceTable
 from services.common.model_files import DEFAULT_MODEL_ID
+from services.common.prices import ModelPrice, PriceTable
 from services.common.redis_client import open_redis
 from services.common.service_token import ENV as SERVICE_TOKEN_ENV
 from services.common.usage_event import USAGE_STREAM

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from services.billing.ledger import Ledger
-from services.billing.prices import PriceTable
 from services.common.model_files import DEFAULT_MODEL_ID
+from services.common.prices import PriceTable
 from services.common.quota import Quotas
 from services.common.redis_client import open_redis
 from services.common.service_token import ENV as SERVICE_TOKEN_ENV

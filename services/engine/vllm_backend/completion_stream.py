@@ -101,9 +101,10 @@ class CompletionStream:
                     prompt_tokens=self.prompt_tokens,
                     completion_tokens=sample.completion_tokens,
                     cached_prompt_tokens=0,
-                    # vLLM does not say how far a prefill got; bill none of it
-                    # unless a token proves the prompt was computed.
-                    computed_prompt_tokens=self.prompt_tokens if sample.completion_tokens else 0,
+                    # vLLM does not say how far a prefill got: it reports nothing
+                    # before a sample's first token. So the prompt's length, the
+                    # billing rule for a request cut short (docs/billing.md).
+                    computed_prompt_tokens=self.prompt_tokens,
                 )
             )
         return outputs + self.release(0)

@@ -8,6 +8,10 @@ nothing before a step has run it.
 
 Abort, and a gRPC client that goes away, cancel the task that reads the HTTP
 stream; closing the stream is how vLLM's server learns to abort the request.
+Abort first ends our stream with an "abort" finish per sample whose report
+counts the whole prompt as computed (completion_stream.CompletionStream.aborted):
+vLLM says nothing of a prefill before its first token, and a request cut short
+is billed its prefill (docs/billing.md).
 """
 
 import asyncio
@@ -51,6 +55,8 @@ class VllmInfo:
     num_blocks: int
     cache_salt: str
     prefix_cache_sharing: str
+    # Why the start-up known-answer check failed (services/engine/known_answer.py).
+    known_answer_failure: str = ""
 
 
 class VllmEngineServicer(engine_pb2_grpc.EngineServicer):

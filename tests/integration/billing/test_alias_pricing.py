@@ -16,8 +16,8 @@ from prometheus_client import REGISTRY
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
 from services.billing.consumer import UsageConsumer
-from services.billing.prices import ModelPrice, PriceTable
 from services.billing.servicer import BillingServicer
+from services.common.prices import ModelPrice, PriceTable
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 from services.gateway.routing_table import Alias, RoutingTable, Target, pick

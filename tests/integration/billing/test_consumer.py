@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from services.billing.consumer import UsageConsumer
-from services.billing.prices import ModelPrice, PriceTable
+from services.common.prices import ModelPrice, PriceTable
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 

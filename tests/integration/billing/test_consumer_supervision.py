@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.billing.consumer import UsageConsumer
 from services.billing.health import LIVENESS_SERVICE
 from services.billing.ledger import Ledger
-from services.billing.prices import PriceTable
+from services.common.prices import PriceTable
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 from services.local.ports import free_port

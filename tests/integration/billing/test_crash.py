@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from services.billing.ledger import Ledger
-from services.billing.prices import PriceTable
+from services.common.prices import PriceTable
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 from services.local.ports import free_port

@@ -4,7 +4,7 @@ import time
 import uuid
 
 from services.billing.ledger import Ledger
-from services.billing.prices import ModelPrice, PriceTable
+from services.common.prices import ModelPrice, PriceTable
 from services.common.quota import Quotas
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent

@@ -13,8 +13,8 @@ import pytest
 
 from services.billing.consumer import UsageConsumer
 from services.billing.ledger import DAY, HOUR, PREFIX, Ledger, Retention, bucket_start
-from services.billing.prices import PriceTable
 from services.billing.retention import StreamTrimmer
+from services.common.prices import PriceTable
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 from services.local.ports import free_port

@@ -2,7 +2,8 @@
 
 They let gateway tests and the gateway benchmark control what no real engine
 does on demand: fail, hang before the first token, stream a chosen text in
-chosen chunks, and report exactly when the gateway cancelled a request.
+chosen chunks, and report exactly when the gateway cancelled (or aborted) a
+request.
 Run one as a process (for the benchmark): python -m tests.integration.gateway.stubs
 --port P --model-id M.
 """
@@ -37,11 +38,15 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
         # Say the request entered a model step before failing or hanging.
         self.scheduled = False
         self.hang = False
-        # Stream this many chunks, then nothing more until cancelled.
+        # Stream this many chunks, then nothing more until cancelled or aborted.
         self.stall_after: int | None = None
         self.served = 0
         self.active: set[str] = set()
+        # When the gateway stopped each request: a cancel, or an Abort.
         self.cancelled_at: dict[str, float] = {}
+        # request id -> set by Abort: a hanging or stalled request ends with an
+        # "abort" finish, as an engine's does (the prompt computed only if scheduled).
+        self._aborts: dict[str, asyncio.Event] = {}
         self.priorities: list[int] = []
         # (tenant, share_prefix_cache) of each request: whose cache it may hit.
         self.cache_scopes: list[tuple[str, bool]] = []
@@ -56,12 +61,17 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
         self.cache_scopes.append((request.tenant, request.share_prefix_cache))
         self.active.add(request.request_id)
         limit = request.sampling.max_tokens or len(self.chunks)
+        stop = self._aborts[request.request_id] = asyncio.Event()
         try:
             if self.hang:
-                await asyncio.Event().wait()
+                await stop.wait()
+                yield self._aborted(request, 0)
+                return
             for i, text in enumerate(self.chunks[:limit]):
                 if i == self.stall_after:
-                    await asyncio.Event().wait()
+                    await stop.wait()
+                    yield self._aborted(request, i)
+                    return
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 response = engine_pb2.GenerateResponse(
@@ -84,6 +94,23 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
             raise
         finally:
             self.active.discard(request.request_id)
+            self._aborts.pop(request.request_id, None)
+
+    def _aborted(self, request, completion_tokens: int) -> engine_pb2.GenerateResponse:
+        self.cancelled_at[request.request_id] = time.monotonic()
+        prompt = len(request.prompt_token_ids)
+        return engine_pb2.GenerateResponse(
+            request_id=request.request_id,
+            finish_reason=common_pb2.FINISH_REASON_ABORT,
+            usage=common_pb2.Usage(prompt_tokens=prompt, completion_tokens=completion_tokens),
+            computed_prompt_tokens=prompt if self.scheduled or completion_tokens else 0,
+        )
+
+    async def Abort(self, request, context):
+        stop = self._aborts.get(request.request_id)
+        if stop is not None:
+            stop.set()
+        return engine_pb2.AbortResponse(found=stop is not None)
 
     async def GetLoad(self, request, context):
         return engine_pb2.LoadReport(

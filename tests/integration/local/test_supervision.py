@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from services.billing.ledger import Ledger
-from services.billing.prices import PriceTable
 from services.common.model_files import DEFAULT_MODEL_ID
+from services.common.prices import PriceTable
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM
 from services.local.ports import free_port

@@ -1,14 +1,21 @@
 """The price table: USD per million tokens for input, cached input and output.
 
+Shared by billing, which prices every usage event with it
+(services/billing/ledger.py), and the gateway, which reserves the most a
+prepaid request can cost before admitting it (services/gateway/quota_gate.py).
+Billing loads the table from its file and publishes it in Redis (PRICES_KEY,
+services/billing/consumer.py); the gateway reads it from there, so the two
+price with one table.
+
 Prices are keyed by deployment, the ModelDeployment that served the request,
 not by the name the client sent: aliases and canary splits change which
 deployment serves a name, and it is the deployment that costs. A canary
 (`<model>-canary`) the table does not list costs what its model costs
 (services/common/canary.py). Any other deployment the table does not list is
-billed at `default` and counted in
-maas_billing_unpriced_events_total (ledger.py): billing cannot know which
-deployments exist, so the alert on that counter is what catches a deployment
-rolled out without a price.
+billed at `default` and counted in maas_billing_unpriced_events_total
+(services/billing/ledger.py): billing cannot know which deployments exist, so
+the alert on that counter is what catches a deployment rolled out without a
+price.
 
 Loaded from a YAML file (a ConfigMap in Kubernetes). Charges are computed in
 nano-USD as exact integers, so summing millions of line items never drifts:
@@ -28,6 +35,8 @@ from pydantic import BaseModel, Field
 from services.common.canary import canary_of
 
 NANO_PER_TOKEN_PER_USD_PER_MILLION = Decimal(1000)
+# The table as billing last loaded it (PriceTable's JSON), for the gateway.
+PRICES_KEY = "maas:billing:prices"
 
 
 class ModelPrice(BaseModel):
@@ -42,6 +51,13 @@ class ModelPrice(BaseModel):
         )
         nano = usd_per_million * NANO_PER_TOKEN_PER_USD_PER_MILLION
         return int(nano.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+
+    def most_nano_usd(self, prompt: int, completion: int) -> int:
+        """The most `prompt` and `completion` tokens can cost: every prompt token
+        at the dearer of the cached and uncached prices."""
+        if self.cached_input > self.input:
+            return self.cost_nano_usd(prompt, prompt, completion)
+        return self.cost_nano_usd(prompt, 0, completion)
 
 
 class PriceTable(BaseModel):

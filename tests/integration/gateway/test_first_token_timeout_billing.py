@@ -1,0 +1,68 @@
+"""A request cut short by the first-token timeout pays for the prefill the engine did.
+
+A real engine process (the real model, chunked prefill, so a long prompt spans
+many steps and is still in prefill when the timeout fires), real Redis, the
+gateway's pipeline in the test's loop. The rule: docs/billing.md, "Requests
+cut short".
+"""
+
+import uuid
+
+import pytest
+
+from maas.v1 import engine_pb2, engine_pb2_grpc
+from services.common.grpc_client import open_channel
+from services.common.redis_client import open_redis
+from services.common.usage_event import USAGE_STREAM, UsageEvent
+from services.gateway.errors import APIError
+from services.gateway.tenants import Principal, Tenant
+from tests.integration.gateway.conftest import MODEL, parsed
+from tests.integration.gateway.test_prefill_billing import CHUNK, engine_address  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+# Two hundred steps of prefill: far more than the timeout lets run, on any CPU.
+PROMPT = list(range(1000, 1000 + 200 * CHUNK))
+
+
+async def test_a_first_token_timeout_bills_the_prompt_the_engine_computed(
+    make_cluster,
+    engine_address,  # noqa: F811
+    redis_url,
+):
+    cluster = await make_cluster(replicas=1, first_token_timeout_seconds=1.0)
+    cluster.router.endpoints[:] = [("real", engine_address, MODEL)]
+    cluster.tokenizer.max_model_len = 8192
+    tenant = Tenant(name=f"timeout-{uuid.uuid4().hex[:8]}", tpm=10_000_000)
+    request = parsed(max_tokens=16, prompt=PROMPT, ignore_eos=True)
+    completion = await cluster.pipeline.complete(Principal(tenant, "key_test"), request)
+    with pytest.raises(APIError) as caught:
+        async for _ in completion.deltas:
+            pass
+    assert caught.value.status == 504 and "first token" in caught.value.message
+    completion.delivered()
+    await cluster.pipeline.background.wait()
+
+    redis = open_redis(redis_url)
+    try:
+        entries = await redis.xrange(USAGE_STREAM)
+        charged = await redis.hget(f"maas:rl:{{{tenant.name}}}:tokens", request.request_id)
+    finally:
+        await redis.aclose()
+    (event,) = [
+        UsageEvent.from_fields(fields)
+        for _, fields in entries
+        if fields.get("request_id") == request.request_id  # other tests share this stream
+    ]
+    # Whole chunks of a prompt no cache had (a new tenant), not all of them, and
+    # no completion: none was delivered.
+    assert 0 < event.prompt_tokens < len(PROMPT)
+    assert event.prompt_tokens % CHUNK == 0
+    assert (event.cached_prompt_tokens, event.completion_tokens) == (0, 0)
+    assert (event.finish_reason, event.tenant) == ("first_token_timeout", tenant.name)
+    # The TPM window holds what was billed, not the reservation, not zero.
+    assert int(charged) == event.prompt_tokens
+    # And the engine stopped: nothing of the request is left running.
+    async with open_channel(engine_address, "test") as channel:
+        load = await engine_pb2_grpc.EngineStub(channel).GetLoad(engine_pb2.GetLoadRequest())
+    assert (load.running, load.waiting) == (0, 0)
