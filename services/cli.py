@@ -79,7 +79,9 @@ def _up_parser(sub) -> None:
     up.add_argument(
         "--vllm-compile",
         action="store_true",
-        help="let vLLM compile its model (about two minutes at first start) instead of eager",
+        help="let vLLM compile its model (minutes at first start) instead of eager; "
+        "without it, eager where that is right on this CPU (compiled bf16 on AMX: "
+        "services/common/vllm_cpu_mode.py)",
     )
     up.add_argument(
         "--vllm-args",
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         engine_backend=args.engine_backend,
         vllm=VllmOptions(
             kv_cache_gib=args.vllm_kv_cache_gib,
-            enforce_eager=not args.vllm_compile,
+            enforce_eager=False if args.vllm_compile else None,
             args=shlex.split(args.vllm_args),
         ),
     )

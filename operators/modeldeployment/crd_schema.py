@@ -150,6 +150,14 @@ ENGINE = _obj(
             enum=list(ENGINE_BACKENDS),
             default=ENGINE_BACKENDS[0],
         ),
+        "knownAnswerPerplexity": {
+            "type": "number",
+            "minimum": 1,
+            "description": "the model's float32 reference perplexity on the engine's start-up "
+            "known-answer texts (`python -m services.engine.known_answer_reference MODEL`); "
+            "a replica that scores more than the engine's --known-answer-tolerance (5%) off "
+            "it stays not ready. Absent: only a sanity bound (docs/engine.md)",
+        },
         "enforceEager": {
             "type": "boolean",
             "default": False,
@@ -337,7 +345,10 @@ CONDITION = {
     "type": "object",
     "required": ["type", "status"],
     "properties": {
-        "type": {"type": "string", "enum": ["Ready", "Available", "Progressing", "ScalingLimited"]},
+        "type": {
+            "type": "string",
+            "enum": ["Ready", "Available", "Progressing", "ScalingLimited", "ModelIdConflict"],
+        },
         "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
         "reason": {"type": "string"},
         "message": {"type": "string"},

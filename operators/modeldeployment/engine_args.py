@@ -40,6 +40,13 @@ def prefix_cache_args(engine: dict) -> list[str]:
     return [f"--prefix-cache-sharing={engine['prefixCacheSharing']}"]
 
 
+def known_answer_args(engine: dict) -> list[str]:
+    """The start-up known-answer check's reference (services/engine/known_answer.py): the
+    spec's, else the sanity bound; a pod never loads a float32 copy of its model for one."""
+    reference = engine.get("knownAnswerPerplexity")
+    return [f"--known-answer={reference if reference else 'bound'}"]
+
+
 def common_args(engine: dict) -> list[str]:
     """Flags our engine and vLLM's server spell alike."""
     args = [
@@ -67,7 +74,7 @@ def engine_args(
         args.append(f"--kv-cache-memory={kv_bytes}")
     if engine["quantization"] != "none":
         args.append(f"--quantization={engine['quantization']}")
-    args += prefix_cache_args(engine)
+    args += prefix_cache_args(engine) + known_answer_args(engine)
     speculative = engine["speculative"]
     if speculative["method"] != "none":
         args.append(f"--speculative-method={speculative['method']}")

@@ -10,8 +10,18 @@ binds only a wildcard). On SIGTERM the
 adapter drains while vLLM's preStop hook holds vLLM up until the adapter has
 exited, so the streams it finishes still have a server.
 
+vLLM demands a key on its API (VLLM_API_KEY, from the release's Secret,
+key `vllm-api-key`); the adapter reads the same variable and is the only
+other holder, so a pod that reaches vLLM's port past the NetworkPolicy gets 401.
+
+On a CPU node vLLM never runs eager bf16 (services/common/vllm_cpu_mode.py:
+wrong on AMX, and the node's CPU is not known here), and the adapter checks
+vLLM's answers before it reports ready (--known-answer: the spec's
+knownAnswerPerplexity, else the sanity bound).
+
 The spec's engine fields become vLLM's flags of the same meaning; what only
-vLLM knows goes in `engine.vllm.args` and `engine.vllm.env`.
+vLLM knows goes in `engine.vllm.args` and `engine.vllm.env`, within the
+admission allow-list (vllm_allowlist.py).
 """
 
 import json
@@ -20,16 +30,20 @@ import math
 from operators.modeldeployment.engine_args import (
     GRPC_PORT,
     common_args,
+    known_answer_args,
     prefix_cache_args,
     quantity_bytes,
     serving_args,
 )
 from operators.modeldeployment.model_source import ModelMount
+from services.common.vllm_cpu_mode import vllm_cpu_mode
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
 VLLM_PORT = 8000
 KV_EVENTS_PORT = 5557
 VLLM_URL = f"http://127.0.0.1:{VLLM_PORT}"
+# The key in the release's internal Secret that holds vLLM's API key.
+API_KEY_SECRET_KEY = "vllm-api-key"
 # vLLM's publisher binds only an endpoint with a wildcard (else it connects);
 # the adapter subscribes in the pod.
 KV_EVENTS_BIND = f"tcp://*:{KV_EVENTS_PORT}"
@@ -69,6 +83,8 @@ def adapter_args(
         # vLLM does not publish its batch limit; the adapter reports this one as its load's.
         f"--max-num-seqs={engine['maxNumSeqs']}",
         *prefix_cache_args(engine),
+        # A vLLM that computes the model wrongly on this node stays not ready.
+        *known_answer_args(engine),
         *(engine.get("extraArgs") or []),
     ]
 
@@ -80,6 +96,11 @@ def vllm_args(model_id: str, model_path: str, engine: dict, gpus: int) -> list[s
         "endpoint": KV_EVENTS_BIND,
         "topic": KV_EVENTS_TOPIC,
     }
+    if not gpus:
+        # The node's CPU is not known here: vllm_cpu_mode reads it as one that may
+        # have AMX, where vLLM 0.32's eager bf16 is wrong (issue #32).
+        mode = vllm_cpu_mode(None, engine["dtype"], engine["enforceEager"])
+        engine = {**engine, "dtype": mode.dtype, "enforceEager": mode.enforce_eager}
     args = [
         f"--model={model_path}",
         f"--served-model-name={model_id}",
@@ -112,6 +133,15 @@ def _env(engine: dict, gpus: int, cache_dir: str) -> list[dict]:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(math.ceil(kv_bytes / 2**30))
     env |= engine["vllm"].get("env") or {}
     return [{"name": name, "value": value} for name, value in env.items()]
+
+
+def api_key_env(secret: str) -> list[dict]:
+    """vLLM's key for both containers of the pod, from the Secret in the pod's namespace
+    (the chart's internal-auth copy); none without one, as a test's operator runs."""
+    if not secret:
+        return []
+    ref = {"secretKeyRef": {"name": secret, "key": API_KEY_SECRET_KEY}}
+    return [{"name": "VLLM_API_KEY", "valueFrom": ref}]
 
 
 def _health_probe(period: int, failures: int) -> dict:

@@ -3,7 +3,11 @@
 build_engine (load the model, size the KV cache) runs in the core process
 (services/engine/core); serve() starts that process, waits for it to be
 ready, and serves gRPC, the proto conversion and the metrics in this one.
-If the core dies, serve() reports NOT_SERVING and exits non-zero.
+If the core dies, serve() reports NOT_SERVING and exits non-zero. If the core's
+start-up known-answer check failed (services/engine/known_answer.py), the
+server runs but stays NOT_SERVING, with the reason in its log and in GetLoad
+(draining, not_ready_reason): kept up so the reason can be read, out of every
+pick.
 """
 
 import asyncio
@@ -13,7 +17,12 @@ import torch
 from prometheus_client import REGISTRY
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.common.grpc_server import GrpcService, run_until_signalled, start_server
+from services.common.grpc_server import (
+    GrpcService,
+    ServerHandle,
+    run_until_signalled,
+    start_server,
+)
 from services.common.logging import get_logger
 from services.common.model_files import resolve_model_path
 from services.common.tokenizer_loader import load_tokenizer
@@ -46,11 +55,16 @@ async def serve(settings: EngineSettings) -> None:
         tokenizer = await asyncio.to_thread(load_tokenizer, resolve_model_path(settings.model_path))
         engine_id = settings.engine_id or f"{settings.host}:{settings.port}"
         servicer = EngineServicer(settings.model_id, engine_id, engine, tokenizer)
+        not_ready = engine.info.known_answer_failure
+        # Refuses every Generate (UNAVAILABLE); GetLoad says why.
+        servicer.draining = bool(not_ready)
         handle = await start_server(
             "engine",
             settings,
             [GrpcService(SERVICE_NAME, servicer, engine_pb2_grpc.add_EngineServicer_to_server)],
         )
+        if not_ready:
+            await stay_not_serving(handle, not_ready)
 
         async def drain() -> None:
             servicer.draining = True
@@ -70,6 +84,13 @@ async def serve(settings: EngineSettings) -> None:
         died.cancel()
         await engine.stop()
         await core.stop(settings.shutdown_grace_seconds)
+
+
+async def stay_not_serving(handle: ServerHandle, reason: str) -> None:
+    """Health NOT_SERVING for good. start_server has just set SERVING, and no await
+    since has let the loop answer a health check in between."""
+    await handle.set_serving(False)
+    log.error("engine_not_ready", reason=reason)
 
 
 def main(settings: EngineSettings) -> None:

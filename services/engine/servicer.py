@@ -115,7 +115,9 @@ def load_report(model_id: str, load, info, draining: bool) -> engine_pb2.LoadRep
         kv_cache_usage=load.kv_cache_usage,
         max_num_seqs=info.max_num_seqs,
         max_model_len=info.max_model_len,
-        draining=draining,
+        # An engine that failed its known-answer check runs, but no router may pick it.
+        draining=draining or bool(info.known_answer_failure),
+        not_ready_reason=info.known_answer_failure,
         # What the router needs to compute this engine's block hashes.
         block_size=info.block_size,
         cache_salt=info.cache_salt,

@@ -93,6 +93,20 @@ class EngineSettings(ServiceSettings):
         "activations per block of 32 for integer dot products, as llama.cpp's Q8 x Q4 "
         "(1.4-1.5x a batch-1 step, perplexity within 0.3%: docs/quantization.md)",
     )
+    known_answer: str = Field(
+        "cache",
+        description="start-up known-answer check (services/engine/known_answer.py): the "
+        "perplexity of fixed texts against cache = the float32 reference kept beside the "
+        "model (computed once), a number = that reference (a ModelDeployment's), bound = "
+        "only a sanity bound; off = no check",
+    )
+    known_answer_tolerance: float = Field(
+        0.05,
+        gt=0,
+        description="how far (relative) the known-answer perplexity may be from the "
+        "reference; bf16, int8 and vLLM measured within 1% (docs/engine.md); a quantized "
+        "engine is allowed at least 150% (it serves other weights)",
+    )
     speculative_method: Literal["", "ngram", "draft"] = Field(
         "", description="speculative decoding proposer for requests that opt in; empty = off"
     )
@@ -109,6 +123,19 @@ class EngineSettings(ServiceSettings):
         description="no speculation when more sequences than this are running; 0 = auto: "
         "per machine, where verifying the drafts stops being bound by reading the weights",
     )
+
+    @field_validator("known_answer")
+    @classmethod
+    def _known_answer_source(cls, value: str) -> str:
+        if value in ("cache", "bound", "off"):
+            return value
+        try:
+            reference = float(value)
+        except ValueError:
+            reference = 0.0
+        if not 1.0 <= reference < float("inf"):
+            raise ValueError("must be cache, bound, off or a perplexity (a number >= 1)")
+        return value
 
     @field_validator("quantization_group_size")
     @classmethod

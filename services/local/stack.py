@@ -35,7 +35,13 @@ from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
 from services.local.redis_server import redis_process
 from services.local.supervisor import RestartPolicy, supervise
-from services.local.vllm_replicas import VllmOptions, engine_flags, prepare, replica_config
+from services.local.vllm_replicas import (
+    VllmOptions,
+    engine_env,
+    engine_flags,
+    prepare,
+    replica_config,
+)
 from services.peers.vllm_server import vllm_process
 
 log = get_logger(__name__)
@@ -80,6 +86,8 @@ class Stack:
     metrics_urls: dict[str, str] = field(default_factory=dict)
     # Each vLLM replica's own OpenAI server (a benchmark calls it directly).
     vllm_urls: dict[str, str] = field(default_factory=dict)
+    # Each vLLM-backed engine's environment: its vLLM server's key.
+    engine_envs: dict[str, dict[str, str]] = field(default_factory=dict)
     processes: list[ManagedProcess] = field(default_factory=list)
     # Called with a child's name each time one becomes ready (progress display).
     on_ready: Callable[[str], None] = lambda name: None
@@ -124,6 +132,7 @@ class Stack:
             self._launch(vllm_process(vllm, server, self._log_path(server)))
             self.vllm_urls[server] = vllm.url
             flags.append({"engine-id": name, **engine_flags(vllm)})
+            self.engine_envs[name] = engine_env(vllm)
         return flags
 
     def _service(self, name: str, service: str, flags: dict, extra=None, env=None) -> tuple:
@@ -164,7 +173,8 @@ class Stack:
         engines = []
         for flags in await self._engine_flags():
             name = flags["engine-id"]
-            stage.append(self._service(name, "engine", flags, cfg.engine_args))
+            env = self.engine_envs.get(name)
+            stage.append(self._service(name, "engine", flags, cfg.engine_args, env))
             engines.append(f"{name}={self.addresses[name]}")
         # A vLLM server is ready on /health; its engine waits for it too.
         stage += [(p, p.probe) for p in self.processes if p.name in self.vllm_urls]

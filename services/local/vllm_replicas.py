@@ -10,10 +10,16 @@ child process so `maas up` itself never loads torch.
 
 Replicas split the cores between them (vLLM's OpenMP threads are bound to
 their share), so two replicas on two cores do not fight over both.
+
+Each vLLM server demands a key made for it at start (VLLM_API_KEY in its
+environment, and in its engine's, never on a command line: another user of the
+host reads /proc/PID/cmdline but not the environment), so another process on
+the laptop cannot call it around the gateway's keys and limits.
 """
 
 import asyncio
 import os
+import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +33,9 @@ from services.peers.vllm_server import VllmConfig
 class VllmOptions:
     # GiB of KV cache per replica (VLLM_CPU_KVCACHE_SPACE).
     kv_cache_gib: int = 1
-    # vLLM's compile at first start takes about two minutes on a CPU.
-    enforce_eager: bool = True
+    # None: eager where that is right on this CPU, compiled where not (AMX with bf16:
+    # services/common/vllm_cpu_mode.py); False: compiled (minutes at first start on a CPU).
+    enforce_eager: bool | None = None
     # Requests each replica runs at once; its engine in front is told the same.
     max_num_seqs: int = 64
     # Passed verbatim to every vLLM server, e.g. ["--max-num-batched-tokens", "1024"].
@@ -83,6 +90,7 @@ def replica_config(
         cpus=replica_cpus(index, replicas),
         max_num_seqs=options.max_num_seqs,
         extra_args=options.args,
+        api_key=secrets.token_urlsafe(32),
     )
 
 
@@ -94,3 +102,8 @@ def engine_flags(config: VllmConfig) -> dict[str, str]:
         "vllm-kv-events-endpoint": config.kv_events_endpoint,
         "max-num-seqs": str(config.max_num_seqs),
     }
+
+
+def engine_env(config: VllmConfig) -> dict[str, str]:
+    """The environment that lets `maas serve engine` call this vLLM server: its key."""
+    return {"VLLM_API_KEY": config.api_key} if config.api_key else {}

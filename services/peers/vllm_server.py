@@ -5,13 +5,13 @@
 group stopped with it: vLLM's engine core is a process of its own). `VllmServer`
 runs one for tests and benchmarks: started, ready on /health, stopped.
 
-Defaults for the CPU build, from issue #14's quirks: `--dtype float32` unless
-the CPU has native bf16 (emulated bf16 ran at a third of float32's speed on
-an AVX2 EPYC), `VLLM_CPU_KVCACHE_SPACE` in GiB (unset, it reserves 92% of the
-machine and refuses to start beside anything), `--enforce-eager` on request
-(first start compiles for about two minutes without it), the OpenMP threads
-bound to the cores it is given, and the hub off (no internet here; a local
-folder needs none).
+Defaults for the CPU build, from issue #14's quirks: the dtype and eager or
+compiled as services/common/vllm_cpu_mode.py chooses for this CPU (float32
+unless it has native bf16; eager, a start without minutes of compiling,
+except bf16 on AMX, which vLLM 0.32 computes wrongly eagerly: issue #32),
+`VLLM_CPU_KVCACHE_SPACE` in GiB (unset, it reserves 92% of the machine and
+refuses to start beside anything), the OpenMP threads bound to the cores it
+is given, and the hub off (no internet here; a local folder needs none).
 """
 
 import asyncio
@@ -20,16 +20,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.common.logging import get_logger
 from services.common.machine_profile import machine_profile
+from services.common.vllm_cpu_mode import vllm_cpu_mode
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess
 from services.local.readiness import wait_ready
 
+log = get_logger(__name__)
 ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 
 
-def default_dtype() -> str:
-    return "bfloat16" if machine_profile().native_bf16 else "float32"
+def cpu_flags() -> frozenset[str]:
+    return machine_profile().flags
 
 
 @dataclass
@@ -41,8 +44,12 @@ class VllmConfig:
     served_model_name: str = ""
     host: str = "127.0.0.1"
     port: int = 0  # 0: a free one
-    dtype: str = field(default_factory=default_dtype)
-    enforce_eager: bool = True
+    # As asked ("auto": per CPU); after init, what vllm_cpu_mode chose for cpu_flags.
+    dtype: str = "auto"
+    # None: eager where that is right on this CPU (vllm_cpu_mode).
+    enforce_eager: bool | None = None
+    cpu_flags: frozenset[str] = field(default_factory=cpu_flags)
+    mode_reason: str = field(init=False, default="")
     # Whole GiB: vLLM reads VLLM_CPU_KVCACHE_SPACE as an integer.
     kv_cache_gib: int = 1
     # None: no KV events; 0: a free port. ZeroMQ PUB on tcp://host:port, topic "kv-events".
@@ -53,11 +60,19 @@ class VllmConfig:
     # 0: vLLM's default; the adapter in front is told the same (vLLM does not publish it).
     max_num_seqs: int = 0
     extra_args: list[str] = field(default_factory=list)
+    # Bearer key its API demands (VLLM_API_KEY, in its environment: never a flag); "" for none.
+    api_key: str = ""
 
     def __post_init__(self) -> None:
         if self.kv_cache_gib != int(self.kv_cache_gib) or self.kv_cache_gib < 1:
             raise ValueError(f"kv_cache_gib must be a whole number of GiB, got {self.kv_cache_gib}")
         self.kv_cache_gib = int(self.kv_cache_gib)
+        mode = vllm_cpu_mode(self.cpu_flags, self.dtype, self.enforce_eager)
+        self.dtype, self.enforce_eager, self.mode_reason = (
+            mode.dtype,
+            mode.enforce_eager,
+            mode.reason,
+        )
         if not self.port:
             self.port = free_port(self.host)
         if self.kv_events_port == 0:
@@ -105,11 +120,20 @@ class VllmConfig:
         }
         if self.cpus:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpus
+        if self.api_key:
+            env["VLLM_API_KEY"] = self.api_key
         return env
 
 
 def vllm_process(config: VllmConfig, name: str, log_path: Path) -> ManagedProcess:
     """vLLM as a child process, ready once /health answers 200."""
+    log.info(
+        "vllm_cpu_mode",
+        name=name,
+        dtype=config.dtype,
+        enforce_eager=config.enforce_eager,
+        reason=config.mode_reason,
+    )
     return ManagedProcess(
         name,
         config.argv(),

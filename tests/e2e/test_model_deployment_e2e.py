@@ -24,9 +24,9 @@ import pytest
 from operators.modeldeployment.resources import OWNER_LABEL, TRACK_LABEL
 from operators.modeldeployment.routes import RoutesConfigMap
 from services.billing.ledger import Ledger
-from services.billing.prices import PriceTable
 from services.common.kubernetes_client import api_client
 from services.common.model_files import DEFAULT_MODEL_ID
+from services.common.prices import PriceTable
 from services.common.redis_client import open_redis
 from services.common.service_token import ENV as SERVICE_TOKEN_ENV
 from services.common.usage_event import USAGE_STREAM

@@ -35,7 +35,9 @@ def vllm_stack(vllm_python, tmp_path_factory) -> Stack:  # noqa: F811 (the fixtu
         engine_replicas=2,
         engine_backend="vllm",
         startup_timeout=600,
-        vllm=VllmOptions(kv_cache_gib=1, max_num_seqs=8),
+        # Eager: the cheapest start that is right on every CPU (float32 on AMX, where
+        # eager bf16 is wrong; a compiled start costs minutes: docs/vllm-backend.md).
+        vllm=VllmOptions(kv_cache_gib=1, max_num_seqs=8, enforce_eager=True),
     )
     yield from run_stack(config)
 
@@ -60,7 +62,9 @@ def test_greedy_answer_is_vllms_own(vllm_stack, tenant):
     )
     # The same request straight to a replica's vLLM: our tokenizer rendered the
     # chat template and sent token ids, so the answer must be token for token vLLM's.
-    theirs = sdk(f"{vllm_stack.vllm_urls['vllm-0']}/v1", "none").chat.completions.create(
+    # vLLM demands the key only its engine holds (docs/security.md).
+    vllm_key = vllm_stack.engine_envs["engine-0"]["VLLM_API_KEY"]
+    theirs = sdk(f"{vllm_stack.vllm_urls['vllm-0']}/v1", vllm_key).chat.completions.create(
         model=DEFAULT_MODEL_ID, messages=question, temperature=0, max_tokens=24
     )
     assert "Paris" in ours.choices[0].message.content

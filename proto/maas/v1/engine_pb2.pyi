@@ -125,7 +125,7 @@ class GetLoadRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class LoadReport(_message.Message):
-    __slots__ = ("model", "running", "waiting", "kv_cache_usage", "max_num_seqs", "max_model_len", "draining", "block_size", "cache_salt", "kv_cache_blocks", "prefix_cache_sharing")
+    __slots__ = ("model", "running", "waiting", "kv_cache_usage", "max_num_seqs", "max_model_len", "draining", "block_size", "cache_salt", "kv_cache_blocks", "prefix_cache_sharing", "not_ready_reason")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +137,7 @@ class LoadReport(_message.Message):
     CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_CACHE_SHARING_FIELD_NUMBER: _ClassVar[int]
+    NOT_READY_REASON_FIELD_NUMBER: _ClassVar[int]
     model: str
     running: int
     waiting: int
@@ -148,7 +149,8 @@ class LoadReport(_message.Message):
     cache_salt: str
     kv_cache_blocks: int
     prefix_cache_sharing: str
-    def __init__(self, model: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., draining: _Optional[bool] = ..., block_size: _Optional[int] = ..., cache_salt: _Optional[str] = ..., kv_cache_blocks: _Optional[int] = ..., prefix_cache_sharing: _Optional[str] = ...) -> None: ...
+    not_ready_reason: str
+    def __init__(self, model: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., draining: _Optional[bool] = ..., block_size: _Optional[int] = ..., cache_salt: _Optional[str] = ..., kv_cache_blocks: _Optional[int] = ..., prefix_cache_sharing: _Optional[str] = ..., not_ready_reason: _Optional[str] = ...) -> None: ...
 
 class DrainRequest(_message.Message):
     __slots__ = ()

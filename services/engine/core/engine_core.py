@@ -4,9 +4,9 @@ It owns the LLMEngine and is the only thread that touches it. Inputs arrive
 on a PULL socket and are applied between steps; each step's outputs go back
 as one message on a PUSH socket (protocol.py). It runs as its own process in
 serving (process.py); tests may run it on a thread over the same sockets.
-New grammars are compiled on a worker thread, which touches only the
-grammar compiler, and their requests added between steps
-(grammar_compiles.py).
+New grammars are compiled in a killable worker process, waited for on a
+thread that touches only the grammar compiler, and their requests added
+between steps (grammar_compiles.py).
 """
 
 import time
@@ -37,8 +37,10 @@ class EngineCore:
         input_address: str,
         output_address: str,
         threads: ComputeThreads | None = None,  # None: the threads torch has, every step
+        known_answer_failure: str = "",  # sent in Ready (protocol.py)
     ):
         self.engine = engine
+        self._known_answer_failure = known_answer_failure
         self._context = zmq.Context()
         self._inputs = self._context.socket(zmq.PULL)
         self._inputs.connect(input_address)
@@ -48,7 +50,7 @@ class EngineCore:
         self._metrics_sent = 0.0
         self._stepped = False  # every step sends its batch, empty or not: it carries the load
         self._running = True
-        self._compiles = GrammarCompiles(engine.compile_grammar)
+        self._compiles = GrammarCompiles(engine.grammar_compiler)
         engine.blocks.on_event = lambda kind, hashes: self._batch.kv_events.append((kind, hashes))
         engine.on_scheduled = self._batch_scheduled
         if threads is not None:
@@ -64,6 +66,7 @@ class EngineCore:
                 cache_salt=config.cache_salt,
                 prefix_cache_sharing=config.prefix_cache_sharing,
                 num_blocks=config.num_blocks,
+                known_answer_failure=self._known_answer_failure,
             )
         )
         try:

@@ -19,6 +19,7 @@ from services.engine.core.addresses import CoreAddresses
 from services.engine.core.build import build_engine
 from services.engine.core.compute_threads import ComputeThreads
 from services.engine.core.engine_core import EngineCore
+from services.engine.known_answer_check import check_native
 from services.engine.settings import EngineSettings
 
 log = get_logger(__name__)
@@ -31,11 +32,13 @@ def main() -> None:
     configure_logging("engine-core", settings.log_level, settings.log_format)
     addresses = CoreAddresses.under(directory)
     engine = build_engine(settings)
+    # Before Ready: a model this machine computes wrongly must never serve.
+    known_answer_failure = check_native(engine, settings)
     # Off the start path: the first request with a grammar would wait seconds for it.
     threading.Thread(target=engine.grammar_compiler, name="grammar-compiler", daemon=True).start()
     log.info("engine_core_started")
     threads = ComputeThreads(settings.torch_threads, settings.compute_wide_rows)
-    EngineCore(engine, addresses.inputs, addresses.outputs, threads).run()
+    EngineCore(engine, addresses.inputs, addresses.outputs, threads, known_answer_failure).run()
     log.info("engine_core_stopped")
 
 

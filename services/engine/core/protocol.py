@@ -47,6 +47,9 @@ class Ready(msgspec.Struct, tag=True):
     cache_salt: str
     prefix_cache_sharing: str
     num_blocks: int
+    # Why the start-up known-answer check failed (services/engine/known_answer.py):
+    # the server then stays NOT_SERVING. Empty: it passed, or was off.
+    known_answer_failure: str = ""
 
 
 class Load(msgspec.Struct):

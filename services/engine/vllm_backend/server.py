@@ -3,12 +3,16 @@
 Start order: vLLM's /health answers; /v1/models names the model and its
 context length; its tokenizer must be ours (tokenizer_check.py), else the
 process exits 1 with `vllm_tokenizer_mismatch`; /metrics gives the block size
-and pool size; then the KV-event subscription and the gRPC server start.
+and pool size; vLLM's known-answer check (known_answer.py: a failure leaves
+the server NOT_SERVING, the reason in its log and GetLoad); then the KV-event
+subscription and the gRPC server start.
 SIGTERM drains as the native engine does: new requests get UNAVAILABLE while
 those in flight finish.
 """
 
 import asyncio
+import dataclasses
+import os
 import time
 
 import httpx
@@ -18,9 +22,10 @@ from services.common.grpc_server import GrpcService, run_until_signalled, start_
 from services.common.logging import get_logger
 from services.common.model_files import resolve_model_path
 from services.common.tokenizer_loader import load_tokenizer
-from services.engine.server import SERVICE_NAME
+from services.engine.server import SERVICE_NAME, stay_not_serving
 from services.engine.settings import EngineSettings
 from services.engine.vllm_backend.cache_salt import SaltBook
+from services.engine.vllm_backend.known_answer import check_vllm
 from services.engine.vllm_backend.kv_subscriber import KvSubscriber
 from services.engine.vllm_backend.kv_translation import KvTranslator
 from services.engine.vllm_backend.load import LoadCache
@@ -29,6 +34,25 @@ from services.engine.vllm_backend.tokenizer_check import tokenizer_mismatch
 
 log = get_logger(__name__)
 HEALTH_POLL_SECONDS = 0.5
+# vLLM's own variable for its key; the adapter beside it reads the same one.
+API_KEY_ENV = "VLLM_API_KEY"
+
+
+def vllm_client(url: str) -> httpx.AsyncClient:
+    """The client of one vLLM server, showing vLLM's API key when the pod gives one.
+
+    The key comes from VLLM_API_KEY, the variable vLLM itself reads its key
+    from (docs/security.md, "Trust in the cluster"): never a flag.
+    """
+    key = os.environ.get(API_KEY_ENV, "")
+    # No read timeout: a stream is as long as its generation. No pool cap:
+    # admission is the gateway's and vLLM's, not the connection pool's.
+    return httpx.AsyncClient(
+        base_url=url,
+        headers={"Authorization": f"Bearer {key}"} if key else None,
+        timeout=httpx.Timeout(None, connect=10.0),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+    )
 
 
 async def wait_healthy(client: httpx.AsyncClient, timeout: float) -> None:
@@ -75,17 +99,14 @@ async def serve(settings: EngineSettings) -> None:
     if not settings.vllm_url:
         log.error("vllm_url_missing", hint="--backend vllm needs --vllm-url")
         raise SystemExit(2)
-    # No read timeout: a stream is as long as its generation. No pool cap:
-    # admission is the gateway's and vLLM's, not the connection pool's.
-    client = httpx.AsyncClient(
-        base_url=settings.vllm_url,
-        timeout=httpx.Timeout(None, connect=10.0),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-    )
+    client = vllm_client(settings.vllm_url)
     try:
         await wait_healthy(client, settings.vllm_startup_timeout)
         tokenizer = await asyncio.to_thread(load_tokenizer, resolve_model_path(settings.model_path))
         info = await probe(client, settings, tokenizer)
+        # A vLLM that computes this model wrongly here (#32) never serves.
+        failure = await check_vllm(client, info.served_model, tokenizer, settings)
+        info = dataclasses.replace(info, known_answer_failure=failure)
         salts, kv = SaltBook(), None
         if settings.vllm_kv_events_endpoint:
             translator = KvTranslator(info.block_size, salts)
@@ -93,11 +114,14 @@ async def serve(settings: EngineSettings) -> None:
             kv.start()
         engine_id = settings.engine_id or f"{settings.host}:{settings.port}"
         servicer = VllmEngineServicer(info, engine_id, client, tokenizer, kv, salts)
+        servicer.draining = bool(info.known_answer_failure)
         handle = await start_server(
             "engine",
             settings,
             [GrpcService(SERVICE_NAME, servicer, engine_pb2_grpc.add_EngineServicer_to_server)],
         )
+        if info.known_answer_failure:
+            await stay_not_serving(handle, info.known_answer_failure)
         log.info("vllm_adapter_ready", vllm_url=settings.vllm_url, **info.__dict__)
 
         async def drain() -> None:

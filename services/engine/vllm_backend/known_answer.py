@@ -1,0 +1,51 @@
+"""The vLLM backend's start-up known-answer check: vLLM's own prompt logprobs.
+
+The adapter asks vLLM for the log-probability of every token of the known
+texts (services/engine/known_answer.py) in one /v1/completions call: token ids
+in (the adapter already checked that vLLM's tokenizer is ours), one token
+out, `prompt_logprobs: 0` (vLLM's extension: each prompt token's own
+logprob, no alternatives). The score is then judged as the native engine's is.
+"""
+
+import asyncio
+
+import httpx
+
+from services.common.model_files import resolve_model_path
+from services.common.text_tokenizer import TextTokenizer
+from services.engine.known_answer import Score, known_token_ids, score_of
+from services.engine.known_answer_check import judge_score
+from services.engine.settings import EngineSettings
+
+
+async def score_vllm(client: httpx.AsyncClient, served_model: str, texts: list[list[int]]) -> Score:
+    started = asyncio.get_running_loop().time()
+    body = {
+        "model": served_model,
+        "prompt": texts,
+        "max_tokens": 1,
+        "temperature": 0,
+        "prompt_logprobs": 0,
+    }
+    reply = (await client.post("/v1/completions", json=body)).raise_for_status().json()
+    choices = sorted(reply["choices"], key=lambda choice: choice["index"])
+    logprobs = [
+        # The first token has no logprob (None): it is context only.
+        entry[str(token)]["logprob"]
+        for ids, choice in zip(texts, choices, strict=True)
+        for token, entry in zip(ids[1:], choice["prompt_logprobs"][1:], strict=True)
+    ]
+    return score_of(logprobs, started, asyncio.get_running_loop().time())
+
+
+async def check_vllm(
+    client: httpx.AsyncClient, served_model: str, tokenizer: TextTokenizer, settings: EngineSettings
+) -> str:
+    """Why this vLLM server must not serve; empty when it passed (or --known-answer off)."""
+    if settings.known_answer == "off":
+        return ""
+    score = await score_vllm(client, served_model, known_token_ids(tokenizer))
+    # The reference may have to be computed first: our float32 model, seconds of torch.
+    path = resolve_model_path(settings.model_path)
+    verdict = await asyncio.to_thread(judge_score, score, settings, path, "vllm")
+    return verdict.failure
