@@ -1,6 +1,11 @@
-"""The `maas` command: `maas up` (local mode) and `maas serve SERVICE`."""
+"""The `maas` command: `maas up` (local mode), `maas serve SERVICE` and the tools.
+
+Each tool parses its own flags (and prints its own --help); this parser only
+picks the command, so `maas X --help` is always X's help.
+"""
 
 import argparse
+import importlib.metadata
 import os
 import shlex
 import sys
@@ -39,12 +44,24 @@ def _serve(service: str, argv: list[str]) -> None:
     run(settings)
 
 
-def _up_parser(sub) -> None:
+SERVICES = ("gateway", "tokenizer", "router", "engine", "billing", "operator")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("maas")
+    except importlib.metadata.PackageNotFoundError:
+        # Run from a checkout that was never installed (python -m services.cli).
+        return "unknown (not installed)"
+
+
+def _up_parser(sub) -> argparse.ArgumentParser:
     up = sub.add_parser(
         "up",
         help="start the whole stack locally",
         description="Start Redis, tokenizer, router, engines, billing and the gateway. "
-        "Unknown flags are passed to every engine (e.g. --dtype float32).",
+        "Any other flag an engine knows (maas serve engine --help) is passed to every "
+        "engine (e.g. --dtype float32); one no engine knows is refused.",
     )
     up.add_argument("--port", type=int, default=8080, help="gateway HTTP port")
     up.add_argument("--engine-replicas", type=int, default=1)
@@ -94,19 +111,30 @@ def _up_parser(sub) -> None:
         default=0,
         help="bytes of KV cache for every engine (0: the engine's own default)",
     )
+    return up
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="maas", description="Model-as-a-Service platform")
+    parser.add_argument("--version", action="version", version=f"maas {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run one service", add_help=False)
-    serve.add_argument(
-        "service", choices=["gateway", "tokenizer", "router", "engine", "billing", "operator"]
+    serve = sub.add_parser(
+        "serve",
+        help="run one service",
+        description="Run one service; maas serve SERVICE --help lists its settings.",
     )
-    _up_parser(sub)
-    operator = sub.add_parser("operator", help="ModelDeployment operator tools", add_help=False)
+    serve.add_argument("service", choices=SERVICES)
+    # REMAINDER: the service's flags, --help included, are the service's to parse.
+    serve.add_argument("flags", nargs=argparse.REMAINDER, help="the service's flags")
+    up_parser = _up_parser(sub)
+    operator = sub.add_parser(
+        "operator",
+        help="ModelDeployment operator tools",
+        description="Operator tools; maas operator TOOL --help lists its flags.",
+    )
     operator.add_argument("tool", choices=["simulate"])
+    operator.add_argument("flags", nargs=argparse.REMAINDER, help="the tool's flags")
     for admin in ("tenants", "keys"):
         sub.add_parser(admin, help=f"manage {admin} (see maas {admin} --help)", add_help=False)
     sub.add_parser("billing", help="usage, charges and reconciliation", add_help=False)
@@ -142,21 +170,24 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(bench(rest))
     if args.command == "serve":
-        _serve(args.service, rest)
+        _serve(args.service, args.flags)
         return
     if args.command == "operator":
         from operators.modeldeployment.simulate import main as simulate
 
-        sys.exit(simulate(rest))
+        sys.exit(simulate(args.flags))
     from pathlib import Path
 
+    from services.local.engine_flags import refused_flag
     from services.local.stack import StackConfig
     from services.local.up import up
     from services.local.vllm_replicas import VllmOptions
 
-    configure_logging("local", "info", "console")
     if args.engine_replicas < 1:
         parser.error("--engine-replicas must be at least 1")
+    if refused := refused_flag(rest, up_parser):
+        up_parser.error(refused)
+    configure_logging("local", "info", "console")
     config = StackConfig(
         state_dir=Path(args.state_dir),
         gateway_port=args.port,

