@@ -13,13 +13,14 @@ from services.common.redis_client import MAX_CONNECTIONS, open_redis
 async def test_a_burst_past_the_pool_size_is_served_on_the_pools_connections(redis_url):
     redis = open_redis(redis_url)
     try:
+        # The server is the session's: other tests' clients may be connected too.
+        others = len(await redis.client_list()) - 1
         burst = 10 * MAX_CONNECTIONS
         replies = await asyncio.gather(
             *(redis.incr("maas:test:pool-burst") for _ in range(burst)), return_exceptions=True
         )
         assert [r for r in replies if isinstance(r, BaseException)] == []
         assert int(await redis.get("maas:test:pool-burst")) == burst
-        clients = await redis.client_list()
-        assert len(clients) <= MAX_CONNECTIONS + 1  # the pool's, and nothing else's
+        assert len(await redis.client_list()) - others <= MAX_CONNECTIONS
     finally:
         await redis.aclose()
