@@ -34,6 +34,7 @@ from services.common.block_hash import BLOCK_SIZE  # noqa: E402
 from services.engine import native_attention  # noqa: E402
 from services.engine.attention import paged_attention  # noqa: E402
 from services.engine.attention_metadata import AttentionMetadata  # noqa: E402
+from services.engine.native import bindings  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
 CONTEXTS = {"50-300": (50, 300), "1000-2000": (1000, 2000)}
@@ -154,7 +155,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="step: steps per path")
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/attention.json"))
     args = parser.parse_args()
-    assert native_attention.library() is not None, "the native library did not build"
+    assert bindings.library() is not None, "the native library did not build"
     result = {"machine": machine(), "args": vars(args) | {"output": str(args.output)}}
     if args.section == "layer":
         result["rows"] = layer(args.batches, args.threads, args.rounds, args.calls)

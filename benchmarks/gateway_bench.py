@@ -45,8 +45,8 @@ from maas.v1 import (
 from services.common.grpc_client import open_channel
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.redis_client import open_redis
-from services.gateway.rate_limiter import RateLimiter
-from services.gateway.tenants import Tenant, TenantStore
+from services.gateway.admission.rate_limiter import RateLimiter
+from services.gateway.admission.tenants import Tenant, TenantStore
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready

@@ -103,7 +103,7 @@ def starlette_app():
     from starlette.applications import Starlette
     from starlette.routing import Route
 
-    from services.gateway.http_stream import EventStream
+    from services.gateway.http_api.http_stream import EventStream
 
     sse = frames()
 
@@ -122,10 +122,10 @@ def fastapi_app(middleware: bool = False):
     from fastapi import APIRouter, FastAPI
     from fastapi.responses import Response
 
-    from services.gateway.body_guard import BodyGuard
-    from services.gateway.http_stream import EventStream
+    from services.gateway.http_api.body_guard import BodyGuard
+    from services.gateway.http_api.http_stream import EventStream
+    from services.gateway.http_api.tracing_middleware import TracingMiddleware
     from services.gateway.schemas import ChatCompletionRequest
-    from services.gateway.tracing_middleware import TracingMiddleware
 
     sse = frames()
     router = APIRouter()
@@ -163,7 +163,7 @@ def serve_http(kind: str, port: int) -> None:
     if kind == "gateway_stack":
         from functools import partial
 
-        from services.gateway.http_protocol import ConnectionLimits, GuardedHttpProtocol
+        from services.gateway.http_api.http_protocol import ConnectionLimits, GuardedHttpProtocol
 
         http = partial(GuardedHttpProtocol, limits=ConnectionLimits(1024, 65536, 30.0))
     uvicorn.run(

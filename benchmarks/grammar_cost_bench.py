@@ -1,6 +1,6 @@
 """Compile seconds and peak memory of grammars against what cost.py counts in them.
 
-Each grammar compiles in a fresh worker (services/engine/grammar/worker.py),
+Each grammar compiles in a fresh worker (services/common/grammar/worker.py),
 the way the tokenizer and the engine compile, against SmolLM2's vocabulary,
 with the cost caps lifted so the over-cap shapes are measured too. Prints a
 markdown table (docs/structured-outputs.md, "Cost caps") and the worker's
@@ -14,12 +14,12 @@ import os
 import time
 
 from benchmarks.structured_schemas import SCHEMAS
+from services.common.grammar import cost
+from services.common.grammar.spec import GrammarSpec
+from services.common.grammar.vocab import tokenizer_info
+from services.common.grammar.worker import GrammarWorker, WorkerLimits
 from services.common.model_files import default_model_path
 from services.common.tokenizer_loader import load_tokenizer
-from services.engine.grammar import cost
-from services.engine.grammar.spec import GrammarSpec
-from services.engine.grammar.vocab import tokenizer_info
-from services.engine.grammar.worker import GrammarWorker, WorkerLimits
 
 CLASS = '[^"\\nab]'
 

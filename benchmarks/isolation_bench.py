@@ -50,7 +50,7 @@ from services.bench.stats import distribution
 from services.bench.text import words
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.redis_client import open_redis
-from services.gateway.tenants import TenantStore
+from services.gateway.admission.tenants import TenantStore
 
 GENEROUS = {"rpm": 10**6, "tpm": 10**9}
 VICTIM_LIMITS = {"rpm": 600, "tpm": 10**7, "max_concurrency": 4}

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from benchmarks.results_file import update_results
 from maas_kernels.quant_int4_ref import quantize_int4
 from maas_kernels.quant_int8_ref import quantize_int8
+from services.engine.native import bindings
 from services.engine.quantization import cpu_kernel
 
 # (out_features, in_features): qkv_proj, o_proj, gate_up_proj, down_proj.
@@ -52,7 +53,7 @@ class Weight:
         self.dense = dense
         self.n, self.k = dense.shape
         self.method = method
-        lib = cpu_kernel.library()
+        lib = bindings.library()
         if method == "int8":
             self.q, self.scale = quantize_int8(dense)
             self.row_bytes, self.matmul_fn, self.dequant_fn, self.gemm_fn = (
@@ -174,7 +175,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--section", default="panels", help="key of the results file")
     args = parser.parse_args()
-    if cpu_kernel.library() is None:
+    if bindings.library() is None:
         sys.exit("the AVX2 kernels do not run on this machine")
     torch.set_num_threads(1)
     load_before = os.getloadavg()

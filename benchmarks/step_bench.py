@@ -37,15 +37,13 @@ import torch  # noqa: E402
 
 from benchmarks.machine import machine  # noqa: E402
 from services.common.model_files import default_model_path  # noqa: E402
+from services.common.quantization_methods import QUANTIZATION_METHODS  # noqa: E402
 from services.common.tokenizer_loader import load_tokenizer  # noqa: E402
 from services.engine import native_layers  # noqa: E402
+from services.engine.compute_path import ComputePath  # noqa: E402
 from services.engine.loader import load_model  # noqa: E402
 from services.engine.offline import offline_engine  # noqa: E402
-from services.engine.quantization.config import (  # noqa: E402
-    ACTIVATIONS,
-    METHODS,
-    QuantizationConfig,
-)
+from services.engine.quantization.config import ACTIVATIONS, QuantizationConfig  # noqa: E402
 from services.engine.sampling_params import SamplingParams  # noqa: E402
 from services.engine.settings import EngineSettings  # noqa: E402
 
@@ -154,20 +152,23 @@ def threads_ab(engine, counts: list[int], rounds: int, steps: int) -> dict:
 
 def native_ab(engine, steps: int) -> dict:
     """Decode steps with the native layer halves and torch's, swapped per step (ABBA)."""
-    model = engine.runner.model
+    runner = engine.runner
+    native, torch_halves = native_layers.Native(runner.model, "A"), ComputePath("B")
     sides = {
-        "native": lambda: native_layers.install(model),
-        "torch": lambda: native_layers.remove(model),
+        "native": lambda: setattr(runner, "path", native),
+        "torch": lambda: setattr(runner, "path", torch_halves),
     }
     return swapped_ab(engine, steps, sides)
 
 
 def one_call_ab(engine, steps: int) -> dict:
     """Decode steps with every layer in one native call and three calls a layer (ABBA)."""
-    model = engine.runner.model
+    runner = engine.runner
+    one_call = native_layers.Native(runner.model, "A")
+    per_layer = native_layers.Native(runner.model, "B", one_call=False)
     sides = {
-        "one_call": lambda: native_layers.install(model),
-        "per_layer": lambda: native_layers.install(model, one_call=False),
+        "one_call": lambda: setattr(runner, "path", one_call),
+        "per_layer": lambda: setattr(runner, "path", per_layer),
     }
     return swapped_ab(engine, steps, sides)
 
@@ -263,7 +264,7 @@ def main() -> None:
         action="store_true",
         help="every layer of a decode step in one native call vs three calls a layer",
     )
-    parser.add_argument("--quantization", choices=METHODS, default="none")
+    parser.add_argument("--quantization", choices=QUANTIZATION_METHODS, default="none")
     parser.add_argument("--group-size", type=int, default=64, help="int4: 32 = the GGUF's blocks")
     parser.add_argument(
         "--activations",

@@ -8,9 +8,14 @@ simulator.
 
 from typing import Any
 
-from services.engine.quantization.config import METHODS as QUANTIZATION_METHODS
-from services.router.policies import DEFAULT_POLICY, POLICIES
-from services.router.registry import SCORERS
+from services.common.block_hash import BLOCK_SIZE
+from services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+from services.common.quantization_methods import QUANTIZATION_METHODS
+from services.common.routing_policies import (
+    DEFAULT_ROUTING_POLICY,
+    ROUTING_POLICIES,
+    SCORER_NAMES,
+)
 
 # What `maas serve engine --backend` takes; the first is the default.
 ENGINE_BACKENDS = ("native", "vllm")
@@ -113,10 +118,12 @@ ENGINE = _obj(
             default="0",
         ),
         "gpuMemoryUtilization": _num(0.9, 0.05, 1.0, "fraction of device memory to use"),
-        "maxNumSeqs": _int(64, 1, 4096, description="sequences in one batch at most"),
-        "maxNumBatchedTokens": _int(2048, 16, description="tokens computed per step"),
-        "blockSize": _int(16, 1, 256, description="tokens per KV-cache block"),
-        # Enums from what the engine and the router accept, so they cannot drift apart.
+        "maxNumSeqs": _int(MAX_NUM_SEQS, 1, 4096, description="sequences in one batch at most"),
+        "maxNumBatchedTokens": _int(
+            MAX_NUM_BATCHED_TOKENS, 16, description="tokens computed per step"
+        ),
+        "blockSize": _int(BLOCK_SIZE, 1, 256, description="tokens per KV-cache block"),
+        # Enums from services/common, which the engine and the router read too: no drift.
         "quantization": _str(
             "weight-only quantization of the decoder's linear layers",
             enum=list(QUANTIZATION_METHODS),
@@ -269,22 +276,22 @@ ROUTING = _obj(
     {
         "policy": _str(
             "how the router picks a replica",
-            enum=sorted(POLICIES),
-            default=DEFAULT_POLICY,
+            enum=sorted(ROUTING_POLICIES),
+            default=DEFAULT_ROUTING_POLICY,
         ),
         "weights": {
             "type": "object",
             "additionalProperties": {"type": "number", "minimum": 0},
             # Bounds the CEL rule's cost, which the API server estimates at install.
-            "maxProperties": len(SCORERS),
+            "maxProperties": len(SCORER_NAMES),
             "description": "scorer weights over the policy's, by scorer name: "
-            + ", ".join(sorted(SCORERS))
+            + ", ".join(sorted(SCORER_NAMES))
             + "; 0 turns a scorer off",
             # A misspelt scorer would otherwise be dropped by the router in silence.
             "x-kubernetes-validations": [
                 {
-                    "rule": f"self.all(name, name in {sorted(SCORERS)!r})",
-                    "message": f"unknown scorer; choose from {', '.join(sorted(SCORERS))}",
+                    "rule": f"self.all(name, name in {sorted(SCORER_NAMES)!r})",
+                    "message": f"unknown scorer; choose from {', '.join(sorted(SCORER_NAMES))}",
                 }
             ],
         },

@@ -7,8 +7,7 @@ default spec runs on any engine build, including one from before those features.
 
 import re
 
-GRPC_PORT = 50051
-METRICS_PORT = 9090
+from services.common.defaults import ENGINE_PORT, METRICS_PORT
 
 _UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _UNITS |= {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -27,7 +26,7 @@ def serving_args(model_id: str, shutdown_grace_seconds: int) -> list[str]:
     return [
         "engine",
         "--host=0.0.0.0",
-        f"--port={GRPC_PORT}",
+        f"--port={ENGINE_PORT}",
         f"--metrics-port={METRICS_PORT}",
         f"--model-id={model_id}",
         f"--shutdown-grace-seconds={shutdown_grace_seconds}",

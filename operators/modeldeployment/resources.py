@@ -11,7 +11,7 @@ apply them. Replica counts are not here: the autoscaler owns them.
 import json
 
 from operators.modeldeployment.crd_schema import GROUP, KIND, VERSION
-from operators.modeldeployment.engine_args import GRPC_PORT, METRICS_PORT, engine_args
+from operators.modeldeployment.engine_args import engine_args
 from operators.modeldeployment.model_source import ModelMount, model_mount
 from operators.modeldeployment.spec import track_model_id
 from operators.modeldeployment.vllm_pod import (
@@ -22,6 +22,7 @@ from operators.modeldeployment.vllm_pod import (
     api_key_env,
     vllm_container,
 )
+from services.common.defaults import ENGINE_PORT, METRICS_PORT
 
 OWNER_LABEL = "maas.io/model-deployment"
 TRACK_LABEL = "maas.io/track"  # main or canary
@@ -104,7 +105,7 @@ def _container_resources(resources: dict) -> dict:
 
 
 def _grpc_probe(period: int, failures: int) -> dict:
-    return {"grpc": {"port": GRPC_PORT}, "periodSeconds": period, "failureThreshold": failures}
+    return {"grpc": {"port": ENGINE_PORT}, "periodSeconds": period, "failureThreshold": failures}
 
 
 def _service_token_env(token_secret: str) -> list[dict]:
@@ -144,7 +145,7 @@ def _containers(
             *(api_key_env(token_secret) if vllm else []),
         ],
         "ports": [
-            {"name": "grpc", "containerPort": GRPC_PORT},
+            {"name": "grpc", "containerPort": ENGINE_PORT},
             {"name": "metrics", "containerPort": METRICS_PORT},
         ],
         # Loading weights takes minutes: the startup probe allows 20 (a vLLM
@@ -293,7 +294,7 @@ def service(owner: dict, spec: dict, track: str = "main") -> dict:
             "publishNotReadyAddresses": False,
             "selector": selector(name, track),
             "ports": [
-                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc"},
+                {"name": "grpc", "port": ENGINE_PORT, "targetPort": "grpc"},
                 {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"},
             ],
         },

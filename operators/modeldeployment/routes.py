@@ -2,7 +2,7 @@
 
 Not the chart's routes ConfigMap: `helm upgrade` would overwrite what the
 operator wrote there. Each ModelDeployment owns one key, `<namespace>.<name>.yaml`,
-holding a fragment of the gateway's routing table (services/gateway/routing_table.py):
+holding a fragment of the gateway's routing table (services/gateway/routing/routing_table.py):
 
     models:              # the model id and every spec.aliases name
       smollm2:
@@ -14,7 +14,7 @@ holding a fragment of the gateway's routing table (services/gateway/routing_tabl
 Each write is a merge patch of that one key, so two ModelDeployments never
 overwrite each other's routes and no read-modify-write races; deleting the
 resource patches its key to null. The gateway watches the ConfigMap through
-the API (services/gateway/routes_configmap.py), so a weight change reaches
+the API (services/gateway/routing/routes_configmap.py), so a weight change reaches
 traffic within seconds.
 """
 

@@ -3,13 +3,16 @@ import re
 from pydantic import Field, field_validator
 
 from operators.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
+from services.common.defaults import METRICS_PORT, OPERATOR_HEALTH_PORT, ROUTER_PORT
 from services.common.settings import ServiceSettings
 
 
 class OperatorSettings(ServiceSettings):
-    port: int = Field(8080, ge=0, le=65535, description="liveness endpoint port (/healthz)")
-    metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus /metrics port")
-    router_address: str = Field("127.0.0.1:50052", description="router service HOST:PORT")
+    port: int = Field(
+        OPERATOR_HEALTH_PORT, ge=0, le=65535, description="liveness endpoint port (/healthz)"
+    )
+    metrics_port: int = Field(METRICS_PORT, ge=0, le=65535, description="Prometheus /metrics port")
+    router_address: str = Field(f"127.0.0.1:{ROUTER_PORT}", description="router service HOST:PORT")
     namespaces: list[str] = Field(
         default_factory=list, description="namespaces to watch; empty = every namespace"
     )

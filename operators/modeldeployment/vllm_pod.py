@@ -28,7 +28,6 @@ import json
 import math
 
 from operators.modeldeployment.engine_args import (
-    GRPC_PORT,
     common_args,
     known_answer_args,
     prefix_cache_args,
@@ -36,6 +35,7 @@ from operators.modeldeployment.engine_args import (
     serving_args,
 )
 from operators.modeldeployment.model_source import ModelMount
+from services.common.defaults import ENGINE_PORT
 from services.common.vllm_cpu_mode import vllm_cpu_mode
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
@@ -168,6 +168,6 @@ def vllm_container(
         "readinessProbe": _health_probe(5, 2),
         "livenessProbe": _health_probe(10, 6),
         "lifecycle": {
-            "preStop": {"exec": {"command": ["python3", "-c", _WAIT_FOR_ADAPTER, str(GRPC_PORT)]}}
+            "preStop": {"exec": {"command": ["python3", "-c", _WAIT_FOR_ADAPTER, str(ENGINE_PORT)]}}
         },
     }

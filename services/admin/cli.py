@@ -23,7 +23,7 @@ from services.admin.key_listing import COLUMNS as KEY_COLUMNS
 from services.admin.key_listing import list_keys
 from services.admin.redis_locator import RedisNotFoundError, locate_redis
 from services.common.redis_client import open_redis
-from services.gateway.tenants import (
+from services.gateway.admission.tenants import (
     Tenant,
     TenantExistsError,
     TenantNotFoundError,

@@ -1,6 +1,6 @@
 """`maas keys list`: every key of a tenant, or of all tenants, without a secret.
 
-What Redis holds of a key (layout in services/gateway/tenants.py) is its id,
+What Redis holds of a key (layout in services/gateway/admission/tenants.py) is its id,
 tenant, status and creation time under the key's SHA-256; the listing shows
 those and the tenant's limits, never the hash, which is what authentication
 looks up. It reads only (SMEMBERS, GET, HGETALL), all the admin ACL user's.
@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from redis.asyncio import Redis
 
-from services.gateway.tenants import Tenant, tenant_key
+from services.gateway.admission.tenants import Tenant, tenant_key
 
 
 @dataclass(frozen=True)

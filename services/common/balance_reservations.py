@@ -34,7 +34,7 @@ def reservation_keys(tenant: str) -> list[str]:
 
 def full_guard_key(tenant: str) -> str:
     """Never written: RESERVE's LPUSHX to it makes a full Redis refuse the script
-    before it changes anything (services/gateway/limiter_scripts.py explains why)."""
+    before it changes anything (services/gateway/admission/limiter_scripts.py explains why)."""
     return f"{PREFIX}reserved:{{{tenant}}}:full"
 
 

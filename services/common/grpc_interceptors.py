@@ -302,7 +302,7 @@ class UnaryStreamClientInterceptor(_ClientBase, grpc.aio.UnaryStreamClientInterc
 
 class ClientCalls(_ClientBase):
     """What the client interceptors do to a call, for a caller that calls a
-    channel without them (services/gateway/upstreams.py): grpc.aio runs each
+    channel without them (services/gateway/upstream/upstreams.py): grpc.aio runs each
     intercepted call in a task of its own beside the call's, and reads its
     status in another, which cost a request more than its calls' own work."""
 

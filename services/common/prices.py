@@ -2,7 +2,7 @@
 
 Shared by billing, which prices every usage event with it
 (services/billing/ledger.py), and the gateway, which reserves the most a
-prepaid request can cost before admitting it (services/gateway/quota_gate.py).
+prepaid request can cost before admitting it (services/gateway/admission/quota_gate.py).
 Billing loads the table from its file and publishes it in Redis (PRICES_KEY,
 services/billing/consumer.py); the gateway reads it from there, so the two
 price with one table.

@@ -12,25 +12,15 @@ the same dot product either way, so the slices are bit-identical to one
 F.linear (tests/unit/engine/test_cpu_linear.py).
 """
 
-from functools import cache
-
 import torch
 import torch.nn.functional as F
 
-from services.engine.native import library as native
+from services.engine.native import bindings
 from services.engine.quantization import cpu_kernel
 
 # Weights up to this many rows run whole; wider ones in slices of SLICE_ROWS.
 WHOLE_UP_TO = 1536
 SLICE_ROWS = 768
-
-_P, _I = native.POINTER, native.INT
-_SIGNATURES = {"f32_linear": [_P, _I, _I, _P, _P, _I, _I, _P, _I, _I, native.THREADS]}
-
-
-@cache
-def library():
-    return native.bind(_SIGNATURES)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -61,7 +51,7 @@ def _native(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
         and weight.is_contiguous()
         and (bias is None or bias.is_contiguous())
         and cpu_kernel.handles(x, weight.shape[1])
-        and library() is not None
+        and bindings.library() is not None
     )
 
 
@@ -71,7 +61,7 @@ def _native_linear(
     x = x.contiguous()
     n, k = weight.shape
     out = torch.empty(x.shape[0], n)
-    library().f32_linear(
+    bindings.library().f32_linear(
         x.data_ptr(),
         x.shape[0],
         x.stride(0),

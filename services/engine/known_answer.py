@@ -13,7 +13,7 @@ catches a backend that computes garbage, not one a few per cent off.
 
 A replica that fails stays NOT_SERVING and says why (its log, its load
 report). How each backend scores the texts: score_native here (the serving
-model's own forward, native layers, quantization and all), and
+model's own forward and compute path, native layers, quantization and all), and
 services/engine/vllm_backend/known_answer.py (vLLM's prompt logprobs).
 
 Tolerance (--known-answer-tolerance, relative), measured on SmolLM2-135M
@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from services.common.text_tokenizer import TextTokenizer
+from services.engine.compute_path import EAGER, ComputePath
 from services.engine.model import LlamaForCausalLM
 from services.eval.perplexity import window_logits
 
@@ -103,13 +104,15 @@ def score_native(
     model: LlamaForCausalLM,
     texts: list[list[int]],
     device: torch.device | str = "cpu",
+    path: ComputePath = EAGER,
 ) -> Score:
-    """Score the texts with `model`'s own forward: one prefill each over a fresh KV
-    pool (services/eval/perplexity.py), so the serving pool is left untouched."""
+    """Score the texts with `model`'s own forward through the engine's compute path: one
+    prefill each over a fresh KV pool (services/eval/perplexity.py), so the serving pool
+    is left untouched."""
     started = time.perf_counter()
     logprobs: list[float] = []
     for ids in texts:
-        logits = window_logits(model, ids, device)[:-1].float().log_softmax(-1)
+        logits = window_logits(model, ids, device, path)[:-1].float().log_softmax(-1)
         targets = torch.tensor(ids[1:], device=logits.device)
         logprobs += logits.gather(1, targets[:, None]).squeeze(1).tolist()
     return score_of(logprobs, started, time.perf_counter())

@@ -52,7 +52,8 @@ def check_native(engine: LLMEngine, settings: EngineSettings) -> str:
     if settings.known_answer == "off":
         return ""
     runner = engine.runner
-    score = score_native(runner.model, known_token_ids(engine.tokenizer), runner.device)
+    texts = known_token_ids(engine.tokenizer)
+    score = score_native(runner.model, texts, runner.device, runner.path)
     path = resolve_model_path(settings.model_path)
     quantized = settings.quantization != "none"
     return judge_score(score, settings, path, "native", quantized).failure

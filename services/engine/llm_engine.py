@@ -34,6 +34,7 @@ import torch
 
 from services.common.block_hash import request_salt
 from services.common.detokenizer import IncrementalDetokenizer
+from services.common.grammar.spec import GrammarError
 from services.common.length_check import ContextLengthError, check_length
 from services.common.logging import get_logger
 from services.common.text_tokenizer import TextTokenizer
@@ -41,7 +42,6 @@ from services.engine import metrics
 from services.engine.block_manager import BlockManager
 from services.engine.engine_config import EngineConfig
 from services.engine.grammar.matcher import GrammarState
-from services.engine.grammar.spec import GrammarError
 from services.engine.isolation import bisect_failures
 from services.engine.logprobs import token_logprob
 from services.engine.model_config import ModelConfig
@@ -112,8 +112,8 @@ class LLMEngine:
         """
         with self._grammars_lock:
             if self._grammars is None:
-                from services.engine.grammar.compiler import GrammarCompiler
-                from services.engine.grammar.vocab import tokenizer_info
+                from services.common.grammar.compiler import GrammarCompiler
+                from services.common.grammar.vocab import tokenizer_info
 
                 # The same info as the tokenizer service's check (vocab.py).
                 info = tokenizer_info(self.tokenizer, self.model_config.vocab_size)

@@ -4,10 +4,12 @@ A forward pass takes the new tokens of several sequences back to back, so one
 call can prefill prompts in chunks, decode a batch, or mix both; the linear
 layers see one flat batch of tokens with no padding.
 
-One path for every device: the modules call maas_kernels/ (maas_kernels.ops), which runs
-the Triton kernel on a CUDA tensor and its plain-torch twin anywhere else, so
-the CPU serves the twins and tests hold them to transformers token for token
-(dense_forward.py is the reference the paged forward must match). The
+The modules call maas_kernels/ (maas_kernels.ops), which runs the Triton
+kernel on a CUDA tensor and its plain-torch twin anywhere else, so tests hold
+the twins to transformers token for token (dense_forward.py is the reference
+the paged forward must match). How each layer's two dense halves run (these
+methods eagerly, compiled, or native C++ on a float32 CPU) is the ComputePath
+the forward is given (compute_path.py): ModelRunner chooses it once at load. The
 residual stream travels beside the hidden states so that each residual add is
 fused into the RMSNorm after it (DecoderLayer.forward). Quantized linear layers
 call maas_kernels.int8_matmul and maas_kernels.int4_matmul, which pick by device too.
@@ -22,6 +24,7 @@ from maas_kernels.rotary_ref import rotary_cos_sin_reference
 from services.engine import cpu_linear
 from services.engine.attention import paged_attention
 from services.engine.attention_metadata import AttentionMetadata
+from services.engine.compute_path import EAGER, ComputePath
 from services.engine.kv_cache import PagedKVCache
 from services.engine.model_config import ModelConfig
 
@@ -110,6 +113,7 @@ class DecoderLayer(nn.Module):
         sin: torch.Tensor,
         kv_cache: PagedKVCache,
         meta: AttentionMetadata,
+        path: ComputePath = EAGER,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer with each residual add fused into the RMSNorm that follows it.
 
@@ -119,14 +123,14 @@ class DecoderLayer(nn.Module):
         `x + sublayer(x)`, rounded to the model dtype the same way; the last
         add happens in the final norm. Paged attention (data-dependent layout,
         writes to the pool) sits between two dense halves with fixed shapes:
-        those are what compiled_forward.py compiles.
+        those run through `path` (eager, compiled or native).
         """
-        q, k, v, residual = self.attention_inputs(x, residual, cos, sin)
+        q, k, v, residual = path.attention_inputs(self, x, residual, cos, sin)
         layer = self.self_attn.layer
         out = paged_attention(
             q, k, v, kv_cache.k[layer], kv_cache.v[layer], meta, use_kernel=uses_triton(q)
         )
-        return self.attention_outputs(out, residual)
+        return path.attention_outputs(self, out, residual)
 
     def attention_inputs(
         self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor
@@ -164,10 +168,6 @@ class LlamaForCausalLM(nn.Module):
         "gate_proj": ("gate_up_proj", 0),
         "up_proj": ("gate_up_proj", 1),
     }
-    # native_layers.install's: every layer of a decode-only step in one native call,
-    # (x, cos, sin, kv_cache, meta) -> (h, residual) as the layer loop's, or None where
-    # it does not run the step.
-    native_decode = None
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -186,24 +186,24 @@ class LlamaForCausalLM(nn.Module):
         positions: torch.Tensor,
         kv_cache: PagedKVCache,
         meta: AttentionMetadata,
+        path: ComputePath = EAGER,
     ) -> torch.Tensor:
         """Run a step's new tokens, writing their keys and values into the pool.
 
         input_ids and positions are [tokens], the sequences back to back as meta
         lays them out. Returns the final hidden states, [tokens, hidden_size].
+        `path` runs the layers' dense halves, or the whole decode step where it can.
         """
         h = self.model.embed_tokens(input_ids)
         config = self.config
         cos, sin = rotary_cos_sin_reference(positions, config.head_dim, config.rope_theta, h.dtype)
-        decoded = (
-            None if self.native_decode is None else self.native_decode(h, cos, sin, kv_cache, meta)
-        )
+        decoded = path.decode_step(self, h, cos, sin, kv_cache, meta)
         if decoded is not None:
             h, residual = decoded
         else:
             residual = None
             for layer in self.model.layers:
-                h, residual = layer(h, residual, cos, sin, kv_cache, meta)
+                h, residual = layer(h, residual, cos, sin, kv_cache, meta, path)
         return self.model.norm(h, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -1,12 +1,20 @@
-"""Run one scheduled step: a mixed batch of prefill chunks and decodes over the paged pool."""
+"""Run one scheduled step: a mixed batch of prefill chunks and decodes over the paged pool.
+
+The runner owns the engine's compute path (compute_path.py), chosen once here,
+from the settings and the model as loaded (choose_path), and passed to every
+forward.
+"""
 
 import torch
 
 from services.engine import native_layers
 from services.engine.attention_metadata import AttentionMetadata
+from services.engine.compiled_forward import Compiled
+from services.engine.compute_path import ComputePath
 from services.engine.kv_cache import PagedKVCache
 from services.engine.model import LlamaForCausalLM
 from services.engine.model_config import ModelConfig
+from services.engine.native_layers import Native
 from services.engine.scheduler import ScheduledSeq
 
 
@@ -17,17 +25,16 @@ class ModelRunner:
         config: ModelConfig,
         kv_cache: PagedKVCache,
         device: torch.device | str,
+        compiled: bool = False,
         native: bool = True,
     ):
         self.model = model
         self.config = config
         self.kv_cache = kv_cache
         self.device = device
-        # Every engine's model runs here, so this is where its layers' dense halves go native
-        # (where they apply: native_layers.py), or back to torch (--no-native-layers, A/Bs).
-        self.native_layers = native_layers.install(model) if native else 0
-        if not native:
-            native_layers.remove(model)
+        # Every engine's model runs here (the draft model's too), so this is where its path
+        # is chosen: compiled = --no-enforce-eager, native = not --no-native-layers.
+        self.path = choose_path(model, compiled=compiled, native=native)
 
     @torch.inference_mode()
     def execute(
@@ -67,6 +74,7 @@ class ModelRunner:
             cpu_positions.to(self.device),
             self.kv_cache,
             meta,
+            self.path,
         )
         # A sampling entry needs its last position; one with draft tokens needs
         # every drafted position too, to verify them.
@@ -80,6 +88,22 @@ class ModelRunner:
         if rows != list(range(hidden.shape[0])):
             hidden = hidden[torch.tensor(rows, dtype=torch.long, device=self.device)]
         return self.model.compute_logits(hidden).float()
+
+
+def choose_path(model: LlamaForCausalLM, compiled: bool, native: bool) -> ComputePath:
+    """The model's compute path, with why: compiled if asked; else native where its halves
+    apply to some layer; else eager."""
+    if compiled:
+        return Compiled(model, "--no-enforce-eager")
+    if not native:
+        return ComputePath("--no-native-layers")
+    missing = native_layers.unavailable(model)
+    if missing is not None:
+        return ComputePath(f"no native halves: {missing}")
+    path = Native(model, "a float32 CPU model and the native library built")
+    if path.native_layers == 0:
+        return ComputePath("no layer's projections are in a native format")
+    return path
 
 
 def _decode_first(entry: ScheduledSeq) -> tuple[bool, int]:

@@ -7,22 +7,9 @@ largest value, or of a row's first NaN). Elsewhere (CUDA, other dtypes, no
 library) it is torch.argmax.
 """
 
-from functools import cache
-
 import torch
 
-from services.engine.native import library as native
-
-_SIGNATURES = {
-    "argmax_rows_f32": [native.POINTER, native.INT, native.INT, native.INT, native.POINTER]
-    + [native.THREADS]
-}
-
-
-@cache
-def library():
-    """The engine's native library with the argmax's signature bound, or None."""
-    return native.bind(_SIGNATURES)
+from services.engine.native import bindings
 
 
 def argmax(rows: torch.Tensor) -> list[int]:
@@ -31,11 +18,11 @@ def argmax(rows: torch.Tensor) -> list[int]:
         rows.device.type != "cpu"
         or rows.dtype != torch.float32
         or rows.stride(-1) != 1
-        or library() is None
+        or bindings.library() is None
     ):
         return rows.argmax(-1).tolist()
     out = torch.empty(rows.shape[0], dtype=torch.long)
-    library().argmax_rows_f32(
+    bindings.library().argmax_rows_f32(
         rows.data_ptr(),
         rows.shape[0],
         rows.shape[1],

@@ -7,38 +7,17 @@ no gather into a buffer padded to a group's longest, no mask. Where the
 library cannot be built, library() is None and attention keeps its torch path.
 """
 
-import ctypes
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
 
 import torch
 
 from maas_kernels import ops
 from services.engine.attention_metadata import AttentionMetadata
-from services.engine.native import library as native
+from services.engine.native import bindings
 
 # The value pass holds 32 floats of head_dim per query head in registers.
 _HEAD_DIM_MULTIPLE = 32
-
-_P = native.POINTER
-_I = native.INT
-_SIGNATURES = {
-    "paged_attention_decode_f32": [
-        *(_P, _I, _I) * 3,  # q, k, v and their token and head strides
-        _P,  # slot_mapping
-        _I,  # tokens
-        _P,  # k_cache
-        _P,  # v_cache
-        _P,  # block_tables
-        _I,  # table width
-        _P,  # context_lens
-        *(_I,) * 5,  # decodes, heads, kv_heads, head_dim, block_size
-        ctypes.c_float,  # scale
-        _P,  # out
-        native.THREADS,
-    ]
-}
 
 
 # Set inside torch_path(): the torch path's tests and the benchmarks' A/B run it on
@@ -55,12 +34,6 @@ def torch_path() -> Iterator[None]:
         yield
     finally:
         _off = previous
-
-
-@cache
-def library() -> ctypes.CDLL | None:
-    """The engine's native library with this kernel's signature bound, or None."""
-    return native.bind(_SIGNATURES)
 
 
 def handles(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
@@ -81,7 +54,7 @@ def handles_pool(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
         and k_cache.shape[-1] % _HEAD_DIM_MULTIPLE == 0
         and k_cache.is_contiguous()
         and v_cache.is_contiguous()
-        and library() is not None
+        and bindings.library() is not None
     )
 
 
@@ -104,7 +77,7 @@ def store_and_attend(
     tables = meta.block_tables
     # Positional, in the signature's order: at batch 1 the whole call is ~20 us of
     # kernel, so each wrapper microsecond shows.
-    library().paged_attention_decode_f32(
+    bindings.library().paged_attention_decode_f32(
         q.data_ptr(),
         q.stride(0),
         q.stride(1),

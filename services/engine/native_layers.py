@@ -1,20 +1,21 @@
-"""Each decoder layer's dense halves as two native calls (native/layer.cpp).
+"""The native compute path: each decoder layer's dense halves as native calls (native/layer.cpp).
 
 DecoderLayer.attention_inputs and attention_outputs (model.py) are ~90 torch
 calls a layer from Python, 1-10 us each: about half of a batch-1 decode step
 on the CPU, more than reading the weights. Where the layer halves apply (a
 CPU model in float32, the native library built, maas_kernels.ops not forcing
-Triton, projections in float32, int8 or float32-scaled int4), install()
-gathers every layer's weight pointers once into a ctypes structure and
-replaces the two methods on the layer with calls that do the same arithmetic
-in C++, through quantization/cpu_kernel.py's row kernel and panel GEMM (the
-same crossover and panel size). Paged attention between them is unchanged;
-everything else (the compiled forward, CUDA, bf16) keeps the torch path.
+Triton, projections in float32, int8 or float32-scaled int4), Native gathers
+every layer's weight pointers once into bindings.Layer structures and runs the
+two halves as calls that do the same arithmetic in C++, through
+quantization/cpu_kernel.py's row kernel and panel GEMM (the same crossover and
+panel size). Paged attention between them is unchanged; a layer that does not
+fit keeps the torch halves. With every layer native, a decode-only step runs
+all the layers in one call (NativeDecode). model_runner.choose_path takes this
+path where it applies; elsewhere (CUDA, bf16, --no-native-layers, the compiled
+forward) the layers run their torch halves.
 """
 
-import copy
 import ctypes
-from functools import cache
 
 import torch
 from torch import nn
@@ -22,121 +23,94 @@ from torch import nn
 from maas_kernels import ops
 from services.engine import native_attention
 from services.engine.attention_metadata import AttentionMetadata
+from services.engine.compute_path import ComputePath
 from services.engine.kv_cache import PagedKVCache
 from services.engine.model import DecoderLayer, FusedLinear, LlamaForCausalLM
-from services.engine.native import library as native
+from services.engine.native import bindings
 from services.engine.quantization import cpu_kernel
 from services.engine.quantization.int4 import Int4Linear
 from services.engine.quantization.int8 import Int8Linear
 
-_P = native.POINTER
-_I = native.INT
-_SIGNATURES = {
-    "layer_inputs_f32": [_P, _P, _P, _I, _P, _P, _P, _P, _P, _P, native.THREADS],
-    "layer_outputs_f32": [_P, _P, _I, _P, _I, _P, _P, native.THREADS],
-    # layers, count, x, tokens, cos, sin, pools and their layer stride, the metadata's
-    # slots, tables, table width, lengths and block size, out, stream, threads.
-    "decode_layers_f32": [_P, _I, _P, _I, _P, _P, _P, _P, _I, _P, _P, _I, _P, _I, _P, _P]
-    + [native.THREADS],
-}
-# matmul.h's WEIGHT_* formats.
-_FLOAT32, _INT8, _INT4 = 0, 1, 2
 # The kernels read whole 8-wide vectors along K, and int4 groups 32 weights at a time.
 _K_MULTIPLE = 8
 _INT4_GROUP_MULTIPLE = 32
 
 
-class _Weight(ctypes.Structure):
-    """matmul.h's NativeWeight."""
-
-    _fields_ = [
-        ("format", ctypes.c_int64),
-        ("data", ctypes.c_void_p),
-        ("scales", ctypes.c_void_p),
-        ("mins", ctypes.c_void_p),
-        ("group", ctypes.c_int64),
-        ("bias", ctypes.c_void_p),
-        ("n", ctypes.c_int64),
-        ("k", ctypes.c_int64),
-        ("integer_rows", ctypes.c_int64),
-    ]
-
-
-class _Layer(ctypes.Structure):
-    """layer.cpp's NativeLayer."""
-
-    _fields_ = [
-        ("qkv", _Weight),
-        ("o", _Weight),
-        ("gate_up", _Weight),
-        ("down", _Weight),
-        ("input_norm", ctypes.c_void_p),
-        ("post_norm", ctypes.c_void_p),
-        ("eps", ctypes.c_double),
-        ("hidden", ctypes.c_int64),
-        ("heads", ctypes.c_int64),
-        ("kv_heads", ctypes.c_int64),
-        ("head_dim", ctypes.c_int64),
-        ("intermediate", ctypes.c_int64),
-        ("row_kernel_rows", ctypes.c_int64),
-        ("panel_bytes", ctypes.c_int64),
-    ]
-
-
-@cache
-def library() -> ctypes.CDLL | None:
-    """The engine's native library with the layer halves' signatures bound, or None."""
-    return native.bind(_SIGNATURES)
-
-
-def install(model: LlamaForCausalLM, one_call: bool = True) -> int:
-    """Give every layer that can take them the native halves; the number of layers that did.
-
-    A layer whose halves are replaced already (native, or the compiled forward's)
-    keeps them. With every layer native and one_call, a decode-only step runs them
-    all in one call (NativeDecode); without one_call, three calls a layer (the
-    benchmark's A/B).
-    """
-    if not applies(model):
-        return 0
-    installed = 0
-    for layer in model.model.layers:
-        if "attention_inputs" in vars(layer):
-            installed += _is_native(layer)
-            continue
-        halves = NativeHalves.of(layer)
-        if halves is not None:
-            layer.attention_inputs = halves.inputs
-            layer.attention_outputs = halves.outputs
-            installed += 1
-    if one_call and installed == len(model.model.layers):
-        model.native_decode = NativeDecode(model)
-    else:
-        vars(model).pop("native_decode", None)
-    return installed
-
-
-def remove(model: LlamaForCausalLM) -> None:
-    """Back to the torch halves (the class's methods): the A/B benchmark's other side."""
-    vars(model).pop("native_decode", None)
-    for layer in model.model.layers:
-        if _is_native(layer):
-            del layer.attention_inputs, layer.attention_outputs
-
-
-def _is_native(layer: DecoderLayer) -> bool:
-    return isinstance(getattr(layer.attention_inputs, "__self__", None), NativeHalves)
-
-
-def applies(model: LlamaForCausalLM) -> bool:
-    """Whether this model's activations are ones the native halves compute: CPU float32."""
+def unavailable(model: LlamaForCausalLM) -> str | None:
+    """Why the native halves cannot compute this model's activations, or None where they
+    can (a float32 model on a CPU that has the library)."""
     weight = model.model.embed_tokens.weight
-    return (
-        weight.device.type == "cpu"
-        and weight.dtype == torch.float32
-        and not ops._force_triton
-        and library() is not None
-    )
+    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+        return f"a {weight.device.type} {str(weight.dtype).removeprefix('torch.')} model"
+    if ops._force_triton:
+        return "maas_kernels.ops forces Triton"
+    if bindings.library() is None:
+        return "no native library (not AVX2, or no C++ compiler)"
+    return None
+
+
+class Native(ComputePath):
+    """The native halves for every layer that takes them, and the one-call decode step
+    where every layer does (one_call False: three calls a layer, the benchmark's A/B)."""
+
+    name = "native"
+
+    def __init__(self, model: LlamaForCausalLM, reason: str, one_call: bool = True):
+        super().__init__(reason)
+        # Keyed by the layer module: a layer of another model (a copy) finds none here
+        # and runs its torch halves.
+        self._halves: dict[DecoderLayer, NativeHalves] = {}
+        if unavailable(model) is None:
+            for layer in model.model.layers:
+                halves = NativeHalves.of(layer)
+                if halves is not None:
+                    self._halves[layer] = halves
+        self.native_layers = len(self._halves)
+        every = self.native_layers == len(model.model.layers)
+        self._decode = (
+            NativeDecode(model, list(self._halves.values())) if every and one_call else None
+        )
+
+    def halves(self, layer: DecoderLayer) -> "NativeHalves | None":
+        """The layer's native halves, or None where it runs the torch ones."""
+        return self._halves.get(layer)
+
+    def attention_inputs(
+        self,
+        layer: DecoderLayer,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        halves = self._halves.get(layer)
+        if halves is None:
+            return layer.attention_inputs(x, residual, cos, sin)
+        return halves.inputs(x, residual, cos, sin)
+
+    def attention_outputs(
+        self, layer: DecoderLayer, attended: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        halves = self._halves.get(layer)
+        if halves is None:
+            return layer.attention_outputs(attended, residual)
+        return halves.outputs(attended, residual)
+
+    def decode_step(
+        self,
+        model: LlamaForCausalLM,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv_cache: PagedKVCache,
+        meta: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if self._decode is None:
+            return None
+        return self._decode(model, x, cos, sin, kv_cache, meta)
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "native_layers": self.native_layers}
 
 
 def _tensor(t: torch.Tensor | None, dtype: torch.dtype, kept: list) -> int | None:
@@ -147,7 +121,7 @@ def _tensor(t: torch.Tensor | None, dtype: torch.dtype, kept: list) -> int | Non
     return t.data_ptr()
 
 
-def _weight(module: nn.Module, kept: list) -> _Weight | None:
+def _weight(module: nn.Module, kept: list) -> bindings.Weight | None:
     """The projection in matmul.h's terms, or None if no native format holds it."""
     n, k = module.out_features, module.in_features
     bias = getattr(module, "bias", None)
@@ -155,16 +129,16 @@ def _weight(module: nn.Module, kept: list) -> _Weight | None:
     if k % _K_MULTIPLE or bias_ptr is None:
         return None
     if isinstance(module, Int8Linear):
-        parts = (_INT8, _tensor(module.qweight, torch.int8, kept))
+        parts = (bindings.INT8, _tensor(module.qweight, torch.int8, kept))
         parts += (_tensor(module.scale, torch.float32, kept), 0, 0)
     elif isinstance(module, Int4Linear):
         if module.group_size % _INT4_GROUP_MULTIPLE:
             return None
-        parts = (_INT4, _tensor(module.packed, torch.uint8, kept))
+        parts = (bindings.INT4, _tensor(module.packed, torch.uint8, kept))
         parts += (_tensor(module.scales, torch.float32, kept),)
         parts += (_tensor(module.mins, torch.float32, kept), module.group_size)
     elif type(module) in (nn.Linear, FusedLinear):
-        parts = (_FLOAT32, _tensor(module.weight, torch.float32, kept), 0, 0, 0)
+        parts = (bindings.FLOAT32, _tensor(module.weight, torch.float32, kept), 0, 0, 0)
     else:
         return None
     if None in parts:
@@ -172,10 +146,10 @@ def _weight(module: nn.Module, kept: list) -> _Weight | None:
     # int8 activations: qdot.cpp's integer row kernels, up to their crossover.
     integer = getattr(module, "int8_activations", False)
     integer_rows = cpu_kernel.MAX_INTEGER_ROW_KERNEL_ROWS if integer else 0
-    return _Weight(*parts, bias_ptr, n, k, integer_rows)
+    return bindings.Weight(*parts, bias_ptr, n, k, integer_rows)
 
 
-def _describe(layer: DecoderLayer) -> tuple[_Layer, list[torch.Tensor]] | None:
+def _describe(layer: DecoderLayer) -> tuple[bindings.Layer, list[torch.Tensor]] | None:
     """The layer in layer.cpp's terms and the tensors it points into, or None where a
     projection or norm is in no native format."""
     attn, mlp, kept = layer.self_attn, layer.mlp, []
@@ -190,7 +164,7 @@ def _describe(layer: DecoderLayer) -> tuple[_Layer, list[torch.Tensor]] | None:
         return None
     if mlp.down_proj.in_features % _K_MULTIPLE or attn.head_dim % 2:
         return None
-    described = _Layer(
+    described = bindings.Layer(
         *weights,
         *norms,
         layer.input_layernorm.eps,
@@ -206,48 +180,26 @@ def _describe(layer: DecoderLayer) -> tuple[_Layer, list[torch.Tensor]] | None:
 
 
 class NativeHalves:
-    """One layer's native halves: attention_inputs and attention_outputs' signatures.
+    """One layer's native halves: attention_inputs and attention_outputs' signatures."""
 
-    A deep copy of the model (quant_bench quantizes copies of one float model)
-    copies the halves without their pointers: the copy describes its own layer at
-    its first call, and runs the torch halves if that layer no longer fits.
-    """
+    __slots__ = ("described", "_kept", "_address", "_hidden", "_heads", "_kv_heads", "_dim")
 
-    __slots__ = ("_owner", "_described", "_address", "_hidden", "_heads", "_kv_heads", "_dim")
-
-    def __init__(self, owner: DecoderLayer):
-        self._owner = owner
-        self._address = None  # not described yet; 0: described, and the torch halves run
+    def __init__(self, described: bindings.Layer, kept: list[torch.Tensor]):
+        # Kept alive: the calls pass the structure's address, and it the tensors'.
+        self.described, self._kept = described, kept
+        self._hidden, self._dim = described.hidden, described.head_dim
+        self._heads, self._kv_heads = described.heads, described.kv_heads
+        self._address = ctypes.addressof(described)
 
     @classmethod
     def of(cls, layer: DecoderLayer) -> "NativeHalves | None":
         """The layer's halves, or None where they do not apply to it."""
-        halves = cls(layer)
-        return halves if halves._describe() else None
-
-    def __deepcopy__(self, memo: dict) -> "NativeHalves":
-        return NativeHalves(copy.deepcopy(self._owner, memo))
-
-    def _describe(self) -> bool:
-        described = _describe(self._owner)
-        if described is None:
-            self._address = 0  # the torch halves from now on
-            return False
-        # Kept alive: the calls pass the structure's address, and it the tensors'.
-        self._described = described
-        layer = described[0]
-        self._hidden, self._dim = layer.hidden, layer.head_dim
-        self._heads, self._kv_heads = layer.heads, layer.kv_heads
-        self._address = ctypes.addressof(layer)
-        return True
+        described = _describe(layer)
+        return None if described is None else cls(*described)
 
     def inputs(
         self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        if self._address is None:
-            self._describe()
-        if not self._address:
-            return DecoderLayer.attention_inputs(self._owner, x, residual, cos, sin)
         tokens = x.shape[0]
         x = x.contiguous()
         cos, sin = cos.contiguous(), sin.contiguous()
@@ -259,7 +211,7 @@ class NativeHalves:
         else:
             residual = residual.contiguous()
             stream, residual_ptr = torch.empty(tokens, self._hidden), residual.data_ptr()
-        library().layer_inputs_f32(
+        bindings.library().layer_inputs_f32(
             self._address,
             x.data_ptr(),
             residual_ptr,
@@ -277,10 +229,6 @@ class NativeHalves:
     def outputs(
         self, attended: torch.Tensor, residual: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._address is None:
-            self._describe()
-        if not self._address:
-            return DecoderLayer.attention_outputs(self._owner, attended, residual)
         tokens = attended.shape[0]
         rows = attended.flatten(1)
         if rows.stride(1) != 1:
@@ -288,7 +236,7 @@ class NativeHalves:
         residual = residual.contiguous()
         out = torch.empty(tokens, self._hidden)
         stream = torch.empty(tokens, self._hidden)
-        library().layer_outputs_f32(
+        bindings.library().layer_outputs_f32(
             self._address,
             rows.data_ptr(),
             rows.stride(0),
@@ -305,40 +253,21 @@ class NativeDecode:
     """Every layer of a decode-only step in one native call (layer.cpp's decode_layers_f32).
 
     At one stream the three calls a layer (the halves and attention) cost ~90 us of
-    Python and ctypes each time, a few ms a step. Built by install() where every
-    layer's halves are native; the layers are described once, as an array of their
-    NativeLayer structures, at the first call. A deep copy describes its own layers,
-    as NativeHalves does, and where one no longer fits the step keeps the layer loop.
+    Python and ctypes each time, a few ms a step. Built by Native where every layer's
+    halves are native, as an array of their Layer structures.
     """
 
     __slots__ = ("_model", "_layers", "_kept")
 
-    def __init__(self, model: LlamaForCausalLM):
+    def __init__(self, model: LlamaForCausalLM, halves: list[NativeHalves]):
         self._model = model
-        self._layers = None  # not described yet; 0: some layer is not native
-
-    def __deepcopy__(self, memo: dict) -> "NativeDecode":
-        return NativeDecode(copy.deepcopy(self._model, memo))
-
-    def _describe(self) -> None:
-        halves = []
-        for layer in self._model.model.layers:
-            if not _is_native(layer):
-                self._layers = 0
-                return
-            each = layer.attention_inputs.__self__
-            if each._address is None:
-                each._describe()
-            if not each._address:
-                self._layers = 0
-                return
-            halves.append(each)
         # The array copies the structures; their tensors stay alive in each NativeHalves.
         self._kept = halves
-        self._layers = (_Layer * len(halves))(*(each._described[0] for each in halves))
+        self._layers = (bindings.Layer * len(halves))(*(each.described for each in halves))
 
     def __call__(
         self,
+        model: LlamaForCausalLM,
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
@@ -347,19 +276,18 @@ class NativeDecode:
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(the last MLP's output, the stream before it) from the embeddings x, every new
         key and value written to the pool, as the layer loop returns them; None where the
-        step is not all decodes or attention would not take the native call."""
+        step is another model's, not all decodes, or attention would not take the native
+        call."""
         tokens = x.shape[0]
-        if meta.num_decodes != tokens or not native_attention.handles_pool(kv_cache.k, kv_cache.v):
+        if model is not self._model or meta.num_decodes != tokens:
             return None
-        if self._layers is None:
-            self._describe()
-        if not self._layers:
+        if not native_attention.handles_pool(kv_cache.k, kv_cache.v):
             return None
         x, cos, sin = x.contiguous(), cos.contiguous(), sin.contiguous()
         hidden = x.shape[1]
         out, stream = torch.empty(tokens, hidden), torch.empty(tokens, hidden)
         tables = meta.block_tables
-        library().decode_layers_f32(
+        bindings.library().decode_layers_f32(
             ctypes.addressof(self._layers),
             len(self._layers),
             x.data_ptr(),

@@ -16,7 +16,7 @@ samples' streams stay distinct (n is far below 2**64) and deterministic.
 import math
 from dataclasses import dataclass, field
 
-from services.engine.grammar.spec import GrammarError, GrammarSpec
+from services.common.grammar.spec import GrammarError, GrammarSpec
 
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
@@ -52,7 +52,7 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
     speculative: bool = False  # opt in to speculative decoding, where the engine has it
-    # Structured outputs: every sample follows this grammar (services/engine/grammar).
+    # Structured outputs: every sample follows this grammar (services/common/grammar/spec.py).
     grammar: GrammarSpec | None = None
 
     def sample_seed(self, index: int) -> int | None:

@@ -15,14 +15,15 @@ cache) when room returns. Nobody fails for lack of blocks.
 
 from dataclasses import dataclass, field
 
+from services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from services.engine.block_manager import BlockManager
 from services.engine.sequence import Sequence, SequenceStatus
 
 
 @dataclass
 class SchedulerConfig:
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = MAX_NUM_SEQS
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
     enable_chunked_prefill: bool = True
 
 

@@ -13,7 +13,11 @@ which is how the gateway knows whether a failed attempt may be retried.
 import grpc
 
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
+from services.common.defaults import default_max_tokens
 from services.common.engine_metadata import SCHEDULED
+from services.common.finish_reasons import FINISH_CODES
+from services.common.grammar.proto import grammar_from_proto
+from services.common.grammar.spec import GrammarError
 from services.common.logging import get_logger
 from services.engine.async_engine import (
     AsyncEngine,
@@ -22,18 +26,11 @@ from services.engine.async_engine import (
     KvEventBatch,
     RequestFailed,
 )
-from services.engine.grammar.proto import grammar_from_proto
-from services.engine.grammar.spec import GrammarError
 from services.engine.request import SeqOutput
 from services.engine.sampling_params import SamplingParams
 
 log = get_logger(__name__)
 
-FINISH_REASONS = {
-    "stop": common_pb2.FINISH_REASON_STOP,
-    "length": common_pb2.FINISH_REASON_LENGTH,
-    "abort": common_pb2.FINISH_REASON_ABORT,
-}
 KV_KINDS = {
     "stored": engine_pb2.KvEvent.KIND_STORED,
     "evicted": engine_pb2.KvEvent.KIND_EVICTED,
@@ -41,7 +38,7 @@ KV_KINDS = {
 }
 
 
-def sampling_from_proto(p: engine_pb2.SamplingParams, remaining: int) -> SamplingParams:
+def sampling_from_proto(p: engine_pb2.SamplingParams, unset_max_tokens: int) -> SamplingParams:
     """Proto defaults (zeros) mean "unset": map them onto the engine's defaults.
 
     Raises GrammarError (a ValueError) for a grammar of unknown kind.
@@ -55,7 +52,7 @@ def sampling_from_proto(p: engine_pb2.SamplingParams, remaining: int) -> Samplin
         presence_penalty=p.presence_penalty,
         frequency_penalty=p.frequency_penalty,
         seed=p.seed if p.HasField("seed") else None,
-        max_tokens=p.max_tokens or max(remaining, 1),
+        max_tokens=p.max_tokens or unset_max_tokens,
         min_tokens=p.min_tokens,
         ignore_eos=p.ignore_eos,
         stop=list(p.stop),
@@ -93,7 +90,7 @@ def response_of(output: SeqOutput, tokenizer) -> engine_pb2.GenerateResponse:
             )
         )
     if output.finish_reason is not None:
-        response.finish_reason = FINISH_REASONS[output.finish_reason]
+        response.finish_reason = FINISH_CODES[output.finish_reason]
         response.usage.CopyFrom(
             common_pb2.Usage(
                 prompt_tokens=output.prompt_tokens,
@@ -165,7 +162,7 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         prompt = list(request.prompt_token_ids)
         try:
             params = sampling_from_proto(
-                request.sampling, self._engine.info.max_model_len - len(prompt)
+                request.sampling, default_max_tokens(self._engine.info.max_model_len, len(prompt))
             )
         except GrammarError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"grammar: {exc}")

@@ -3,7 +3,9 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from services.common.block_hash import BLOCK_SIZE
+from services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from services.common.model_files import DEFAULT_MODEL_ID
+from services.common.quantization_methods import QuantizationMethod
 from services.common.settings import ServiceSettings
 from services.engine.quantization.config import GROUP_SIZES
 
@@ -70,8 +72,10 @@ class EngineSettings(ServiceSettings):
     cpu_memory_budget: int = Field(
         2 * 1024**3, gt=0, description="bytes the engine may use on CPU, weights included"
     )
-    max_num_seqs: int = Field(64, gt=0, description="sequences in one batch at most")
-    max_num_batched_tokens: int = Field(2048, gt=0, description="tokens computed per step")
+    max_num_seqs: int = Field(MAX_NUM_SEQS, gt=0, description="sequences in one batch at most")
+    max_num_batched_tokens: int = Field(
+        MAX_NUM_BATCHED_TOKENS, gt=0, description="tokens computed per step"
+    )
     enable_chunked_prefill: bool = Field(True, description="split long prompts across steps")
     cache_salt: str = Field("", description="prefix-cache hash salt; empty = model id")
     prefix_cache_sharing: Literal["tenant", "global"] = Field(
@@ -79,7 +83,7 @@ class EngineSettings(ServiceSettings):
         description="tenant = every tenant's prefix cache is its own; global = requests "
         "that ask for it (share_prefix_cache) share cached blocks across tenants",
     )
-    quantization: Literal["none", "int8", "int4"] = Field(
+    quantization: QuantizationMethod = Field(
         "none", description="weight-only quantization of the decoder's linear layers"
     )
     quantization_group_size: int = Field(

@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 
 from services.common.model_files import resolve_model_path
+from services.common.quantization_methods import QUANTIZATION_METHODS
 from services.common.tokenizer_loader import load_tokenizer
 from services.engine.device import resolve_device, resolve_dtype
 from services.engine.loader import load_model
-from services.engine.quantization.config import GROUP_SIZES, METHODS, QuantizationConfig
+from services.engine.quantization.config import GROUP_SIZES, QuantizationConfig
 from services.engine.quantization.memory import quantized_weight_memory
 from services.engine.quantization.quantize import quantize_model
 from services.eval.perplexity import DEFAULT_TEXT, perplexity
@@ -41,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ppl.add_argument("--model", default="", help="GGUF file or HF folder (default: SmolLM2)")
-    ppl.add_argument("--quantization", choices=METHODS, default="none")
+    ppl.add_argument("--quantization", choices=QUANTIZATION_METHODS, default="none")
     ppl.add_argument("--group-size", type=int, choices=GROUP_SIZES, default=64, help="int4 only")
     ppl.add_argument(
         "--dtype",

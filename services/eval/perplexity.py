@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from services.common.block_hash import BLOCK_SIZE
 from services.engine.attention_metadata import AttentionMetadata
+from services.engine.compute_path import EAGER, ComputePath
 from services.engine.kv_cache import PagedKVCache
 from services.engine.model import LlamaForCausalLM
 
@@ -54,9 +55,13 @@ def perplexity(
 
 
 def window_logits(
-    model: LlamaForCausalLM, token_ids: list[int], device: torch.device | str
+    model: LlamaForCausalLM,
+    token_ids: list[int],
+    device: torch.device | str,
+    path: ComputePath = EAGER,
 ) -> torch.Tensor:
-    """Logits at every position of one sequence, prefilled in one step over a fresh pool."""
+    """Logits at every position of one sequence, prefilled in one step over a fresh pool,
+    its layers run by `path` (a serving engine's own: known_answer.py)."""
     dtype = model.model.embed_tokens.weight.dtype
     blocks = -(-len(token_ids) // BLOCK_SIZE)
     pool = PagedKVCache.allocate(model.config, blocks, BLOCK_SIZE, dtype, device)
@@ -65,4 +70,4 @@ def window_logits(
         positions, [len(token_ids)], [len(token_ids)], [list(range(blocks))], BLOCK_SIZE, device
     )
     ids = torch.tensor(token_ids, device=device)
-    return model.compute_logits(model(ids, positions.to(device), pool, meta))
+    return model.compute_logits(model(ids, positions.to(device), pool, meta, path))

@@ -30,7 +30,7 @@ class Background:
         return self.run(_when(delivered, coro))
 
     async def wait(self) -> None:
-        # Until none is left: an abandoned request's task starts its billing's.
+        # Until none is left: a request's bill may wait on its engine report's task.
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 

@@ -11,10 +11,10 @@ import uuid
 from dataclasses import dataclass
 
 from maas.v1 import engine_pb2, tokenizer_pb2
+from services.gateway.output.tool_calls import mode, prompt_messages, tools_text
 from services.gateway.sampling import to_engine_sampling
 from services.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from services.gateway.structured_output import grammar_of
-from services.gateway.tool_calls import mode, prompt_messages, tools_text
 
 
 @dataclass(frozen=True)

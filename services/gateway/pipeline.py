@@ -1,6 +1,6 @@
-"""From an authenticated principal and a parsed request to engine deltas, for both fronts.
+"""From an authenticated principal and a parsed request to an admitted Run, for both fronts.
 
-Pipeline.complete runs the steps in order:
+Pipeline.admit runs the steps before the engine, in order:
 1. limits pre-check: key caps (400), quota, RPM and concurrency, counted
    before any work is done for the request (for a tenant the limiter last
    admitted, in step 4 instead, with its tokens: rate_limiter.py);
@@ -11,65 +11,43 @@ Pipeline.complete runs the steps in order:
    prepaid tenant, their most cost against its balance (quota_gate.py), hold while a
    deployment scaled to zero starts a replica (cold_start_hold.py), then wait
    for a fair share of the deployment's slots (deployment_queues.py);
-and returns a Completion whose deltas, as they are read, run
-5. pick and 6. generate (engine_client.py, retries included),
-7. stream, through the output filter,
-8. settle: free the slots and settle the tenant's tokens to what was really
-   used (for a client that left before the first token: the prompt tokens
-   the engine computed and billed, see engine_client.py); for a stream that
-   started, in the round trip of its usage event (usage_emitter.py), which
-   also settles the balance hold to the real cost; a request with nothing to
-   bill releases its hold.
+and returns the request's Run (run.py), whose deltas, as they are read, run
+5. pick, 6. generate (engine_client.py, retries included) and 7. the output
+filter, and which alone owns 8. the end: the slot freed, the usage event
+with the TPM and balance settlements in its round trip.
 
 A request that passed the limiter counts toward the tenant's RPM even if it
 then fails (an unknown model, a prompt too long for the context, queue full,
 engine error); its concurrency lease ends and its tokens are settled to what
-it used. A request with n sequences costs n: of the tenant's concurrency, and
-of the deployment's slots in the fair queue.
+it used. A request that fails here, before it has a Run, is settled to 0
+here (_settle). A request with n sequences costs n: of the tenant's
+concurrency, and of the deployment's slots in the fair queue.
 """
 
 import asyncio
-import functools
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
 
 from maas.v1 import engine_pb2, router_pb2
-from services.common.usage_event import UsageEvent
+from services.gateway.admission.cold_start_hold import ColdStartHold, ready
+from services.gateway.admission.deployment_queues import DeploymentQueues
+from services.gateway.admission.fair_queue import FairShareError, QueueFullError, QueueTimeoutError
+from services.gateway.admission.quota_gate import QuotaGate, Reservation
+from services.gateway.admission.rate_limiter import RateLimiter
+from services.gateway.admission.tenants import Principal, Tenant
 from services.gateway.background import Background
-from services.gateway.cold_start_hold import ColdStartHold, ready
-from services.gateway.delta import Delta
-from services.gateway.deployment_queues import DeploymentQueues
-from services.gateway.engine_client import EngineClient
 from services.gateway.errors import APIError, bad_request, dropped, model_not_found, unavailable
-from services.gateway.fair_queue import FairShareError, QueueFullError, QueueTimeoutError
-from services.gateway.model_catalog import ModelCatalog
-from services.gateway.output_filter import OutputFilter
+from services.gateway.output.output_filter import OutputFilter
 from services.gateway.parsed_request import ParsedRequest
-from services.gateway.prompt_encoder import PromptEncoder
-from services.gateway.quota_gate import QuotaGate, Reservation
-from services.gateway.rate_limiter import RateLimiter
-from services.gateway.routes_watcher import RoutesWatcher
-from services.gateway.routing_table import NoDeploymentUpError, Route
-from services.gateway.tenants import Principal, Tenant
+from services.gateway.routing.model_catalog import ModelCatalog
+from services.gateway.routing.routes_watcher import RoutesWatcher
+from services.gateway.routing.routing_table import NoDeploymentUpError, Route
+from services.gateway.run import Run
 from services.gateway.ticket import Ticket
-
-
-@dataclass
-class Completion:
-    """An admitted request and its deltas; errors before the first delta raise APIError."""
-
-    ticket: Ticket
-    deltas: AsyncIterator[Delta]
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return self.ticket.headers
-
-    def delivered(self) -> None:
-        """The front's word that the response is out: the request's owed work may run."""
-        self.ticket.delivered.set()
+from services.gateway.upstream.engine_client import EngineClient
+from services.gateway.upstream.prompt_encoder import PromptEncoder
+from services.gateway.usage.usage_emitter import UsageEmitter
 
 
 @dataclass
@@ -84,6 +62,7 @@ class Pipeline:
     quotas: QuotaGate
     background: Background
     hold: ColdStartHold
+    usage: UsageEmitter
 
     async def models(self, tenant: Tenant | None = None) -> list[str]:
         """Names a tenant may send now (every name when tenant is None)."""
@@ -91,9 +70,12 @@ class Pipeline:
         names = self.routes.table.names(set(await self._deployments()), tier)
         return [n for n in names if tenant is None or tenant.may_use(n)]
 
-    async def complete(self, principal: Principal, request: ParsedRequest) -> Completion:
+    async def admit(self, principal: Principal, request: ParsedRequest) -> Run:
+        """Steps 1-4; the Run streams the rest and owns the request's end."""
         ticket = await self._admit(principal, request)
-        return Completion(ticket, self._stream(ticket))
+        return Run(
+            ticket, self.engine, self.output_filter, self.limiter, self.usage, self.background
+        )
 
     async def _admit(self, principal: Principal, request: ParsedRequest) -> Ticket:
         tenant = principal.tenant
@@ -160,20 +142,7 @@ class Pipeline:
         sampling = engine_pb2.SamplingParams()
         sampling.CopyFrom(request.sampling)
         sampling.max_tokens = max_tokens
-        settlement = functools.partial(
-            self.limiter.settlement, tenant, request.request_id, sequences=request.n
-        )
-        return Ticket(
-            principal,
-            request,
-            route,
-            prompt,
-            sampling,
-            queue,
-            limits,
-            settlement=settlement,
-            reservation=reservation,
-        )
+        return Ticket(principal, request, route, prompt, sampling, queue, limits, reservation)
 
     async def _deployments(self) -> dict[str, router_pb2.DeploymentStats]:
         try:
@@ -193,42 +162,6 @@ class Pipeline:
         if route is None:
             raise model_not_found(request.model)
         return route
-
-    async def _stream(self, ticket: Ticket) -> AsyncIterator[Delta]:
-        deltas = self.engine.generate(ticket)
-        screen = self.output_filter.stream() if self.output_filter.enabled else None
-        stopped: set[int] = set()
-        # Once a delta came, the engine client bills the stream, and its bill
-        # settles the tenant's tokens (ticket.settlement).
-        started = False
-        try:
-            async for delta in deltas:
-                started = True
-                if screen is not None:
-                    if delta.index in stopped:
-                        continue
-                    passed = screen.push(
-                        delta.index, delta.text, bool(delta.finish_reason), delta.logprobs
-                    )
-                    delta.text, delta.logprobs = passed.text, passed.logprobs
-                    if passed.stopped:
-                        delta.finish_reason = "content_filter"
-                        stopped.add(delta.index)
-                yield delta
-                if len(stopped) == ticket.request.n:
-                    return
-        finally:
-            await deltas.aclose()
-            ticket.queue.release(ticket.request.n)
-            if not started and ticket.abandoned is not None:
-                self.background.run(self._settle_abandoned(ticket, ticket.abandoned))
-            elif not started:
-                settle = self.limiter.settle(
-                    ticket.principal.tenant, ticket.request.request_id, 0, ticket.request.n
-                )
-                self.background.after(ticket.delivered, settle)
-                if ticket.reservation is not None and ticket.reservation.held:
-                    self.background.after(ticket.delivered, ticket.reservation.release())
 
     async def _count_late(
         self, tenant: Tenant, request: ParsedRequest, floor: int
@@ -254,14 +187,6 @@ class Pipeline:
         self.background.run(self.limiter.settle(tenant, request.request_id, used, request.n))
         if reservation is not None and reservation.held:
             self.background.run(reservation.release())
-
-    async def _settle_abandoned(self, ticket: Ticket, abandoned: asyncio.Task) -> None:
-        """Settle to what the abandoned request was billed, once that is known."""
-        (event,) = await asyncio.gather(abandoned, return_exceptions=True)
-        used = event.prompt_tokens + event.completion_tokens if isinstance(event, UsageEvent) else 0
-        await self.limiter.settle(
-            ticket.principal.tenant, ticket.request.request_id, used, ticket.request.n
-        )
 
 
 def check_caps(request: ParsedRequest, tenant: Tenant) -> None:

@@ -17,31 +17,31 @@ from services.common.grpc_server import install_stop_signals
 from services.common.logging import get_logger
 from services.common.redis_client import open_redis
 from services.common.tenant_labels import TenantLabels
-from services.gateway.auth import Authenticator
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.body_budget import BodyBudget, BudgetLimits
+from services.gateway.admission.cold_start_hold import ColdStartHold, HoldLimits
+from services.gateway.admission.deployment_queues import DeploymentQueues
+from services.gateway.admission.quota_gate import QuotaGate
+from services.gateway.admission.rate_limiter import RateLimiter
+from services.gateway.admission.tenants import TenantStore
 from services.gateway.background import Background
-from services.gateway.body_budget import BodyBudget, BudgetLimits
-from services.gateway.circuit_breaker import Breakers
-from services.gateway.cold_start_hold import ColdStartHold, HoldLimits
-from services.gateway.deployment_queues import DeploymentQueues
-from services.gateway.engine_client import EngineClient, Timeouts
-from services.gateway.grpc_front import start_grpc_front
-from services.gateway.http_app import create_app
-from services.gateway.http_protocol import ConnectionLimits, GuardedHttpProtocol
-from services.gateway.malloc_tuning import return_large_frees
-from services.gateway.model_catalog import ModelCatalog
-from services.gateway.output_filter import OutputFilter
+from services.gateway.grpc_api.grpc_front import start_grpc_front
+from services.gateway.http_api.http_app import create_app
+from services.gateway.http_api.http_protocol import ConnectionLimits, GuardedHttpProtocol
+from services.gateway.http_api.malloc_tuning import return_large_frees
+from services.gateway.http_api.routes.deps import Gateway
+from services.gateway.output.output_filter import OutputFilter
 from services.gateway.pipeline import Pipeline
-from services.gateway.prompt_encoder import PromptEncoder
-from services.gateway.quota_gate import QuotaGate
-from services.gateway.rate_limiter import RateLimiter
-from services.gateway.routes.deps import Gateway
-from services.gateway.routes_configmap import RoutesConfigMapWatch
-from services.gateway.routes_watcher import RoutesWatcher
+from services.gateway.routing.model_catalog import ModelCatalog
+from services.gateway.routing.routes_configmap import RoutesConfigMapWatch
+from services.gateway.routing.routes_watcher import RoutesWatcher
 from services.gateway.settings import GatewaySettings
-from services.gateway.tenants import TenantStore
-from services.gateway.upstreams import Upstreams
-from services.gateway.usage_emitter import UsageEmitter
-from services.gateway.usage_spool import UsageSpool
+from services.gateway.upstream.circuit_breaker import Breakers
+from services.gateway.upstream.engine_client import EngineClient, Timeouts
+from services.gateway.upstream.prompt_encoder import PromptEncoder
+from services.gateway.upstream.upstreams import Upstreams
+from services.gateway.usage.usage_emitter import UsageEmitter
+from services.gateway.usage.usage_spool import UsageSpool
 
 log = get_logger(__name__)
 
@@ -54,14 +54,6 @@ def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, route
     background = Background()
     engine = EngineClient(
         upstreams,
-        UsageEmitter(
-            redis,
-            UsageSpool.open(Path(settings.usage_spool_dir)),
-            tenant_labels=tenant_labels,
-            claim_root=Path(settings.usage_spool_claim_dir)
-            if settings.usage_spool_claim_dir
-            else None,
-        ),
         Timeouts(
             connect=settings.connect_timeout_seconds,
             first_token=settings.first_token_timeout_seconds,
@@ -90,6 +82,14 @@ def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, route
         output_filter=OutputFilter(settings.blocked_terms, settings.blocked_terms_action),
         quotas=QuotaGate(redis, settings.rate_limit_on_redis_error),
         background=background,
+        usage=UsageEmitter(
+            redis,
+            UsageSpool.open(Path(settings.usage_spool_dir)),
+            tenant_labels=tenant_labels,
+            claim_root=Path(settings.usage_spool_claim_dir)
+            if settings.usage_spool_claim_dir
+            else None,
+        ),
         hold=ColdStartHold(
             catalog.models,
             upstreams.router.ReportHeld,
@@ -141,7 +141,7 @@ async def run_gateway(settings: GatewaySettings) -> None:
     )
     routes.start()
     pipeline = build_pipeline(settings, upstreams, redis, routes)
-    pipeline.engine.usage.start()
+    pipeline.usage.start()
     billing = (
         billing_pb2_grpc.BillingStub(open_channel(settings.billing_address, "gateway"))
         if settings.billing_address
@@ -177,7 +177,7 @@ async def run_gateway(settings: GatewaySettings) -> None:
     await routes.stop()
     await pipeline.hold.close()
     await pipeline.background.wait()
-    await pipeline.engine.usage.stop()
+    await pipeline.usage.stop()
     await upstreams.close()
     await redis.aclose()
     log.info("shutdown_complete")

@@ -2,12 +2,13 @@ from typing import Literal
 
 from pydantic import Field
 
+from services.common.defaults import GATEWAY_HTTP_PORT, ROUTER_PORT, TOKENIZER_PORT
 from services.common.redis_client import DEFAULT_REDIS_URL
 from services.common.settings import ServiceSettings
 
 
 class GatewaySettings(ServiceSettings):
-    port: int = Field(8080, ge=0, le=65535, description="HTTP port (OpenAI API)")
+    port: int = Field(GATEWAY_HTTP_PORT, ge=0, le=65535, description="HTTP port (OpenAI API)")
     grpc_port: int = Field(0, ge=0, le=65535, description="tenant gRPC port (0 picks one)")
     grpc_max_concurrent_rpcs: int = Field(
         1024,
@@ -16,8 +17,10 @@ class GatewaySettings(ServiceSettings):
         " RESOURCE_EXHAUSTED",
     )
     redis_url: str = Field(DEFAULT_REDIS_URL, description="Redis with tenants, keys and usage")
-    tokenizer_address: str = Field("127.0.0.1:50051", description="tokenizer service HOST:PORT")
-    router_address: str = Field("127.0.0.1:50052", description="router service HOST:PORT")
+    tokenizer_address: str = Field(
+        f"127.0.0.1:{TOKENIZER_PORT}", description="tokenizer service HOST:PORT"
+    )
+    router_address: str = Field(f"127.0.0.1:{ROUTER_PORT}", description="router service HOST:PORT")
     models_cache_seconds: float = Field(2.0, ge=0, description="how long the model list is reused")
     routes_file: str = Field(
         "", description="routing table YAML, re-read when it changes; empty = every model as is"

@@ -8,7 +8,7 @@ its owner only from the moment the file exists (services.local.private_file).
 import contextlib
 from pathlib import Path
 
-from services.gateway.tenants import TenantExistsError, TenantStore
+from services.gateway.admission.tenants import TenantExistsError, TenantStore
 from services.local.private_file import write_private
 
 DEV_TENANT = "dev"

@@ -27,7 +27,7 @@ from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.redis_acl import USER_NAMES
 from services.common.redis_client import open_redis
 from services.common.service_token import ENV as SERVICE_TOKEN_ENV
-from services.gateway.tenants import TenantStore
+from services.gateway.admission.tenants import TenantStore
 from services.local.dev_tenant import ensure_dev_key
 from services.local.ports import free_port
 from services.local.private_file import private_secret, write_private

@@ -4,13 +4,14 @@ prefix_affinity weighs a full prefix match (6) above everything else together
 (1 + 2 + 1 + 1): a replica holding the whole prompt only loses it through the
 overload guard, while a partial match trades off against load. Load is judged
 mostly on requests at the replica, which is exact for this router's own picks.
+The names are services/common/routing_policies.py's, which the CRD offers too
+(tests/unit/common/test_contracts.py holds the two equal).
 """
 
 from dataclasses import dataclass, field
 
+from services.common.routing_policies import DEFAULT_ROUTING_POLICY
 from services.router.registry import SCORERS
-
-DEFAULT_POLICY = "prefix_affinity"
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def resolve(name: str, weights: dict[str, float] | None = None) -> Policy:
     Accepts the CRD's spelling too (prefix-affinity). Raises ValueError naming
     what is wrong, so a bad flag fails at startup.
     """
-    key = (name or DEFAULT_POLICY).replace("-", "_")
+    key = (name or DEFAULT_ROUTING_POLICY).replace("-", "_")
     if key not in POLICIES:
         raise ValueError(f"unknown routing policy {name!r}; choose from {sorted(POLICIES)}")
     base = POLICIES[key]

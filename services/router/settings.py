@@ -2,6 +2,8 @@ from typing import Literal
 
 from pydantic import Field
 
+from services.common.block_hash import BLOCK_SIZE
+from services.common.routing_policies import DEFAULT_ROUTING_POLICY
 from services.common.settings import ServiceSettings
 
 
@@ -26,7 +28,7 @@ class RouterSettings(ServiceSettings):
         description="kubernetes discovery: label selector of the engine Services",
     )
     routing_policy: str = Field(
-        "prefix_affinity",
+        DEFAULT_ROUTING_POLICY,
         description="round_robin, least_load or prefix_affinity; a deployment may override it",
     )
     routing_weights: dict[str, float] = Field(
@@ -40,7 +42,9 @@ class RouterSettings(ServiceSettings):
         "least-loaded one is skipped, so load wins over cache affinity",
     )
     block_size: int = Field(
-        16, gt=0, description="prefix hashing block size when an engine doesn't report its own"
+        BLOCK_SIZE,
+        gt=0,
+        description="prefix hashing block size when an engine doesn't report its own",
     )
     history_ttl_seconds: float = Field(
         60.0,

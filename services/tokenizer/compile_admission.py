@@ -1,7 +1,7 @@
 """Who may start a grammar compile, and what it costs the tenant.
 
 A compile is the one piece of tokenizer work a tenant can make cost seconds
-(the caps and the deadline bound each one, services/engine/grammar/), so
+(the caps and the deadline bound each one, services/common/grammar/), so
 before one starts, three bounds apply:
 - one compile in flight per tenant: a second is refused at once, so a
   tenant cannot queue its own compiles in front of everyone else's;

@@ -1,7 +1,7 @@
 """Refuse an unusable grammar before it costs engine time.
 
 The tokenizer service has the model's vocabulary, so it compiles each
-request's grammar exactly as the engine will (services/engine/grammar) and
+request's grammar exactly as the engine will (services/common/grammar) and
 answers INVALID_ARGUMENT naming the problem. Compile work is bounded before
 it starts and while it runs: GrammarSpec.check caps the text's size and
 nesting, the cost caps (grammar/cost.py) what the parsed grammar holds, and
@@ -15,9 +15,9 @@ worker's start take seconds), outside any compile's deadline.
 
 import threading
 
+from services.common.grammar.spec import GrammarSpec
+from services.common.grammar.worker import WorkerLimits
 from services.common.text_tokenizer import TextTokenizer
-from services.engine.grammar.spec import GrammarSpec
-from services.engine.grammar.worker import WorkerLimits
 
 
 class GrammarChecker:
@@ -32,8 +32,8 @@ class GrammarChecker:
         on a loaded machine it took longer than the deadline and refused a valid grammar."""
         with self._lock:
             if self._compiler is None:
-                from services.engine.grammar.compiler import GrammarCompiler
-                from services.engine.grammar.vocab import tokenizer_info
+                from services.common.grammar.compiler import GrammarCompiler
+                from services.common.grammar.vocab import tokenizer_info
 
                 self._compiler = GrammarCompiler(
                     tokenizer_info(self._tokenizer), limits, cache_bytes, tenant_cache_bytes

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client import Counter
 
-from services.engine.grammar.spec import GrammarSpec
-from services.engine.grammar.worker import CompileFailed, WorkerLimits
+from services.common.grammar.spec import GrammarSpec
+from services.common.grammar.worker import CompileFailed, WorkerLimits
 from services.tokenizer.compile_admission import CompileAdmission
 from services.tokenizer.grammar_check import GrammarChecker
 

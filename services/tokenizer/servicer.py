@@ -32,10 +32,10 @@ from prometheus_client import Histogram
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 from services.common.chat_messages import decoded_tools, message_dict
 from services.common.chat_template import ChatTemplateError
+from services.common.grammar.proto import grammar_from_proto
+from services.common.grammar.spec import GrammarError
 from services.common.length_check import ContextLengthError, check_chars, check_length
 from services.common.metrics import LATENCY_BUCKETS
-from services.engine.grammar.proto import grammar_from_proto
-from services.engine.grammar.spec import GrammarError
 from services.tokenizer.compile_admission import CompileRefused
 from services.tokenizer.encode_pool import EncodePool, PoolFullError
 from services.tokenizer.grammar_validator import GrammarValidator

@@ -2,9 +2,9 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.common.grammar.worker import WorkerLimits
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.settings import ServiceSettings
-from services.engine.grammar.worker import WorkerLimits
 
 
 class TokenizerSource(BaseModel):

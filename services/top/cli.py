@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from operators.modeldeployment.engine_args import METRICS_PORT
+from services.common.defaults import METRICS_PORT
 from services.top.snapshot import Collector, Snapshot
 from services.top.targets import Targets
 from services.top.view import Frame, render

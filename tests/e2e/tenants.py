@@ -3,7 +3,7 @@
 import uuid
 
 from services.common.redis_client import open_redis
-from services.gateway.tenants import TenantStore
+from services.gateway.admission.tenants import TenantStore
 
 
 async def new_tenant_key(redis_url: str, prefix: str = "t") -> tuple[str, str]:

@@ -16,7 +16,7 @@ from services.common.prices import ModelPrice, PriceTable
 from services.common.redis_client import open_redis
 from services.common.service_token import ENV as SERVICE_TOKEN_ENV
 from services.common.usage_event import USAGE_STREAM
-from services.gateway.routing_table import Target, pick
+from services.gateway.routing.routing_table import Target, pick
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready

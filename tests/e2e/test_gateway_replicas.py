@@ -17,7 +17,7 @@ from maas.v1 import gateway_pb2, gateway_pb2_grpc
 from services.common.model_files import DEFAULT_MODEL_ID
 from services.common.redis_client import open_redis
 from services.common.service_token import ENV as SERVICE_TOKEN_ENV
-from services.gateway.tenants import TenantStore
+from services.gateway.admission.tenants import TenantStore
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready

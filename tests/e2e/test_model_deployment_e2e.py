@@ -30,8 +30,8 @@ from services.common.prices import PriceTable
 from services.common.redis_client import open_redis
 from services.common.service_token import ENV as SERVICE_TOKEN_ENV
 from services.common.usage_event import USAGE_STREAM
-from services.gateway.routes_configmap import RoutesConfigMapWatch
-from services.gateway.routes_watcher import RoutesWatcher
+from services.gateway.routing.routes_configmap import RoutesConfigMapWatch
+from services.gateway.routing.routes_watcher import RoutesWatcher
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready

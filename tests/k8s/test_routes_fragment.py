@@ -4,7 +4,7 @@ import yaml
 
 from operators.modeldeployment.defaults import defaulted_spec
 from operators.modeldeployment.routes import fragment
-from services.gateway.routing_table import RoutingTable
+from services.gateway.routing.routing_table import RoutingTable
 
 
 def test_aliases_split_between_the_model_and_its_canary_by_weight():

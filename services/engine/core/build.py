@@ -15,7 +15,6 @@ from services.common.logging import get_logger
 from services.common.machine_profile import machine_profile
 from services.common.model_files import resolve_model_path
 from services.common.tokenizer_loader import load_tokenizer
-from services.engine.compiled_forward import compile_forward
 from services.engine.device import resolve_device, resolve_dtype
 from services.engine.engine_config import build_configs
 from services.engine.kv_budget import kv_cache_bytes, model_bytes, num_blocks
@@ -45,23 +44,28 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
         activations=settings.quantization_activations,
     )
     model, config = load_model(path, dtype, device, progress=True, quantization=quantization)
-    if not settings.enforce_eager:
-        compile_forward(model)
     tokenizer = load_tokenizer(path)
     weight_bytes = model_bytes(model)
     memory = kv_cache_bytes(settings, device, weight_bytes)
     blocks = num_blocks(settings, config, dtype, memory)
     engine_config, config = build_configs(settings, config, blocks)
     cache = PagedKVCache.allocate(config, blocks, engine_config.block_size, dtype, device)
-    runner = ModelRunner(model, config, cache, device, native=settings.native_layers)
+    # The compute path (eager, compiled or native: compute_path.py) is chosen here, once.
+    runner = ModelRunner(
+        model,
+        config,
+        cache,
+        device,
+        compiled=not settings.enforce_eager,
+        native=settings.native_layers,
+    )
     log.info(
         "engine_ready",
         path=str(path),
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
         quantization=quantization.describe(),
-        compiled=not settings.enforce_eager,
-        native_layers=runner.native_layers,
+        **runner.path.describe(),
         torch_threads=torch.get_num_threads(),
         weight_bytes=weight_bytes,
         max_model_len=config.max_model_len,

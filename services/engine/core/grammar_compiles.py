@@ -7,7 +7,7 @@ request's next step for that long. So the core checks an Add with a grammar
 at once for what is cheap (prompt, parameters), and one thread hands the
 compile to the engine's GrammarCompiler, which checks the caps, looks in
 the request's tenant's cache and otherwise compiles in its worker process
-at low priority, killed at the deadline (services/engine/grammar/worker.py).
+at low priority, killed at the deadline (services/common/grammar/worker.py).
 The request joins the scheduler between steps once its compile is done. An
 abort before then drops it; a compile error, an over-cap grammar or a
 compile past the deadline refuses that request alone, as RequestRejected
@@ -21,13 +21,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from services.common.grammar.spec import GrammarError, GrammarSpec
 from services.engine.core import protocol
-from services.engine.grammar.spec import GrammarError, GrammarSpec
 from services.engine.llm_engine import RequestRejected
 from services.engine.request import SeqOutput
 
 if TYPE_CHECKING:  # importing it imports xgrammar, which an engine without grammars skips
-    from services.engine.grammar.compiler import GrammarCompiler
+    from services.common.grammar.compiler import GrammarCompiler
 
 
 class GrammarCompiles:

@@ -11,6 +11,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <vector>
@@ -19,7 +20,7 @@
 #include "matmul.h"
 #include "vec.h"
 
-// native_layers.py's _Layer mirrors this layout.
+// bindings.py's Layer mirrors this layout; native_layout() below lets it check that at load.
 struct NativeLayer {
   NativeWeight qkv, o, gate_up, down;
   const float* input_norm;  // [hidden]
@@ -181,6 +182,42 @@ void decode_layers_f32(const NativeLayer* layers, int64_t num_layers, const floa
                                L.kv_heads, d, block_size, scale, attended, threads);
     layer_outputs_f32(&L, attended, q_size, residual, tokens, out, stream, threads);
   }
+}
+
+// The two structures' layout as this compiler laid them out, for bindings.py's check at
+// load: sizeof(NativeWeight), each field's offset in declaration order, then the same for
+// NativeLayer. Returns how many values there are; writes at most `capacity` of them.
+int64_t native_layout(int64_t* out, int64_t capacity) {
+  const int64_t values[] = {
+      sizeof(NativeWeight),
+      offsetof(NativeWeight, format),
+      offsetof(NativeWeight, data),
+      offsetof(NativeWeight, scales),
+      offsetof(NativeWeight, mins),
+      offsetof(NativeWeight, group),
+      offsetof(NativeWeight, bias),
+      offsetof(NativeWeight, n),
+      offsetof(NativeWeight, k),
+      offsetof(NativeWeight, integer_rows),
+      sizeof(NativeLayer),
+      offsetof(NativeLayer, qkv),
+      offsetof(NativeLayer, o),
+      offsetof(NativeLayer, gate_up),
+      offsetof(NativeLayer, down),
+      offsetof(NativeLayer, input_norm),
+      offsetof(NativeLayer, post_norm),
+      offsetof(NativeLayer, eps),
+      offsetof(NativeLayer, hidden),
+      offsetof(NativeLayer, heads),
+      offsetof(NativeLayer, kv_heads),
+      offsetof(NativeLayer, head_dim),
+      offsetof(NativeLayer, intermediate),
+      offsetof(NativeLayer, row_kernel_rows),
+      offsetof(NativeLayer, panel_bytes),
+  };
+  const int64_t count = sizeof(values) / sizeof(values[0]);
+  for (int64_t i = 0; i < count && i < capacity; i++) out[i] = values[i];
+  return count;
 }
 
 }  // extern "C"

@@ -3,8 +3,8 @@
 Every `.cpp` in this folder is compiled together into one shared object, once
 per machine, into the maas cache (a few seconds with the system's C++
 compiler), and loaded with ctypes: the kernels need no torch headers, only
-data pointers. Each module that calls the library declares its functions'
-argument types (`bind`). OpenMP is torch's: the library links `libgomp.so.1`,
+data pointers. bindings.py declares every function's types and the structures'
+layout, once, for every caller. OpenMP is torch's: the library links `libgomp.so.1`,
 which resolves to the copy torch already loaded, and the callers pass
 torch.get_num_threads(). Without a compiler, or on a CPU without AVX2,
 library() is None and the callers keep their torch paths.
@@ -46,11 +46,6 @@ HEADERS = tuple(sorted(FOLDER.glob("*.h")))
 # The portable build's: any x86 CPU with AVX2 and FMA.
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
 
-# ctypes argument types the kernels' signatures are written in.
-POINTER = ctypes.c_void_p
-INT = ctypes.c_int64
-THREADS = ctypes.c_int
-
 
 def _cpu_supported() -> bool:
     # torch reports the widest vector ISA it dispatches to on this CPU; both imply AVX2 + FMA.
@@ -87,7 +82,8 @@ def _compiler() -> str | None:
 
 @cache
 def library() -> ctypes.CDLL | None:
-    """The compiled kernels, or None where they cannot run (not AVX2, no compiler)."""
+    """The compiled kernels, unbound (bindings.library() binds them), or None where they
+    cannot run (not AVX2, no compiler)."""
     if not _cpu_supported():
         return None
     flags = build_flags(machine_profile().flags)
@@ -108,15 +104,6 @@ def library() -> ctypes.CDLL | None:
     except OSError as error:
         log.warning("cpu_native_kernels_unavailable", reason=str(error))
         return None
-
-
-def bind(signatures: dict[str, list]) -> ctypes.CDLL | None:
-    """library() with these functions' argument types set (idempotent), or None."""
-    lib = library()
-    if lib is not None:
-        for function, argtypes in signatures.items():
-            getattr(lib, function).argtypes = argtypes
-    return lib
 
 
 def prebuild() -> Path:

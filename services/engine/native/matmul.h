@@ -1,6 +1,7 @@
 // One projection's weight as a layer holds it, for the layer halves (layer.cpp) to
 // multiply by through matmul.cpp's kernels; services/engine/native_layers.py fills it
-// (its ctypes layout mirrors this one: keep the two in step).
+// (bindings.py's Weight mirrors this layout and checks it against layer.cpp's
+// native_layout() at load).
 #pragma once
 
 #include <stdint.h>

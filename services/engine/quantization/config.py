@@ -3,8 +3,8 @@
 from dataclasses import dataclass
 from typing import Literal
 
-Method = Literal["none", "int8", "int4"]
-METHODS: tuple[Method, ...] = ("none", "int8", "int4")
+from services.common.quantization_methods import QUANTIZATION_METHODS, QuantizationMethod
+
 Activations = Literal["float32", "int8"]
 ACTIVATIONS: tuple[Activations, ...] = ("float32", "int8")
 # Group sizes torch's CPU int4 kernel and maas_kernels/quant_int4.py both take.
@@ -13,7 +13,7 @@ GROUP_SIZES = (32, 64, 128)
 
 @dataclass(frozen=True)
 class QuantizationConfig:
-    method: Method = "none"
+    method: QuantizationMethod = "none"
     # int4 only: how many consecutive input weights of a row share a scale and a minimum.
     group_size: int = 64
     # The LM head (the tied embedding's matrix when tied) in int8 per row too: at
@@ -27,8 +27,8 @@ class QuantizationConfig:
     activations: Activations = "float32"
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"quantization {self.method!r} is not one of {METHODS}")
+        if self.method not in QUANTIZATION_METHODS:
+            raise ValueError(f"quantization {self.method!r} is not one of {QUANTIZATION_METHODS}")
         if self.activations not in ACTIVATIONS:
             raise ValueError(f"activations {self.activations!r} are not one of {ACTIVATIONS}")
         if self.group_size not in GROUP_SIZES:

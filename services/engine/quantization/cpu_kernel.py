@@ -11,18 +11,15 @@ of PANEL_BYTES of output rows dequantized once each into a float32 buffer
 that stays in L2, multiplied by every activation row with a register-blocked
 micro-kernel. Both write the [M, N] output directly.
 
-The library is the engine's native one (services/engine/native/library.py);
+The library is the engine's native one (services/engine/native/bindings.py);
 where it cannot be built, library() is None and the layers keep dequantize +
 matmul.
 """
 
-import ctypes
-from functools import cache
-
 import torch
 
 from maas_kernels import ops
-from services.engine.native import library as native
+from services.engine.native import bindings
 
 # A decode step's matmuls of SmolLM2-135M (AVX2 EPYC, one thread, thread CPU ms;
 # quant_kernel_bench, "panels"): the row kernel wins up to 4 rows (int8 17 ms against
@@ -44,25 +41,6 @@ _K_MULTIPLE = 8
 # The integer row kernels (native/qdot.cpp) round the activations per block of this many.
 ACTIVATION_BLOCK = 32
 
-_P = native.POINTER
-_I = native.INT
-_SIGNATURES = {
-    "int8_matmul_f32": [_P, _I, _I, _P, _P, _I, _I, _P, native.THREADS],
-    "int4_matmul_f32": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, native.THREADS],
-    "int8_matmul_q8": [_P, _I, _I, _P, _P, _I, _I, _P, native.THREADS],
-    "int4_matmul_q8": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, native.THREADS],
-    "int8_gemm_f32": [_P, _I, _I, _P, _P, _I, _I, _P, _I, native.THREADS],
-    "int4_gemm_f32": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _P, _I, native.THREADS],
-    "int8_dequantize_f32": [_P, _P, _I, _I, _P, native.THREADS],
-    "int4_dequantize_f32": [_P, _P, _P, _I, _I, _I, _P, native.THREADS],
-}
-
-
-@cache
-def library() -> ctypes.CDLL | None:
-    """The engine's native library with these kernels' signatures bound, or None."""
-    return native.bind(_SIGNATURES)
-
 
 def handles(rows: torch.Tensor, in_features: int) -> bool:
     """Whether these kernels run `rows` (float32 on this CPU) against a quantized weight."""
@@ -73,7 +51,7 @@ def handles(rows: torch.Tensor, in_features: int) -> bool:
         and not ops._force_triton
         and rows.dtype == torch.float32
         and in_features % _K_MULTIPLE == 0
-        and library() is not None
+        and bindings.library() is not None
     )
 
 
@@ -85,7 +63,7 @@ def int8_matmul(
     int8_activations: up to MAX_INTEGER_ROW_KERNEL_ROWS rows, the rows rounded to int8
     per block of 32 and integer dot products (native/qdot.cpp), where K allows.
     """
-    lib = library()
+    lib = bindings.library()
     weight = (q.data_ptr(), scale.data_ptr())
     row_kernel = _row_kernel(int8_activations, q.shape[1], lib.int8_matmul_q8, lib.int8_matmul_f32)
     return _matmul(rows, *q.shape, weight, row_kernel, lib.int8_gemm_f32)
@@ -101,7 +79,7 @@ def int4_matmul(
 ) -> torch.Tensor:
     """rows float32 [M, K] @ the int4 weight^T (quant_int4_ref.py's format, float32 scales);
     int8_activations as int8_matmul's."""
-    lib = library()
+    lib = bindings.library()
     n, k = packed.shape[0], packed.shape[1] * 2
     weight = (packed.data_ptr(), scales.data_ptr(), mins.data_ptr(), group_size)
     row_kernel = _row_kernel(int8_activations, k, lib.int4_matmul_q8, lib.int4_matmul_f32)

@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 from services.engine.model import LlamaForCausalLM
-from services.engine.quantization import cpu_kernel, gguf_blocks
+from services.engine.native import bindings
+from services.engine.quantization import gguf_blocks
 from services.engine.quantization.config import QuantizationConfig
 from services.engine.quantization.int4 import Int4Weight, int4_group_size, make_int4_linear
 from services.engine.quantization.int8 import Int8Linear
@@ -56,7 +57,7 @@ def quantize_model(
         if isinstance(module, QuantizedLinear):
             module.int8_activations = quantization.activations == "int8"
     if dtype == torch.float32:
-        cpu_kernel.library()  # built (once per machine) at load, not by the first request
+        bindings.library()  # built (once per machine) at load, not by the first request
     return model.to(dtype)
 
 

@@ -10,8 +10,9 @@ temperature is 1.0 there, an unset max_tokens 16).
 import json
 
 from maas.v1 import engine_pb2
-from services.engine.grammar.proto import grammar_from_proto
-from services.engine.grammar.spec import GrammarSpec
+from services.common.defaults import default_max_tokens
+from services.common.grammar.proto import grammar_from_proto
+from services.common.grammar.spec import GrammarSpec
 
 
 def structured_outputs(spec: GrammarSpec) -> dict:
@@ -55,7 +56,7 @@ def completion_body(
         "frequency_penalty": p.frequency_penalty,
         "stop": list(p.stop),
         "stop_token_ids": list(p.stop_token_ids),
-        "max_tokens": p.max_tokens or max(max_model_len - len(prompt), 1),
+        "max_tokens": p.max_tokens or default_max_tokens(max_model_len, len(prompt)),
         "min_tokens": p.min_tokens,
         "ignore_eos": p.ignore_eos,
         "n": p.n or 1,

@@ -23,8 +23,8 @@ import httpx
 from maas.v1 import engine_pb2, engine_pb2_grpc
 from services.common.block_hash import request_salt
 from services.common.engine_metadata import SCHEDULED
+from services.common.grammar.spec import GrammarError
 from services.common.logging import get_logger
-from services.engine.grammar.spec import GrammarError
 from services.engine.servicer import kv_batch_proto, load_report, refuse_unservable, response_of
 from services.engine.vllm_backend.cache_salt import SaltBook
 from services.engine.vllm_backend.completion_stream import (

@@ -20,7 +20,7 @@ from services.billing.servicer import BillingServicer
 from services.common.prices import ModelPrice, PriceTable
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.routing_table import Alias, RoutingTable, Target, pick
+from services.gateway.routing.routing_table import Alias, RoutingTable, Target, pick
 
 VALUES = yaml.safe_load((Path(__file__).parents[3] / "charts" / "maas" / "values.yaml").read_text())
 ALIAS, STABLE, CANARY = "smollm2", "smollm2-135m-instruct", "smollm2-135m-instruct-canary"

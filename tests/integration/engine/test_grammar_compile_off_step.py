@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
+from services.common.grammar.spec import GrammarSpec
 from services.engine.async_engine import RequestFailed
-from services.engine.grammar.spec import GrammarSpec
 from services.engine.sampling_params import SamplingParams
 from tests.integration.engine.core_thread import core_on_thread
 from tests.integration.engine.test_llm_engine import make_engine

@@ -1,15 +1,15 @@
 """The engine never compiles without a deadline: a compile past it fails only its request.
 
-The core compiles in the engine's grammar worker (services/engine/grammar/worker.py);
+The core compiles in the engine's grammar worker (services/common/grammar/worker.py);
 here its deadline is short enough that a grammar within the caps misses it.
 """
 
 import pytest
 
+from services.common.grammar.compiler import GrammarCompiler
+from services.common.grammar.vocab import tokenizer_info
+from services.common.grammar.worker import WorkerLimits
 from services.engine.async_engine import RequestFailed
-from services.engine.grammar.compiler import GrammarCompiler
-from services.engine.grammar.vocab import tokenizer_info
-from services.engine.grammar.worker import WorkerLimits
 from tests.integration.engine.core_thread import core_on_thread
 from tests.integration.engine.test_grammar_compile_off_step import (
     collect,

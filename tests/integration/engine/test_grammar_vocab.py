@@ -1,12 +1,12 @@
 """The tokenizer service's grammar check and the engine compile against one vocabulary.
 
-Both build xgrammar's TokenizerInfo through services/engine/grammar/vocab.py,
+Both build xgrammar's TokenizerInfo through services/common/grammar/vocab.py,
 so a grammar the check accepts is the grammar the engine compiles.
 """
 
 import pytest
 
-from services.engine.grammar.worker import WorkerLimits
+from services.common.grammar.worker import WorkerLimits
 from services.tokenizer.grammar_check import GrammarChecker
 from tests.integration.engine.test_llm_engine import make_engine
 

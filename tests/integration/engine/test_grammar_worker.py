@@ -1,4 +1,4 @@
-"""The grammar worker process (services/engine/grammar/worker.py) against SmolLM2's vocabulary.
+"""The grammar worker process (services/common/grammar/worker.py) against SmolLM2's vocabulary.
 
 Outcomes, not times: a compile past its deadline is refused and its process
 gone, the next compile works in a new one; a compile over its memory cap is
@@ -15,11 +15,11 @@ import xgrammar
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.engine.grammar import cost
-from services.engine.grammar.compiler import GrammarCompiler
-from services.engine.grammar.spec import GrammarError, GrammarSpec
-from services.engine.grammar.vocab import tokenizer_info
-from services.engine.grammar.worker import CompileFailed, GrammarWorker, WorkerLimits
+from services.common.grammar import cost
+from services.common.grammar.compiler import GrammarCompiler
+from services.common.grammar.spec import GrammarError, GrammarSpec
+from services.common.grammar.vocab import tokenizer_info
+from services.common.grammar.worker import CompileFailed, GrammarWorker, WorkerLimits
 
 # Under the caps, and a second or more of CPU on this vocabulary: far past 50 ms.
 SLOW = GrammarSpec("ebnf", 'root ::= [^"\\nab]{0,64}')

@@ -7,9 +7,8 @@ from contextlib import nullcontext
 import pytest
 import torch
 
-from services.engine import native_attention, native_layers
+from services.engine import native_attention
 from services.engine.attention_metadata import AttentionMetadata
-from services.engine.compiled_forward import compile_forward
 from services.engine.kv_cache import PagedKVCache
 from services.engine.loader import load_model
 from services.engine.model import LlamaForCausalLM
@@ -95,6 +94,7 @@ def greedy_batch(
     max_tokens: int,
     min_tokens: int = 0,
     native: bool = True,
+    compiled: bool = False,
 ) -> list[list[int]]:
     """Greedy outputs of all prompts generated together, this function playing scheduler.
 
@@ -119,7 +119,7 @@ def greedy_batch(
     ]
     dtype = next(model.parameters()).dtype
     pool = PagedKVCache.allocate(config, sum(needed), BLOCK_SIZE, dtype, "cpu")
-    runner = ModelRunner(model, config, pool, "cpu", native=native)
+    runner = ModelRunner(model, config, pool, "cpu", compiled=compiled, native=native)
     sampler = Sampler(config.eos_token_ids)
     running = list(seqs)
     while running:
@@ -164,11 +164,13 @@ def batched(request, ours, prompts, smollm_path) -> dict[str, list[int]]:
     model, config = ours
     if request.param == "compiled":
         model, config = load_model(smollm_path, torch.float32, progress=False)
-        compile_forward(model)
     native = request.param != "torch"
     path = nullcontext() if native else native_attention.torch_path()
     with path:
-        outputs = greedy_batch(model, config, list(prompts.values()), MAX_NEW, MIN_NEW, native)
+        compiled = request.param == "compiled"
+        outputs = greedy_batch(
+            model, config, list(prompts.values()), MAX_NEW, MIN_NEW, native, compiled
+        )
     return dict(zip(prompts, outputs, strict=True))
 
 
@@ -215,7 +217,6 @@ def test_safetensors_folder_loads_the_same_model(tmp_path, hf_model, prompts, ou
     (tmp_path / "config.json").write_text(json.dumps(hf_model.config.to_dict()))
     model, config = load_model(tmp_path, torch.float32, progress=False)
     assert config == ours[1]
-    native_layers.remove(ours[0])  # an earlier runner made its halves native; this one's are not
     prompt = prompts["fact"]
     torch.testing.assert_close(prefill_logits(model, prompt), prefill_logits(ours[0], prompt))
 

@@ -7,14 +7,15 @@ import pytest
 
 from maas.v1 import engine_pb2, engine_pb2_grpc, router_pb2_grpc, tokenizer_pb2_grpc
 from services.common.redis_client import open_redis
+from services.gateway.admission.tenants import Principal, Tenant
 from services.gateway.delta import Delta
 from services.gateway.parsed_request import ParsedRequest, TextPrompt
-from services.gateway.pipeline import Completion, Pipeline
-from services.gateway.routes_watcher import RoutesWatcher
+from services.gateway.pipeline import Pipeline
+from services.gateway.routing.routes_watcher import RoutesWatcher
+from services.gateway.run import Run
 from services.gateway.server import build_pipeline
 from services.gateway.settings import GatewaySettings
-from services.gateway.tenants import Principal, Tenant
-from services.gateway.upstreams import Upstreams
+from services.gateway.upstream.upstreams import Upstreams
 from tests.integration.gateway.stubs import StubEngine, StubRouter, StubTokenizer, start
 
 MODEL = "stub-model"
@@ -37,18 +38,15 @@ class StubCluster:
         a front reads it: delivered once it ends."""
         return read_as_a_front(await self.complete(tenant, **request))
 
-    async def complete(self, tenant: Tenant | None = None, **request) -> Completion:
+    async def complete(self, tenant: Tenant | None = None, **request) -> Run:
         tenant = tenant or Tenant(name=f"t-{uuid.uuid4().hex[:8]}")
-        return await self.pipeline.complete(Principal(tenant, "key_test"), parsed(**request))
+        return await self.pipeline.admit(Principal(tenant, "key_test"), parsed(**request))
 
 
-async def read_as_a_front(completion: Completion):
-    try:
-        async for delta in completion.deltas:
+async def read_as_a_front(run: Run):
+    async with run:
+        async for delta in run.deltas:
             yield delta
-    finally:
-        await completion.deltas.aclose()
-        completion.delivered()
 
 
 def parsed(

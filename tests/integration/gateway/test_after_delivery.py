@@ -5,7 +5,7 @@ import uuid
 
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM
-from services.gateway.tenants import Tenant
+from services.gateway.admission.tenants import Tenant
 
 
 async def owed(cluster, redis, tenant: Tenant, request_id: str) -> tuple:
@@ -29,7 +29,7 @@ async def test_usage_and_settlement_wait_until_the_front_has_delivered(make_clus
         events, reserved = await owed(cluster, redis, tenant, request_id)
         # The engine stream is over, but the response is not out yet.
         assert events == 0 and reserved == 3 + 8
-        completion.delivered()
+        await completion.close()
         await cluster.pipeline.background.wait()
         events, reserved = await owed(cluster, redis, tenant, request_id)
     finally:

@@ -6,9 +6,9 @@ import uuid
 import pytest
 
 from services.common.redis_client import open_redis
-from services.gateway.auth import Authenticator
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.tenants import TenantExistsError, TenantStore, hash_key
 from services.gateway.errors import APIError
-from services.gateway.tenants import TenantExistsError, TenantStore, hash_key
 from services.local.ports import free_port
 from services.local.readiness import wait_ready
 from services.local.redis_server import redis_process

@@ -4,8 +4,8 @@ import asyncio
 import uuid
 
 from services.common.redis_client import open_redis
-from services.gateway.auth import Authenticator
-from services.gateway.tenants import TenantStore
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.tenants import TenantStore
 
 
 async def key_reads(redis) -> int:

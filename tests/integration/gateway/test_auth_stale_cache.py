@@ -6,9 +6,9 @@ import uuid
 import pytest
 
 from services.common.redis_client import open_redis
-from services.gateway.auth import Authenticator
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.tenants import TenantStore
 from services.gateway.errors import APIError
-from services.gateway.tenants import TenantStore
 from tests.integration.gateway.private_redis import private_redis
 
 

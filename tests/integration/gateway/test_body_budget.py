@@ -15,12 +15,12 @@ import pytest
 from starlette.requests import Request
 
 from services.common.redis_client import open_redis
-from services.gateway.auth import Authenticator
-from services.gateway.body_budget import BodyBudget, BudgetLimits
-from services.gateway.routes.deps import Gateway
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.body_budget import BodyBudget, BudgetLimits
+from services.gateway.admission.tenants import TenantStore
+from services.gateway.http_api.routes.deps import Gateway
 from services.gateway.server import http_server
 from services.gateway.settings import GatewaySettings
-from services.gateway.tenants import TenantStore
 from tests.integration.gateway.conftest import MODEL
 
 MiB = 1024 * 1024

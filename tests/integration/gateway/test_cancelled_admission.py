@@ -6,7 +6,7 @@ import asyncio
 import uuid
 
 from services.common.redis_client import open_redis
-from services.gateway.tenants import Tenant
+from services.gateway.admission.tenants import Tenant
 
 
 class HeldReplies:

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from maas.v1 import engine_pb2_grpc, router_pb2, router_pb2_grpc
-from services.gateway.cold_start_hold import ColdStartHold, HoldLimits
+from services.gateway.admission.cold_start_hold import ColdStartHold, HoldLimits
 from services.gateway.errors import APIError
 from services.router.server import start
 from services.router.settings import RouterSettings

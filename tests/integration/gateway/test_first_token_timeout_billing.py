@@ -14,8 +14,8 @@ from maas.v1 import engine_pb2, engine_pb2_grpc
 from services.common.grpc_client import open_channel
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
+from services.gateway.admission.tenants import Principal, Tenant
 from services.gateway.errors import APIError
-from services.gateway.tenants import Principal, Tenant
 from tests.integration.gateway.conftest import MODEL, parsed
 from tests.integration.gateway.test_prefill_billing import CHUNK, engine_address  # noqa: F401
 
@@ -35,12 +35,12 @@ async def test_a_first_token_timeout_bills_the_prompt_the_engine_computed(
     cluster.tokenizer.max_model_len = 8192
     tenant = Tenant(name=f"timeout-{uuid.uuid4().hex[:8]}", tpm=10_000_000)
     request = parsed(max_tokens=16, prompt=PROMPT, ignore_eos=True)
-    completion = await cluster.pipeline.complete(Principal(tenant, "key_test"), request)
+    completion = await cluster.pipeline.admit(Principal(tenant, "key_test"), request)
     with pytest.raises(APIError) as caught:
         async for _ in completion.deltas:
             pass
     assert caught.value.status == 504 and "first token" in caught.value.message
-    completion.delivered()
+    await completion.close()
     await cluster.pipeline.background.wait()
 
     redis = open_redis(redis_url)

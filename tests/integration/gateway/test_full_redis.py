@@ -6,8 +6,8 @@ import pytest
 from redis.exceptions import OutOfMemoryError
 
 from services.common.redis_client import open_redis
+from services.gateway.admission.tenants import Tenant
 from services.gateway.errors import APIError
-from services.gateway.tenants import Tenant
 from tests.integration.gateway.private_redis import private_redis
 
 

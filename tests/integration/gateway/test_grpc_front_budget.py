@@ -15,11 +15,11 @@ from prometheus_client import REGISTRY
 
 from maas.v1 import gateway_pb2, gateway_pb2_grpc
 from services.common.redis_client import open_redis
-from services.gateway.auth import Authenticator
-from services.gateway.body_budget import BodyBudget, BudgetLimits
-from services.gateway.grpc_front import start_grpc_front
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.body_budget import BodyBudget, BudgetLimits
+from services.gateway.admission.tenants import TenantStore
+from services.gateway.grpc_api.grpc_front import start_grpc_front
 from services.gateway.settings import GatewaySettings
-from services.gateway.tenants import TenantStore
 from tests.integration.gateway.conftest import MODEL
 
 SLOTS = 2

@@ -13,15 +13,15 @@ import pytest
 
 from maas.v1 import engine_pb2_grpc, gateway_pb2, gateway_pb2_grpc, router_pb2_grpc
 from services.common.redis_client import open_redis
-from services.gateway.auth import Authenticator
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.tenants import Principal, TenantStore
 from services.gateway.errors import APIError
-from services.gateway.grpc_front import start_grpc_front
+from services.gateway.grpc_api.grpc_front import start_grpc_front
 from services.gateway.pipeline import Pipeline
-from services.gateway.routes_watcher import RoutesWatcher
+from services.gateway.routing.routes_watcher import RoutesWatcher
 from services.gateway.server import build_pipeline
 from services.gateway.settings import GatewaySettings
-from services.gateway.tenants import Principal, TenantStore
-from services.gateway.upstreams import Upstreams
+from services.gateway.upstream.upstreams import Upstreams
 from services.tokenizer.server import start_tokenizer
 from services.tokenizer.settings import TokenizerSettings
 from tests.integration.gateway.conftest import parsed
@@ -177,7 +177,7 @@ async def test_calls_beyond_the_concurrency_cap_are_refused(front):
 )
 async def test_token_id_prompts_the_tokenizer_refuses_never_reach_the_router(front, ids, message):
     with pytest.raises(APIError) as caught:
-        completion = await front.pipeline.complete(front.principal, parsed(prompt=ids))
+        completion = await front.pipeline.admit(front.principal, parsed(prompt=ids))
         async for _ in completion.deltas:
             pass
     assert caught.value.status == 400 and message in caught.value.message

@@ -14,11 +14,11 @@ import pytest
 
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.auth import Authenticator
-from services.gateway.routes.deps import Gateway
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.tenants import TenantStore
+from services.gateway.http_api.routes.deps import Gateway
 from services.gateway.server import http_server
 from services.gateway.settings import GatewaySettings
-from services.gateway.tenants import TenantStore
 from tests.integration.gateway.conftest import MODEL
 from tests.integration.gateway.task_count import tasks_created
 

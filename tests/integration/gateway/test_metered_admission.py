@@ -7,8 +7,8 @@ import grpc
 import pytest
 
 from services.common.redis_client import open_redis
+from services.gateway.admission.tenants import Tenant
 from services.gateway.errors import APIError
-from services.gateway.tenants import Tenant
 from tests.integration.gateway.conftest import MODEL
 
 

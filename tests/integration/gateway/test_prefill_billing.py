@@ -14,7 +14,7 @@ from maas.v1 import engine_pb2, engine_pb2_grpc
 from services.common.grpc_client import open_channel
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.tenants import Principal, Tenant
+from services.gateway.admission.tenants import Principal, Tenant
 from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
@@ -64,7 +64,7 @@ async def test_a_client_gone_during_prefill_is_billed_the_computed_prompt(
     tenant = Tenant(name=f"prefill-{uuid.uuid4().hex[:8]}", tpm=10_000_000)
     cluster.tokenizer.max_model_len = 8192
     request = parsed(max_tokens=16, prompt=PROMPT, ignore_eos=True)
-    deltas = (await cluster.pipeline.complete(Principal(tenant, "key_test"), request)).deltas
+    deltas = (await cluster.pipeline.admit(Principal(tenant, "key_test"), request)).deltas
     first = asyncio.ensure_future(anext(deltas))
     await until_running(engine_address)
     first.cancel()  # the client disconnects

@@ -17,9 +17,9 @@ from services.common.balance_reservations import reservation_keys
 from services.common.prices import PRICES_KEY, ModelPrice, PriceTable
 from services.common.quota import Quotas
 from services.common.redis_client import open_redis
+from services.gateway.admission.quota_gate import QuotaGate
+from services.gateway.admission.tenants import Tenant
 from services.gateway.errors import APIError
-from services.gateway.quota_gate import QuotaGate
-from services.gateway.tenants import Tenant
 from tests.integration.gateway.conftest import CHUNKS, MODEL
 from tests.integration.router.conftest import eventually
 

@@ -16,13 +16,13 @@ from prometheus_client import REGISTRY
 
 from maas.v1 import gateway_pb2, gateway_pb2_grpc
 from services.common.redis_client import open_redis
-from services.gateway.auth import Authenticator
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.tenants import TenantStore
 from services.gateway.errors import DROPPED_REASON_HEADER
-from services.gateway.grpc_front import start_grpc_front
-from services.gateway.http_app import create_app
-from services.gateway.routes.deps import Gateway
+from services.gateway.grpc_api.grpc_front import start_grpc_front
+from services.gateway.http_api.http_app import create_app
+from services.gateway.http_api.routes.deps import Gateway
 from services.gateway.settings import GatewaySettings
-from services.gateway.tenants import TenantStore
 from tests.integration.gateway.conftest import MODEL, read_as_a_front
 
 ONE_SLOT = f"deployments:\n  {MODEL}: {{max_in_flight: 1}}\n"

@@ -6,8 +6,8 @@ import pytest
 
 from services.common.quota import Quotas
 from services.common.redis_client import open_redis
+from services.gateway.admission.quota_gate import QuotaGate
 from services.gateway.errors import APIError
-from services.gateway.quota_gate import QuotaGate
 
 
 async def reads(redis) -> int:

@@ -6,9 +6,9 @@ import uuid
 import pytest
 
 from services.common.redis_client import open_redis
+from services.gateway.admission.rate_limiter import RateLimiter, format_duration
+from services.gateway.admission.tenants import Tenant
 from services.gateway.errors import APIError
-from services.gateway.rate_limiter import RateLimiter, format_duration
-from services.gateway.tenants import Tenant
 from services.local.ports import free_port
 
 

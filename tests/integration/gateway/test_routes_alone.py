@@ -6,10 +6,10 @@ import httpx
 from fastapi import FastAPI
 
 from services.common.redis_client import open_redis
-from services.gateway.auth import Authenticator
-from services.gateway.routes import health, models
-from services.gateway.routes.deps import Gateway
-from services.gateway.tenants import TenantStore
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.tenants import TenantStore
+from services.gateway.http_api.routes import health, models
+from services.gateway.http_api.routes.deps import Gateway
 from tests.integration.gateway.conftest import MODEL
 
 

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from services.common.kubernetes_client import api_client
-from services.gateway.routes_configmap import RoutesConfigMapWatch
-from services.gateway.routes_watcher import RoutesWatcher
+from services.gateway.routing.routes_configmap import RoutesConfigMapWatch
+from services.gateway.routing.routes_watcher import RoutesWatcher
 from tests.k8s.kubeconfig import write_kubeconfig
 
 NAMESPACE = "maas"

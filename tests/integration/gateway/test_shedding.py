@@ -5,8 +5,8 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
+from services.gateway.admission.tenants import Tenant
 from services.gateway.errors import APIError
-from services.gateway.tenants import Tenant
 
 
 def quota_checks() -> float:

@@ -5,10 +5,10 @@ import uuid
 import httpx
 
 from services.common.redis_client import open_redis
-from services.gateway.auth import Authenticator
-from services.gateway.http_app import create_app
-from services.gateway.routes.deps import Gateway
-from services.gateway.tenants import TenantStore
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.tenants import TenantStore
+from services.gateway.http_api.http_app import create_app
+from services.gateway.http_api.routes.deps import Gateway
 from tests.integration.gateway.conftest import MODEL
 
 

@@ -6,11 +6,11 @@ import pytest
 
 from services.common.billing_keys import balance_key
 from services.common.redis_client import open_redis
-from services.gateway.auth import Authenticator
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.quota_gate import QuotaGate
+from services.gateway.admission.rate_limiter import RateLimiter
+from services.gateway.admission.tenants import Tenant, TenantStore, hash_key
 from services.gateway.errors import APIError
-from services.gateway.quota_gate import QuotaGate
-from services.gateway.rate_limiter import RateLimiter
-from services.gateway.tenants import Tenant, TenantStore, hash_key
 from services.local.ports import free_port
 from tests.integration.gateway.private_redis import private_redis
 

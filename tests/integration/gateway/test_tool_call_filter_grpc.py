@@ -9,10 +9,10 @@ import pytest
 
 from maas.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, tokenizer_pb2
 from services.common.redis_client import open_redis
-from services.gateway.auth import Authenticator
-from services.gateway.grpc_front import start_grpc_front
+from services.gateway.admission.auth import Authenticator
+from services.gateway.admission.tenants import TenantStore
+from services.gateway.grpc_api.grpc_front import start_grpc_front
 from services.gateway.settings import GatewaySettings
-from services.gateway.tenants import TenantStore
 from tests.integration.gateway.conftest import MODEL
 from tests.integration.gateway.test_tool_call_filter import CLOSE, ESCAPED, PLAIN
 

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 
 from maas.v1 import router_pb2, router_pb2_grpc
 from services.common.service_token import ENV, METADATA_KEY
-from services.gateway.upstreams import Upstreams
+from services.gateway.upstream.upstreams import Upstreams
 from tests.integration.gateway.stubs import StubRouter, start
 from tests.integration.gateway.task_count import tasks_created
 from tests.unit.common.span_capture import captured_spans

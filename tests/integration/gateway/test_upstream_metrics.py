@@ -17,11 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from maas.v1 import tokenizer_pb2
 from services.common.tenant_labels import OTHER
+from services.gateway.admission.tenants import Tenant
 from services.gateway.errors import APIError
 from services.gateway.parsed_request import ChatPrompt
-from services.gateway.prompt_encoder import PromptEncoder
-from services.gateway.tenants import Tenant
-from services.gateway.upstreams import Upstreams
+from services.gateway.upstream.prompt_encoder import PromptEncoder
+from services.gateway.upstream.upstreams import Upstreams
 from services.local.ports import free_port
 from tests.integration.gateway.conftest import CHUNKS, MODEL
 

@@ -17,10 +17,10 @@ from prometheus_client import REGISTRY
 
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.rate_limiter import RateLimiter
-from services.gateway.tenants import Tenant
-from services.gateway.usage_emitter import REPLAY_BATCH, UsageEmitter
-from services.gateway.usage_spool import UsageSpool
+from services.gateway.admission.rate_limiter import RateLimiter
+from services.gateway.admission.tenants import Tenant
+from services.gateway.usage.usage_emitter import REPLAY_BATCH, UsageEmitter
+from services.gateway.usage.usage_spool import UsageSpool
 from services.local.ports import free_port
 from services.local.readiness import wait_ready
 from services.local.redis_server import redis_process
@@ -137,7 +137,7 @@ SPOOL_AND_DIE = """
 import asyncio, os, signal, sys, time
 from pathlib import Path
 from services.common.usage_event import UsageEvent
-from services.gateway.usage_spool import UsageSpool
+from services.gateway.usage.usage_spool import UsageSpool
 
 async def main():
     spool = UsageSpool.open(Path(sys.argv[1]))

@@ -6,7 +6,7 @@ while the key is written, and must see nothing of it.
 """
 
 from services.common.redis_client import open_redis
-from services.gateway.tenants import TenantStore
+from services.gateway.admission.tenants import TenantStore
 from services.local.dev_tenant import KEY_FILE, ensure_dev_key
 
 

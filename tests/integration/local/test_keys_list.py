@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from services.admin.cli import main
-from services.gateway.tenants import hash_key
+from services.gateway.admission.tenants import hash_key
 
 
 @pytest.fixture

@@ -28,11 +28,11 @@ from services.common.quota import Quotas
 from services.common.redis_acl import USER_NAMES
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.quota_gate import QuotaGate
-from services.gateway.rate_limiter import RateLimiter
-from services.gateway.tenants import TenantStore
-from services.gateway.usage_emitter import UsageEmitter
-from services.gateway.usage_spool import UsageSpool
+from services.gateway.admission.quota_gate import QuotaGate
+from services.gateway.admission.rate_limiter import RateLimiter
+from services.gateway.admission.tenants import TenantStore
+from services.gateway.usage.usage_emitter import UsageEmitter
+from services.gateway.usage.usage_spool import UsageSpool
 from services.local.ports import free_port
 from services.local.readiness import wait_ready
 from services.local.redis_server import has_key_permissions, redis_process

@@ -16,9 +16,9 @@ from services.common.balance_reservations import reservation_keys
 from services.common.prices import PRICES_KEY, ModelPrice, PriceTable
 from services.common.quota import Quotas
 from services.common.usage_event import UsageEvent
-from services.gateway.quota_gate import QuotaGate
-from services.gateway.usage_emitter import UsageEmitter
-from services.gateway.usage_spool import UsageSpool
+from services.gateway.admission.quota_gate import QuotaGate
+from services.gateway.usage.usage_emitter import UsageEmitter
+from services.gateway.usage.usage_spool import UsageSpool
 from tests.integration.local.test_redis_acl import clients, new_tenant, server  # noqa: F401
 
 PRICE = ModelPrice(input=Decimal(1), output=Decimal(2))

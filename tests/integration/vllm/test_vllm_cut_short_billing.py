@@ -19,9 +19,9 @@ from maas.v1 import engine_pb2
 from services.common.redis_client import open_redis
 from services.common.usage_event import USAGE_STREAM, UsageEvent
 from services.engine.vllm_backend.load import parse_metrics
+from services.gateway.admission.tenants import Principal, Tenant
 from services.gateway.errors import APIError
 from services.gateway.parsed_request import ParsedRequest
-from services.gateway.tenants import Principal, Tenant
 from tests.integration.gateway.conftest import make_cluster, parsed  # noqa: F401
 from tests.integration.router.conftest import eventually
 from tests.integration.vllm.conftest import MAX_NUM_SEQS, MODEL_ID, generate_request
@@ -85,7 +85,7 @@ async def test_a_client_gone_before_the_first_token_is_billed_the_prompt(
     cluster = await cluster_on(make_cluster, adapter)
     tenant = Tenant(name=f"gone-{uuid.uuid4().hex[:8]}")
     request = request_for_vllm()
-    completion = await cluster.pipeline.complete(Principal(tenant, "key_test"), request)
+    completion = await cluster.pipeline.admit(Principal(tenant, "key_test"), request)
     first = asyncio.ensure_future(anext(completion.deltas))
     await eventually(lambda: waiting(vllm_http), timeout=60, what="the request waiting in vLLM")
     assert not first.done()
@@ -106,12 +106,12 @@ async def test_a_first_token_timeout_is_billed_the_prompt(
     cluster = await cluster_on(make_cluster, adapter, first_token_timeout_seconds=1.0)
     tenant = Tenant(name=f"timeout-{uuid.uuid4().hex[:8]}")
     request = request_for_vllm()
-    completion = await cluster.pipeline.complete(Principal(tenant, "key_test"), request)
+    completion = await cluster.pipeline.admit(Principal(tenant, "key_test"), request)
     with pytest.raises(APIError) as caught:
         async for _ in completion.deltas:
             pass
     assert caught.value.status == 504
-    completion.delivered()
+    await completion.close()
     await cluster.pipeline.background.wait()
     event = await usage_event(redis_url, request.request_id)
     assert (event.prompt_tokens, event.completion_tokens) == (len(PROMPT), 0)

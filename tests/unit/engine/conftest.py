@@ -6,11 +6,10 @@ And the engine's native library as a machine without a C++ compiler has it.
 import pytest
 import torch
 
-from services.engine import cpu_linear, native_attention, native_layers
 from services.engine.model import LlamaForCausalLM
 from services.engine.model_config import ModelConfig
+from services.engine.native import bindings
 from services.engine.native import library as native
-from services.engine.quantization import cpu_kernel
 
 
 @pytest.fixture
@@ -48,14 +47,8 @@ def without_a_compiler(monkeypatch, tmp_path):
     monkeypatch.setenv("MAAS_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     monkeypatch.setattr(native, "PREBUILT", tmp_path)
-    # Each caller caches the library with its signatures bound: every one forgets it.
-    cached = (
-        native.library,
-        cpu_kernel.library,
-        native_attention.library,
-        native_layers.library,
-        cpu_linear.library,
-    )
+    # The loaded library and its bound copy are cached: both forget it.
+    cached = (native.library, bindings.library)
     for library in cached:
         library.cache_clear()
     yield

@@ -1,7 +1,7 @@
 """The core's messages carry the engine's dataclasses whole, whatever fields they have."""
 
+from services.common.grammar.spec import GrammarSpec
 from services.engine.core import protocol
-from services.engine.grammar.spec import GrammarSpec
 from services.engine.logprobs import TokenLogprob
 from services.engine.request import SeqOutput
 from services.engine.sampling_params import SamplingParams

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from services.engine import cpu_linear
+from services.engine.native import bindings
 
 
 def _case(rows: int, with_bias: bool):
@@ -24,7 +25,7 @@ def test_a_sliced_wide_weight_equals_one_matmul(rows, with_bias):
 
 
 @pytest.mark.skipif(
-    cpu_linear.library() is None, reason="no native library (not AVX2, or no compiler)"
+    bindings.library() is None, reason="no native library (not AVX2, or no compiler)"
 )
 @pytest.mark.parametrize("rows", [5, 8, 33, 64, 300])
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -45,6 +46,6 @@ def test_few_rows_training_and_no_library_keep_the_slices(monkeypatch):
     assert not cpu_linear._native(x, weight, None)  # a draft model in training
     with torch.no_grad():
         assert cpu_linear._native(x, weight, None)
-    monkeypatch.setattr(cpu_linear, "library", lambda: None)
+    monkeypatch.setattr(bindings, "library", lambda: None)
     weight.requires_grad_(False)
     assert torch.equal(cpu_linear.linear(x, weight), F.linear(x, weight))

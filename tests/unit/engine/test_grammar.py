@@ -4,11 +4,11 @@ import pytest
 import torch
 import xgrammar
 
+from services.common.grammar.compiler import GrammarCompiler
+from services.common.grammar.spec import GrammarSpec
 from services.engine.grammar.bitmask import apply_grammars
-from services.engine.grammar.compiler import GrammarCompiler
 from services.engine.grammar.draft import constrain_draft
 from services.engine.grammar.matcher import GrammarState
-from services.engine.grammar.spec import GrammarSpec
 
 # Id 0 is the end of sequence (empty: never text).
 VOCAB = ["", "a", "b", "c", "ab", "-", "x"]

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from services.engine import native_argmax
+from services.engine.native import bindings
 
 needs_library = pytest.mark.skipif(
-    native_argmax.library() is None, reason="no native library (not AVX2, or no compiler)"
+    bindings.library() is None, reason="no native library (not AVX2, or no compiler)"
 )
 
 

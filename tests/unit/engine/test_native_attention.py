@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from services.engine import native_attention
 from services.engine.attention import paged_attention
 from services.engine.attention_metadata import AttentionMetadata
+from services.engine.native import bindings
 
 BLOCK_SIZE = 16  # the engine's (services.common.block_hash.BLOCK_SIZE)
 # Around the block edges, a long one and the shortest.
@@ -18,7 +19,7 @@ CONTEXTS = [1, 15, 16, 17, 300, 2000]
 @pytest.fixture(scope="module", autouse=True)
 def built():
     # CI machines have a compiler and AVX2: these tests must not pass by skipping.
-    assert native_attention.library() is not None
+    assert bindings.library() is not None
 
 
 def step(contexts, new, heads, kv_heads, head_dim, seed):

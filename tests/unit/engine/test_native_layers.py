@@ -11,11 +11,12 @@ from services.engine.attention_metadata import AttentionMetadata
 from services.engine.kv_cache import PagedKVCache
 from services.engine.model import DecoderLayer, LlamaForCausalLM
 from services.engine.model_config import ModelConfig
+from services.engine.native import bindings
 from services.engine.quantization.int4 import Int4Linear, Int4Weight
 from services.engine.quantization.int8 import Int8Linear
 
 pytestmark = pytest.mark.skipif(
-    native_layers.library() is None, reason="no native library (not AVX2, or no compiler)"
+    bindings.library() is None, reason="no native library (not AVX2, or no compiler)"
 )
 
 PROJECTIONS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
@@ -150,33 +151,43 @@ def model(attention_bias: bool = False) -> LlamaForCausalLM:
     return built
 
 
-def test_install_replaces_every_layer_and_remove_restores_them():
+def native(built: LlamaForCausalLM, one_call: bool = True) -> native_layers.Native:
+    return native_layers.Native(built, "a test", one_call)
+
+
+def test_the_native_path_covers_every_layer_and_patches_none():
     built = model()
-    assert native_layers.install(built) == 2
+    assert native(built).native_layers == 2
+    path = native(built)
     assert all(
-        isinstance(each.attention_inputs.__self__, native_layers.NativeHalves)
-        for each in built.model.layers
+        isinstance(path.halves(each), native_layers.NativeHalves) for each in built.model.layers
     )
-    assert native_layers.install(built) == 2  # idempotent
-    native_layers.remove(built)
+    assert native(built).native_layers == 2  # idempotent
     assert all("attention_inputs" not in vars(each) for each in built.model.layers)
+
+
+def unfit(built: LlamaForCausalLM) -> LlamaForCausalLM:
+    """built with its first layer's norm in bfloat16: no native format holds that layer."""
+    norm = built.model.layers[0].input_layernorm
+    norm.weight = torch.nn.Parameter(norm.weight.detach().to(torch.bfloat16), False)
+    return built
 
 
 def test_the_torch_path_stays_where_the_halves_do_not_apply():
     bf16 = model().to(torch.bfloat16)
-    assert native_layers.install(bf16) == 0
-    compiled = model()
-    marker = compiled.model.layers[0].attention_inputs = object()
-    assert native_layers.install(compiled) == 1  # the replaced layer keeps what it has
-    assert compiled.model.layers[0].attention_inputs is marker
+    assert native(bf16).native_layers == 0
+    partly = unfit(model())
+    path = native(partly)
+    assert path.native_layers == 1  # the layer that does not fit keeps the torch halves
+    assert path.halves(partly.model.layers[0]) is None
 
 
 @torch.inference_mode()
 def test_a_deep_copy_describes_its_own_weights():
-    # quant_bench quantizes deep copies of one float model: the copy's halves must read
+    # quant_bench quantizes deep copies of one float model: the copy's path must read
     # the copy's (quantized) projections, not the original's.
     built = model()
-    native_layers.install(built)
+    native(built)
     copied = copy.deepcopy(built)
     for name in PROJECTIONS:
         parent, _, child = name.rpartition(".")
@@ -186,7 +197,7 @@ def test_a_deep_copy_describes_its_own_weights():
     copied_layer = copied.model.layers[1]
     x, residual = torch.randn(5, 192), torch.randn(5, 192)
     cos, sin = rotary(5, 32)
-    ours = copied_layer.attention_inputs(x, residual, cos, sin)
+    ours = native(copied).attention_inputs(copied_layer, x, residual, cos, sin)
     reference = DecoderLayer.attention_inputs(copied_layer, x, residual, cos, sin)
     original = DecoderLayer.attention_inputs(built.model.layers[1], x, residual, cos, sin)
     assert relative_error(ours[0], reference[0]) <= 1e-5
@@ -231,8 +242,9 @@ def step_inputs(built: LlamaForCausalLM, query_lens: list[int], context_lens: li
 
 def layer_loop(built, x, cos, sin, cache, meta):
     residual = None
+    path = native(built)  # the per-layer calls, as a step the one call does not take runs
     for each in built.model.layers:
-        x, residual = each(x, residual, cos, sin, cache, meta)
+        x, residual = each(x, residual, cos, sin, cache, meta, path)
     return x, residual
 
 
@@ -242,13 +254,14 @@ def layer_loop(built, x, cos, sin, cache, meta):
 @torch.inference_mode()
 def test_a_decode_step_in_one_call_is_the_layer_loop_bit_for_bit(fmt, attention_bias, threads):
     built = quantized_model(fmt, attention_bias)
-    assert native_layers.install(built) == 2
+    path = native(built)
+    assert path.native_layers == 2
     x, cos, sin, meta = step_inputs(built, [1, 1, 1], [37, 5, 18])
     ours, theirs = pool(built), pool(built)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        decoded = built.native_decode(x, cos, sin, ours, meta)
+        decoded = path.decode_step(built, x, cos, sin, ours, meta)
         looped = layer_loop(built, x, cos, sin, theirs, meta)
     finally:
         torch.set_num_threads(before)
@@ -261,28 +274,22 @@ def test_a_decode_step_in_one_call_is_the_layer_loop_bit_for_bit(fmt, attention_
 @torch.inference_mode()
 def test_steps_the_one_call_does_not_take_run_the_layer_loop():
     built = model()
-    native_layers.install(built)
+    path = native(built)
     cache = pool(built)
     x, cos, sin, meta = step_inputs(built, [1, 4], [37, 5])  # a prefill chunk after a decode
-    assert built.native_decode(x, cos, sin, cache, meta) is None
+    assert path.decode_step(built, x, cos, sin, cache, meta) is None
     x, cos, sin, meta = step_inputs(built, [1], [37])
     with native_attention.torch_path():
-        assert built.native_decode(x, cos, sin, cache, meta) is None
-    native_layers.install(built, one_call=False)
-    assert built.native_decode is None
-    native_layers.install(built)
-    native_layers.remove(built)
-    assert built.native_decode is None
-    partly = model()
-    partly.model.layers[0].attention_inputs = object()  # the compiled forward's, say
-    native_layers.install(partly)
-    assert partly.native_decode is None
+        assert path.decode_step(built, x, cos, sin, cache, meta) is None
+    assert native(built, one_call=False).decode_step(built, x, cos, sin, cache, meta) is None
+    assert native(model()).decode_step(built, x, cos, sin, cache, meta) is None  # another model's
+    partly = unfit(model())
+    assert native(partly).decode_step(partly, x, cos, sin, cache, meta) is None
 
 
 @torch.inference_mode()
 def test_a_deep_copy_decodes_with_its_own_weights():
     built = model()
-    native_layers.install(built)
     copied = copy.deepcopy(built)
     for each in copied.model.layers:
         for name in PROJECTIONS:
@@ -290,8 +297,8 @@ def test_a_deep_copy_decodes_with_its_own_weights():
             module = each.get_submodule(parent)
             setattr(module, child, quantized(getattr(module, child), "int8"))
     x, cos, sin, meta = step_inputs(copied, [1, 1], [37, 5])
-    decoded = copied.native_decode(x, cos, sin, pool(copied), meta)
+    decoded = native(copied).decode_step(copied, x, cos, sin, pool(copied), meta)
     looped = layer_loop(copied, x, cos, sin, pool(copied), meta)
-    original = built.native_decode(x, cos, sin, pool(built), meta)
+    original = native(built).decode_step(built, x, cos, sin, pool(built), meta)
     assert torch.equal(decoded[0], looped[0])
     assert not torch.equal(decoded[0], original[0])

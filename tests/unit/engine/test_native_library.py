@@ -11,6 +11,7 @@ from maas_kernels.quant_int4_ref import quantize_int4
 from maas_kernels.quant_int8_ref import quantize_int8
 from services.common.machine_profile import machine_profile
 from services.engine import cpu_linear
+from services.engine.native import bindings
 from services.engine.native import library as native
 from services.engine.quantization import cpu_kernel
 
@@ -50,10 +51,7 @@ def portable(tmp_path_factory):
         pytest.skip("this CPU's library is the portable build")
     path = tmp_path_factory.mktemp("portable") / native._name()
     native._build(path, native._compiler())
-    lib = ctypes.CDLL(str(path))
-    for function, argtypes in {**cpu_kernel._SIGNATURES, **cpu_linear._SIGNATURES}.items():
-        getattr(lib, function).argtypes = argtypes
-    return lib
+    return bindings.bind(ctypes.CDLL(str(path)))
 
 
 @needs_avx2
@@ -74,7 +72,6 @@ def test_this_cpus_build_gives_the_portable_builds_bits(portable, monkeypatch, r
 
     own = outputs()
     assert Path(native.library()._name).name != Path(portable._name).name
-    monkeypatch.setattr(cpu_kernel, "library", lambda: portable)
-    monkeypatch.setattr(cpu_linear, "library", lambda: portable)
+    monkeypatch.setattr(bindings, "library", lambda: portable)
     for mine, theirs in zip(own, outputs(), strict=True):
         assert torch.equal(mine, theirs)

@@ -14,6 +14,7 @@ from maas_kernels.quant_int4_ref import dequantize_int4, quantize_int4, unpack_i
 from maas_kernels.quant_int8_ref import dequantize_int8, quantize_int8
 from services.common.settings import parse_settings
 from services.engine import native_layers
+from services.engine.native import bindings
 from services.engine.quantization import cpu_kernel
 from services.engine.quantization.config import QuantizationConfig
 from services.engine.quantization.int4 import Int4Linear, Int4Weight
@@ -24,7 +25,7 @@ from services.engine.settings import EngineSettings
 from tests.unit.engine.test_native_layers import PROJECTIONS, layer, relative_error
 
 needs_kernels = pytest.mark.skipif(
-    cpu_kernel.library() is None, reason="no native library (not AVX2, or no compiler)"
+    bindings.library() is None, reason="no native library (not AVX2, or no compiler)"
 )
 
 BLOCK = 32
@@ -92,7 +93,7 @@ def int4_weight(k: int, group: int, seed: int = 0) -> tuple:
 def call_int8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """The library's entry on x as it lies in memory (row stride and all)."""
     out = torch.empty(x.shape[0], q.shape[0])
-    cpu_kernel.library().int8_matmul_q8(
+    bindings.library().int8_matmul_q8(
         x.data_ptr(), x.shape[0], x.stride(0), q.data_ptr(), scale.data_ptr(), q.shape[0],
         q.shape[1], out.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
@@ -101,7 +102,7 @@ def call_int8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Te
 
 def call_int4(x, packed, scales, mins, group) -> torch.Tensor:
     out = torch.empty(x.shape[0], packed.shape[0])
-    cpu_kernel.library().int4_matmul_q8(
+    bindings.library().int4_matmul_q8(
         x.data_ptr(), x.shape[0], x.stride(0), packed.data_ptr(), scales.data_ptr(),
         mins.data_ptr(), group, packed.shape[0], packed.shape[1] * 2, out.data_ptr(),
         torch.get_num_threads(),
@@ -245,7 +246,7 @@ def test_the_engine_flag_picks_the_activations_and_rounds_them_by_default():
 @pytest.mark.usefixtures("without_a_compiler")
 def test_without_a_compiler_the_setting_falls_back_to_dequantize_and_matmul():
     # No library: the modules keep the float activations of the torch path.
-    assert cpu_kernel.library() is None
+    assert bindings.library() is None
     weight = torch.randn(OUTPUTS, 96)
     x = torch.randn(2, 96)
     int8 = activations_on(Int8Linear(weight, None, torch.float32))

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from maas_kernels.quant_int4_ref import dequantize_int4
 from maas_kernels.quant_int8_ref import dequantize_int8
+from services.engine.native import bindings
 from services.engine.quantization import cpu_kernel
 from services.engine.quantization.int4 import (
     Int4Linear,
@@ -36,7 +37,7 @@ KERNELS = pytest.mark.parametrize("row_kernel_rows", [ROW_KERNEL, PANEL_GEMM], i
 
 @needs_avx2
 def test_the_kernels_build_and_run_float32_rows_on_this_cpu():
-    assert cpu_kernel.library() is not None
+    assert bindings.library() is not None
     assert cpu_kernel.handles(torch.zeros(1, 64), 64)
     assert not cpu_kernel.handles(torch.zeros(1, 64, dtype=torch.bfloat16), 64)
 
@@ -115,7 +116,7 @@ def test_two_threads_give_the_one_thread_result(monkeypatch, row_kernel_rows):
 
 
 def test_without_a_compiler_the_layers_dequantize_and_match(without_a_compiler):
-    assert cpu_kernel.library() is None
+    assert bindings.library() is None
     layer = Int8Linear(random_weight(40, 64), None, torch.float32)
     x = torch.randn(2, 64)
     expected = F.linear(x, dequantize_int8(layer.qweight, layer.scale))

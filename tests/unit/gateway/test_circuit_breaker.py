@@ -2,7 +2,7 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from services.gateway.circuit_breaker import Breakers
+from services.gateway.upstream.circuit_breaker import Breakers
 
 
 class Clock:

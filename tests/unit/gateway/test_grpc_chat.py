@@ -6,8 +6,7 @@ import pytest
 
 from maas.v1 import gateway_pb2, tokenizer_pb2
 from services.common.chat_messages import message_dict
-from services.gateway.body_shape import MAX_ITEMS
-from services.gateway.grpc_chat import (
+from services.gateway.grpc_api.grpc_chat import (
     FieldError,
     check_json_fields,
     json_object,
@@ -15,6 +14,7 @@ from services.gateway.grpc_chat import (
     tool_choice_value,
     tool_dicts,
 )
+from services.gateway.http_api.body_shape import MAX_ITEMS
 from services.gateway.schemas import ChatCompletionRequest
 
 PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}}

@@ -2,7 +2,7 @@ import pytest
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from services.gateway.http_app import validation_error
+from services.gateway.http_api.http_app import validation_error
 from services.gateway.sampling import to_engine_sampling
 from services.gateway.schemas import ChatCompletionRequest, CompletionRequest
 

@@ -6,9 +6,9 @@ import pytest
 
 from services.common.chat_tools import FALLBACK_FORMAT, TEMPLATE_FORMATS
 from services.gateway.delta import Delta
-from services.gateway.openai_format import Choices, ResponseShape
-from services.gateway.tool_parsers import PARSERS, parser_for
-from services.gateway.tool_parsers.llama3_json import PYTHON_TAG
+from services.gateway.output.openai_format import Choices, ResponseShape
+from services.gateway.output.tool_parsers import PARSERS, parser_for
+from services.gateway.output.tool_parsers.llama3_json import PYTHON_TAG
 
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 # Qwen2.5's template asks for the call on lines of its own inside the tags.

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from services.common.usage_event import UsageEvent
-from services.gateway.usage_spool import SpoolInUseError, UsageSpool
+from services.gateway.usage.usage_spool import SpoolInUseError, UsageSpool
 
 
 def event(i: int) -> UsageEvent:

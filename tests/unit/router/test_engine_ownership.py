@@ -1,6 +1,9 @@
 """Which engine Services the router pools: owned, by UID, by a ModelDeployment of that model
 in the Service's namespace, which is the model id's first claimant."""
 
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
+
 from services.common.model_claims import Claimant, conflicts
 from services.router.discovery.ownership import OwnerCheck, refusal
 
@@ -65,11 +68,23 @@ def test_a_model_id_belongs_to_its_first_claimant():
     assert verdict(service("m", "u2"), first, later) == "model_id_conflict"
 
 
-def test_refused_services_are_left_out_and_reported_once(capsys):
+def test_refused_services_are_left_out_and_reported_once():
     qwen = deployment("qwen", "u1", model="qwen2.5")
     check = OwnerCheck()
     services = [service("qwen2.5", "u1"), service("rogue")]
-    for _ in range(3):
-        assert check.pooled(services, [qwen]) == services[:1]
-    logged = capsys.readouterr().out
-    assert logged.count("engine_service_refused") == 1 and "rogue" in logged
+    counted = REGISTRY.get_sample_value(
+        "maas_router_engine_services_refused_total", {"reason": "unowned"}
+    )
+    # capture_logs, not capsys: what reaches stdout depends on how earlier tests
+    # in the same process configured logging.
+    with capture_logs() as logged:
+        for _ in range(3):
+            assert check.pooled(services, [qwen]) == services[:1]
+    refused = [e for e in logged if e["event"] == "engine_service_refused"]
+    assert len(refused) == 1 and "rogue" in str(refused[0])
+    assert (
+        REGISTRY.get_sample_value(
+            "maas_router_engine_services_refused_total", {"reason": "unowned"}
+        )
+        == (counted or 0) + 1
+    )

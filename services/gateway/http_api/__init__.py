@@ -1,0 +1,1 @@
+"""The HTTP front: connection, middleware (trace, key, body), OpenAI routes, SSE/JSON answers."""

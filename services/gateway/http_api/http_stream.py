@@ -1,0 +1,183 @@
+"""A completion over HTTP: through the pipeline, then one JSON body or an SSE stream.
+
+Shared by the chat and text routes; everything that differs between them is
+in openai_format.ResponseShape. The request's Run (run.py) is closed once the
+last byte is sent (the stream's end, or the JSON response's background task),
+or at once on a path that sends nothing more of it.
+
+Everything here runs in the task uvicorn gives the request, the SSE stream
+included (EventStream); a client that leaves cancels that task's work
+through its connection's watch (disconnect.py).
+
+Tool calls pass the output filter once read (openai_format.screen_calls): a
+blocked call ends its choice with finish_reason "content_filter", as blocked
+text does in the run (run.py); the stream ends when every choice has.
+"""
+
+from collections.abc import AsyncIterator
+
+import msgspec
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+from starlette.types import Receive, Scope, Send
+
+from services.gateway.delta import Delta
+from services.gateway.errors import APIError
+from services.gateway.http_api.disconnect import ClientGoneError, cancelled_if_gone
+from services.gateway.http_api.http_metrics import RESPONSES
+from services.gateway.output.openai_format import Choices, ResponseShape, screen_calls
+from services.gateway.output.output_filter import OutputFilter
+from services.gateway.parsed_request import ParsedRequest
+from services.gateway.pipeline import Pipeline, with_headers
+from services.gateway.run import Run
+from services.gateway.schemas import SamplingFields
+
+# What nginx logs for a client that closed the connection before the answer.
+CLIENT_CLOSED = 499
+STREAM_BROKEN = APIError(
+    502, "the model stopped responding mid-stream", type="api_error", code="upstream_error"
+)
+
+
+_ENCODE = msgspec.json.Encoder().encode
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(body: dict) -> bytes:
+    """One SSE frame, as bytes (the server would encode text again); msgspec
+    writes a chunk's JSON in a fraction of json.dumps's time, once per token."""
+    return b"data: " + _ENCODE(body) + b"\n\n"
+
+
+class EventStream(StreamingResponse):
+    """An SSE response sent from the request's own task. Starlette's streams
+    from another, beside a third waiting for http.disconnect, unless the
+    server speaks ASGI 2.4 (uvicorn does not); its frames' generator is
+    closed here whatever happens, so its cleanup never waits for the GC."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            with cancelled_if_gone(scope):
+                await self.stream_response(send)
+        except ClientGoneError:
+            pass
+        finally:
+            await self.body_iterator.aclose()
+
+
+async def respond(
+    request: Request, pipeline: Pipeline, parsed: ParsedRequest, body: SamplingFields, chat: bool
+) -> Response:
+    try:
+        # A client gone while its request waits (a queue slot, a cold start)
+        # gives its place up at once.
+        with cancelled_if_gone(request.scope):
+            run = await pipeline.admit(request.state.principal, parsed)
+    except ClientGoneError:
+        return gone(request.url.path)
+    shape = ResponseShape(
+        parsed.request_id,
+        body.model,
+        chat=chat,
+        with_logprobs=body.top_logprobs_count is not None,
+        tool_mode=parsed.tool_mode,
+        tool_format=run.ticket.prompt.tool_format,
+    )
+    try:
+        return await _answer(request, shape, body, run, pipeline.output_filter)
+    except APIError as exc:
+        await run.close()
+        raise with_headers(exc, run.headers) from None
+    except BaseException:
+        await run.close()
+        raise
+
+
+def gone(route: str) -> Response:
+    RESPONSES.labels(route, CLIENT_CLOSED).inc()
+    return Response(status_code=CLIENT_CLOSED)
+
+
+async def prepend(first: Delta, rest: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
+    yield first
+    async for delta in rest:
+        yield delta
+
+
+async def collect(
+    shape: ResponseShape,
+    first: Delta,
+    deltas: AsyncIterator[Delta],
+    output_filter: OutputFilter,
+) -> dict:
+    choices, last = Choices(), first
+    try:
+        async for delta in prepend(first, deltas):
+            if delta.finish_reason == "error":
+                raise STREAM_BROKEN
+            choices.add(delta)
+            last = delta
+    finally:
+        await deltas.aclose()
+    full = shape.full(choices, last)
+    for choice in full["choices"]:
+        if "message" in choice:
+            screen_calls(output_filter, choice, choice["message"])
+        if choices.finish[choice["index"]] == "content_filter":
+            # The filter cut the text after a call: the client must know, so
+            # not "tool_calls" (the stream's parser keeps it the same way).
+            choice["finish_reason"] = "content_filter"
+    return full
+
+
+async def _answer(
+    request: Request,
+    shape: ResponseShape,
+    body: SamplingFields,
+    run: Run,
+    output_filter: OutputFilter,
+) -> Response:
+    route, deltas, headers = request.url.path, run.deltas, run.headers
+    try:
+        # Pull the first delta before answering, so failures before any token
+        # (no capacity, bad prompt ids) still get a proper status code.
+        with cancelled_if_gone(request.scope):
+            first = await anext(deltas)
+            if not body.stream:
+                full = await collect(shape, first, deltas, output_filter)
+    except ClientGoneError:
+        await run.close()
+        return gone(route)
+    if not body.stream:
+        RESPONSES.labels(route, 200).inc()
+        return JSONResponse(full, headers=headers, background=BackgroundTask(run.close))
+
+    async def events():
+        last, blocked = first, set()
+        # Left after the last frame was sent, or when the client left.
+        async with run:
+            if shape.chat:
+                for index in range(body.n):
+                    yield sse(shape.role_chunk(index, body.include_usage))
+            async for delta in prepend(first, deltas):
+                last = delta
+                if delta.finish_reason == "error":
+                    yield sse(STREAM_BROKEN.body())
+                    return
+                if delta.index in blocked:
+                    continue
+                chunk = shape.chunk(delta, body.include_usage)
+                choice = chunk["choices"][0]
+                if screen_calls(output_filter, choice, choice.get("delta", {})):
+                    blocked.add(delta.index)
+                yield sse(chunk)
+                if len(blocked) == body.n:
+                    # Leaving the run closes the deltas: the engine's work stops.
+                    break
+            if body.include_usage:
+                yield sse(shape.usage_chunk(last))
+            yield DONE
+
+    RESPONSES.labels(route, 200).inc()
+    return EventStream(events(), media_type="text/event-stream", headers=headers)

@@ -1,0 +1,18 @@
+"""POST /v1/completions (the legacy text completions API)."""
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from services.gateway.http_api.http_stream import respond
+from services.gateway.http_api.routes.deps import PipelineDep, release_body
+from services.gateway.parsed_request import text_request
+from services.gateway.schemas import CompletionRequest
+
+router = APIRouter()
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request, pipe: PipelineDep) -> Response:
+    parsed = text_request(body, request.headers.get("x-session-id"))
+    release_body(request)
+    return await respond(request, pipe, parsed, body, chat=False)

@@ -1,0 +1,144 @@
+"""An admitted request, held by the front that serves it: the one owner of its end.
+
+Pipeline.admit returns a Run once the request holds its TPM reservation, its
+prepaid balance's hold and its queue slot. The front reads `run.deltas`
+(engine_client.py streams them, through the output filter here) and closes
+the run once its response's last byte is out (`async with run`, or
+`await run.close()`). The end happens here, in this order, whatever way the
+request ends (served, a broken stream, an error before the first token, a
+client gone before or after it):
+
+1. when the deltas end or are closed: the queue slot is freed at once;
+2. in a task of its own (background.py), once the front has closed the run
+   (at once for a request cut short before its first token: nothing more goes
+   to its client), the request is billed from the engine's tally: its usage
+   event, with the TPM settlement (prompt + completion used) and the prepaid
+   balance's settlement riding in the event's round trip (usage_emitter.py).
+   A request with nothing to bill settles its tokens to 0 and releases its
+   balance hold.
+
+So a request is billed exactly once: the engine client only tallies, and
+nothing but Run.close and the deltas' end starts the billing.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from services.common.tracing import current_traceparent
+from services.common.usage_event import UsageEvent
+from services.gateway.admission.rate_limiter import RateLimiter
+from services.gateway.background import Background
+from services.gateway.delta import Delta
+from services.gateway.output.output_filter import OutputFilter
+from services.gateway.ticket import Ticket
+from services.gateway.upstream.engine_client import EngineClient, EngineStream, Tally
+from services.gateway.usage.usage_emitter import UsageEmitter
+
+
+@dataclass
+class Run:
+    """One admitted request: its deltas for the front, and its end (module docstring)."""
+
+    ticket: Ticket
+    engine: EngineClient
+    output_filter: OutputFilter
+    limiter: RateLimiter
+    usage: UsageEmitter
+    background: Background
+    deltas: AsyncIterator[Delta] = field(init=False)
+    # Set by close(): the response is out, the request's bill may be sent.
+    _closed: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    _stream: EngineStream | None = field(init=False, default=None)
+    _ended: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.deltas = self._read()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self.ticket.headers
+
+    async def __aenter__(self) -> "Run":
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """The front's word that its response is out (or will never be)."""
+        await self.deltas.aclose()
+        self._closed.set()
+        self._end()  # for deltas never read
+
+    async def _read(self) -> AsyncIterator[Delta]:
+        stream = self._stream = self.engine.open(self.ticket)
+        screen = self.output_filter.stream() if self.output_filter.enabled else None
+        stopped: set[int] = set()
+        try:
+            async for delta in stream.deltas:
+                if screen is not None:
+                    if delta.index in stopped:
+                        continue
+                    passed = screen.push(
+                        delta.index, delta.text, bool(delta.finish_reason), delta.logprobs
+                    )
+                    delta.text, delta.logprobs = passed.text, passed.logprobs
+                    if passed.stopped:
+                        delta.finish_reason = "content_filter"
+                        stopped.add(delta.index)
+                yield delta
+                if len(stopped) == self.ticket.request.n:
+                    return
+        finally:
+            await stream.deltas.aclose()
+            self._end()
+
+    def _end(self) -> None:
+        """Free the slot now; bill once the response is out (module docstring)."""
+        if self._ended:
+            return
+        self._ended = True
+        self.ticket.queue.release(self.ticket.request.n)
+        if self._stream is not None and self._stream.cut_short:
+            self.background.run(self._bill())
+        else:
+            self.background.after(self._closed, self._bill())
+
+    async def _bill(self) -> None:
+        ticket = self.ticket
+        tenant, request, reservation = ticket.principal.tenant, ticket.request, ticket.reservation
+        tally = await self._stream.tally() if self._stream is not None else None
+        used = tally.prompt_tokens + tally.completion_tokens if tally is not None else 0
+        settlement = self.limiter.settlement(tenant, request.request_id, used, request.n)
+        if used:
+            event = self._event(tally)
+            # The balance's hold settles to the real cost ahead of the event;
+            # billing's commit of the event then drops it.
+            held = reservation.settlement(event) if reservation is not None else None
+            await self.usage.emit(event, settlement, held)
+            return
+        if settlement is not None:
+            await settlement.answered(None)
+        if reservation is not None:
+            await reservation.release()
+
+    def _event(self, tally: Tally) -> UsageEvent:
+        ticket = self.ticket
+        started = tally.started_at
+        return UsageEvent(
+            request_id=ticket.request.request_id,
+            tenant=ticket.principal.tenant.name,
+            key_id=ticket.principal.key_id,
+            model=ticket.request.model,
+            deployment=ticket.route.deployment,
+            endpoint=tally.endpoint,
+            prompt_tokens=tally.prompt_tokens,
+            cached_prompt_tokens=tally.cached_prompt_tokens,
+            completion_tokens=tally.completion_tokens,
+            finish_reason=tally.finish or "client_disconnect",
+            started_at=started,
+            ttft_seconds=max(0.0, tally.first_token_at - started) if tally.first_token_at else 0.0,
+            duration_seconds=tally.ended_at - started,
+            traceparent=current_traceparent(),
+        )

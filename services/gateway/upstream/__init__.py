@@ -1,0 +1,1 @@
+"""The gateway's peers: tokenizer (encode), router (pick), engines (generate, retries, breakers)."""

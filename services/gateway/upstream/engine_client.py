@@ -1,0 +1,391 @@
+"""The pick, generate and stream steps: the router picks a replica, the engine streams.
+
+An attempt
+that failed before its first token is tried on another replica (at most
+max_attempts, never one whose circuit breaker is open) only when its code
+says the replica is at fault (RETRYABLE) and the request never reached an
+engine step: the engine says when it schedules a request, in initial
+metadata (common/engine_metadata.py). A request that reached a step may be
+what broke it, so it is not sent on to break another replica; one that was
+refused, queued, or never delivered cannot be. After the first token a
+broken stream ends with finish_reason "error". The client bills nothing:
+each request's EngineStream ends with a Tally of what the engine computed and
+delivered, which the request's Run (run.py) bills. The router is not told of
+the end: its pick counts until the replica's next load report (router/endpoints.py).
+
+A request cut short before its first token is not free: its prompt may be
+most of the work. Whatever cut it (the client gone, the first-token timeout),
+its engine request is stopped with Abort rather than a cancel, so the stream
+stays open to bring the abort's report of the prompt tokens the engine
+computed (cache hits included, as on every request; the vLLM backend reports
+the prompt's length, docs/billing.md), which are tallied with no completion
+tokens: none was delivered. For a client gone, the report is read in a task of
+its own (the request's task is cancelled), which EngineStream.tally awaits. A
+timed-out attempt the gateway retries on another replica is not tallied: the
+request is billed once, for the attempt it ended with.
+"""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+
+from maas.v1 import engine_pb2, router_pb2
+from services.common.engine_metadata import was_scheduled
+from services.common.finish_reasons import FINISH_NAMES
+from services.common.logging import get_logger
+from services.gateway.background import Background
+from services.gateway.delta import Delta
+from services.gateway.errors import APIError, from_upstream
+from services.gateway.ticket import Ticket
+from services.gateway.upstream.circuit_breaker import Breakers
+from services.gateway.upstream.upstreams import Upstreams
+
+log = get_logger(__name__)
+
+# Worth another replica, unless the request reached a step: the engine is
+# down, overloaded, slow or broke. A request the engine blames on itself
+# (INVALID_ARGUMENT, also for one that made a step raise) is never retried.
+RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+}
+# Counted against the endpoint's breaker; an overloaded engine is healthy.
+BREAKING = RETRYABLE - {grpc.StatusCode.RESOURCE_EXHAUSTED}
+# For the Abort of a request whose client left, and the engine's report after
+# it: at most a model step away.
+ABORT_SECONDS = 10.0
+
+
+@dataclass
+class Tally:
+    """What an engine stream computed and delivered: what its request is billed.
+
+    `endpoint` is the replica the request ended on; the times are wall-clock
+    seconds (0.0: no token was delivered).
+    """
+
+    prompt_tokens: int
+    endpoint: str = ""
+    started_at: float = 0.0
+    completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    finish: str = ""
+    first_token_at: float = 0.0
+    ended_at: float = 0.0
+
+    def add(self, response: engine_pb2.GenerateResponse) -> None:
+        self.completion_tokens += len(response.token_ids)
+        if response.token_ids and not self.first_token_at:
+            self.first_token_at = time.time()
+        self.finish = FINISH_NAMES.get(response.finish_reason, "")
+        if response.HasField("usage"):
+            if self.finish == "abort" and not self.completion_tokens:
+                # Aborted in prefill: only what the engine computed.
+                self.prompt_tokens = response.computed_prompt_tokens
+            self.cached_prompt_tokens = min(response.usage.cached_prompt_tokens, self.prompt_tokens)
+
+
+class EngineStream:
+    """One request's engine work: its deltas as they come, then its tally.
+
+    `cut_short`: the request ended before its first token with a report of the
+    prefill it caused (Aborted: the client gone, or the first-token timeout);
+    nothing more goes to its client, so it may be billed at once.
+    """
+
+    def __init__(self, client: "EngineClient", ticket: Ticket):
+        self.cut_short = False
+        # The tally once known; a task while the engine's report is awaited.
+        self._tally: Tally | asyncio.Task | None = None
+        self.deltas: AsyncIterator[Delta] = client._generate(ticket, self)
+
+    async def tally(self) -> Tally | None:
+        """What to bill; None when no engine computed anything for the request."""
+        if isinstance(self._tally, asyncio.Task):
+            (result,) = await asyncio.gather(self._tally, return_exceptions=True)
+            return result if isinstance(result, Tally) else None
+        return self._tally
+
+    def reported(self, report: Tally | asyncio.Task) -> None:
+        self._tally, self.cut_short = report, True
+
+    def ended(self, tally: Tally) -> None:
+        self._tally = tally
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect: float
+    first_token: float
+    total: float
+
+
+class EngineFailedError(Exception):
+    """An attempt failed before any token; `error` is what the client would see.
+
+    `scheduled`: the engine had put the request into a model step. `report`:
+    for an attempt stopped with Abort (a first-token timeout), what the engine
+    computed, billed if the request ends with this attempt.
+    """
+
+    def __init__(
+        self,
+        error: APIError,
+        code: grpc.StatusCode,
+        scheduled: bool = False,
+        report: Tally | None = None,
+    ):
+        super().__init__(error.message)
+        self.error, self.code, self.scheduled, self.report = error, code, scheduled, report
+
+    @property
+    def retryable(self) -> bool:
+        return self.code in RETRYABLE and not self.scheduled
+
+
+class EngineClient:
+    def __init__(
+        self,
+        upstreams: Upstreams,
+        timeouts: Timeouts,
+        breakers: Breakers,
+        max_attempts: int,
+        background: Background,
+    ):
+        self._up = upstreams
+        self._timeouts = timeouts
+        self._breakers = breakers
+        self._max_attempts = max_attempts
+        self._background = background
+
+    def open(self, ticket: Ticket) -> EngineStream:
+        """The request's engine stream; nothing is sent before its deltas are read."""
+        return EngineStream(self, ticket)
+
+    async def _generate(self, ticket: Ticket, stream: EngineStream) -> AsyncIterator[Delta]:
+        """Stream deltas; errors before the first token raise APIError.
+
+        A stream that breaks after tokens were sent ends with a delta whose
+        finish_reason is "error"; what was generated is still tallied.
+        """
+        started = time.time()
+        pick, call, first = await self._first_message(ticket, stream, started)
+        deltas = self._stream(ticket, stream, pick, call, first, started)
+        try:
+            async for delta in deltas:
+                yield delta
+        finally:
+            # Now, not when the collector finds it: its end is the tally.
+            await deltas.aclose()
+
+    async def _first_message(self, ticket: Ticket, stream: EngineStream, started: float):
+        """(pick, call, first message) of the first attempt that answers; the
+        client's error when none does, with the report of the prefill of the
+        attempt the request ended with (module docstring)."""
+        deadline = time.monotonic() + self._timeouts.total
+        tried: list[str] = []
+        failure: EngineFailedError | None = None
+        try:
+            for _ in range(self._max_attempts):
+                pick = await self._pick(ticket, tried, failure)
+                try:
+                    return pick, *await self._start(ticket, stream, pick, deadline, started)
+                except EngineFailedError as exc:
+                    tried.append(pick.endpoint_id)
+                    failure = exc
+                    if not exc.retryable:
+                        break
+            raise failure.error
+        except BaseException:
+            # A client gone during an attempt leaves that attempt's report (_start).
+            if failure is not None and failure.report is not None and not stream.cut_short:
+                stream.reported(failure.report)
+            raise
+
+    async def _start(
+        self,
+        ticket: Ticket,
+        stream: EngineStream,
+        pick: router_pb2.PickResponse,
+        deadline: float,
+        started: float,
+    ):
+        """Open the engine stream and wait for its first message (connect and
+        first-token timeouts); a failure is charged to the endpoint's breaker."""
+        self._breakers.begin(pick.endpoint_id)
+        call = reading = None
+        try:
+            await self._up.wait_connected(pick.address, pick.endpoint_id, self._timeouts.connect)
+            call = self._up.engine(pick.address, pick.endpoint_id).Generate(
+                engine_pb2.GenerateRequest(
+                    request_id=ticket.request.request_id,
+                    model=ticket.route.deployment,
+                    prompt_token_ids=ticket.prompt.token_ids,
+                    sampling=ticket.sampling,
+                    priority=ticket.route.tier.priority,
+                    tenant=ticket.principal.tenant.name,
+                    share_prefix_cache=ticket.route.share_prefix_cache,
+                ),
+                timeout=max(deadline - time.monotonic(), 0.001),
+            )
+            reading = asyncio.ensure_future(call.read())
+            first = await self._up.first_message(
+                reading, pick.endpoint_id, self._timeouts.first_token
+            )
+            if first is grpc.aio.EOF:
+                raise EngineFailedError(
+                    APIError(502, "the model ended without output", "api_error", "upstream_error"),
+                    grpc.StatusCode.INTERNAL,
+                    was_scheduled(await call.initial_metadata()),
+                )
+        except grpc.aio.AioRpcError as exc:
+            self._failed(ticket, pick, call, exc.code())
+            raise EngineFailedError(
+                from_upstream(exc, ticket.request.model),
+                exc.code(),
+                was_scheduled(exc.initial_metadata()),
+            ) from exc
+        except TimeoutError as exc:
+            stage = "connect" if call is None else "first token"
+            error = APIError(
+                504, f"the model did not answer in time ({stage})", "timeout", "timeout"
+            )
+            code = grpc.StatusCode.DEADLINE_EXCEEDED
+            if call is None:
+                self._failed(ticket, pick, call, code)
+                raise EngineFailedError(error, code) from exc
+            # Not cancelled: stopped with Abort, the engine reports the prefill it did.
+            self._failed(ticket, pick, None, code)
+            report = await self._report(ticket, pick, call, reading, started)
+            report.finish = "first_token_timeout"
+            # The call has ended, so this answers at once with what arrived.
+            scheduled = was_scheduled(await call.initial_metadata())
+            raise EngineFailedError(error, code, scheduled, report) from exc
+        except EngineFailedError as exc:
+            self._failed(ticket, pick, call, exc.code)
+            raise
+        except BaseException:
+            # The client went away while we waited: not the engine's fault.
+            if reading is not None:
+                stream.reported(
+                    self._background.run(self._abandon(ticket, pick, call, reading, started))
+                )
+            raise
+        self._breakers.succeeded(pick.endpoint_id)
+        return call, first
+
+    def _failed(self, ticket: Ticket, pick, call, code: grpc.StatusCode) -> None:
+        if call is not None:
+            call.cancel()  # ends its pending read too
+        if code in BREAKING:
+            self._breakers.failed(pick.endpoint_id)
+        log.warning(
+            "engine_attempt_failed",
+            request_id=ticket.request.request_id,
+            endpoint=pick.endpoint_id,
+            code=code.name,
+        )
+
+    async def _stream(
+        self, ticket: Ticket, stream: EngineStream, pick, call, first, started: float
+    ) -> AsyncIterator[Delta]:
+        tally = Tally(len(ticket.prompt.token_ids), pick.endpoint_id, started)
+        response = first
+        try:
+            while response is not grpc.aio.EOF:
+                tally.add(response)
+                yield Delta(
+                    text=response.text,
+                    index=response.index,
+                    finish_reason=tally.finish or None,
+                    prompt_tokens=tally.prompt_tokens,
+                    completion_tokens=tally.completion_tokens,
+                    cached_prompt_tokens=tally.cached_prompt_tokens,
+                    # The message's own container: no copy per token.
+                    logprobs=response.logprobs,
+                )
+                response = await call.read()
+        except grpc.aio.AioRpcError as exc:
+            tally.finish = "error"
+            log.warning(
+                "engine_stream_broken", request_id=ticket.request.request_id, code=exc.code().name
+            )
+            yield Delta(
+                text="",
+                finish_reason="error",
+                prompt_tokens=tally.prompt_tokens,
+                completion_tokens=tally.completion_tokens,
+                cached_prompt_tokens=tally.cached_prompt_tokens,
+            )
+        finally:
+            # First thing on a client disconnect: the engine frees the
+            # request's KV blocks as soon as it sees the cancellation.
+            call.cancel()
+            tally.ended_at = time.time()
+            stream.ended(tally)
+
+    async def _abandon(
+        self, ticket: Ticket, pick, call, reading: asyncio.Future, started: float
+    ) -> Tally:
+        """Abort a request whose client left before its first token; what the
+        engine reports having computed (module docstring)."""
+        report = await self._report(ticket, pick, call, reading, started)
+        if report.finish in ("", "abort"):
+            report.finish = "client_disconnect"
+        return report
+
+    async def _report(
+        self, ticket: Ticket, pick, call, reading: asyncio.Future, started: float
+    ) -> Tally:
+        """Stop a request before its first token with Abort and read the engine's
+        report of the prompt it computed; the call is cancelled at the end."""
+        # No report, nothing to bill: the engine may not have started it.
+        tally = Tally(0, pick.endpoint_id, started)
+        try:
+            async with asyncio.timeout(ABORT_SECONDS):
+                await self._up.engine(pick.address, pick.endpoint_id).Abort(
+                    engine_pb2.AbortRequest(request_id=ticket.request.request_id)
+                )
+                response = await reading
+                if response is not grpc.aio.EOF:
+                    tally.prompt_tokens = len(ticket.prompt.token_ids)
+                while response is not grpc.aio.EOF:
+                    tally.add(response)
+                    response = await call.read()
+        except (grpc.aio.AioRpcError, TimeoutError) as exc:
+            log.warning(
+                "engine_abort_unreported", request_id=ticket.request.request_id, error=repr(exc)
+            )
+        finally:
+            call.cancel()
+        # Cut short before its first token, the request delivered none: what the
+        # engine generated after the cut is not billed (docs/billing.md).
+        tally.completion_tokens, tally.first_token_at = 0, 0.0
+        tally.ended_at = time.time()
+        return tally
+
+    async def _pick(
+        self, ticket: Ticket, tried: list[str], failure: EngineFailedError | None
+    ) -> router_pb2.PickResponse:
+        request = router_pb2.PickRequest(
+            request_id=ticket.request.request_id,
+            model=ticket.route.deployment,
+            token_ids=ticket.prompt.token_ids,
+            tenant=ticket.principal.tenant.name,
+            session_id=ticket.request.session_id,
+            exclude_endpoint_ids=sorted({*tried, *self._breakers.blocked()}),
+            share_prefix_cache=ticket.route.share_prefix_cache,
+        )
+        try:
+            return await self._up.router.Pick(request, timeout=10)
+        except grpc.aio.AioRpcError as exc:
+            # Out of replicas to retry on: the engine's own error says more.
+            if failure is not None and exc.code() == grpc.StatusCode.UNAVAILABLE:
+                raise failure.error from exc
+            raise from_upstream(exc, ticket.request.model) from exc
