@@ -3,27 +3,7 @@
 import json
 import uuid
 
-import pytest
-
-from services.admin.cli import main
-
-
-@pytest.fixture
-def admin(redis_url, monkeypatch, capsys):
-    monkeypatch.setenv("MAAS_REDIS_URL", redis_url)
-
-    def run(command: str, *args: str) -> tuple[int, str, str]:
-        code = main(command, list(args))
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
-
-
-def as_json(result) -> dict | list:
-    code, out, err = result
-    assert code == 0, err
-    return json.loads(out)
+from tests.integration.conftest import as_json
 
 
 def test_tenant_lifecycle(admin):

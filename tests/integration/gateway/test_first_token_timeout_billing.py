@@ -12,12 +12,14 @@ import pytest
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
 from services.common.grpc_client import open_channel
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM, UsageEvent
 from services.gateway.admission.tenants import Principal, Tenant
 from services.gateway.errors import APIError
 from tests.integration.gateway.conftest import MODEL, parsed
-from tests.integration.gateway.test_prefill_billing import CHUNK, engine_address  # noqa: F401
+from tests.integration.gateway.test_prefill_billing import (  # noqa: F401 (the fixture)
+    CHUNK,
+    billed,
+    engine_address,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -43,17 +45,7 @@ async def test_a_first_token_timeout_bills_the_prompt_the_engine_computed(
     await completion.close()
     await cluster.pipeline.background.wait()
 
-    redis = open_redis(redis_url)
-    try:
-        entries = await redis.xrange(USAGE_STREAM)
-        charged = await redis.hget(f"maas:rl:{{{tenant.name}}}:tokens", request.request_id)
-    finally:
-        await redis.aclose()
-    (event,) = [
-        UsageEvent.from_fields(fields)
-        for _, fields in entries
-        if fields.get("request_id") == request.request_id  # other tests share this stream
-    ]
+    event, charged, _ = await billed(redis_url, tenant.name, request.request_id)
     # Whole chunks of a prompt no cache had (a new tenant), not all of them, and
     # no completion: none was delivered.
     assert 0 < event.prompt_tokens < len(PROMPT)

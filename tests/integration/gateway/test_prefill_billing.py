@@ -71,18 +71,7 @@ async def test_a_client_gone_during_prefill_is_billed_the_computed_prompt(
     await asyncio.gather(first, return_exceptions=True)
     await cluster.pipeline.background.wait()
 
-    redis = open_redis(redis_url)
-    try:
-        entries = await redis.xrange(USAGE_STREAM)
-        charged = await redis.hget(f"maas:rl:{{{tenant.name}}}:tokens", request.request_id)
-        window = await redis.get(f"maas:rl:{{{tenant.name}}}:sum")
-    finally:
-        await redis.aclose()
-    (event,) = [
-        UsageEvent.from_fields(fields)
-        for _, fields in entries
-        if fields.get("request_id") == request.request_id  # other tests share this stream
-    ]
+    event, charged, window = await billed(redis_url, tenant.name, request.request_id)
     # Whole chunks of a prompt no cache had (a new tenant), and not all of them.
     assert 0 < event.prompt_tokens < len(PROMPT)
     assert event.prompt_tokens % CHUNK == 0
@@ -94,3 +83,20 @@ async def test_a_client_gone_during_prefill_is_billed_the_computed_prompt(
     async with open_channel(engine_address, "test") as channel:
         load = await engine_pb2_grpc.EngineStub(channel).GetLoad(engine_pb2.GetLoadRequest())
     assert (load.running, load.waiting) == (0, 0)
+
+
+async def billed(redis_url: str, tenant: str, request_id: str) -> tuple[UsageEvent, str, str]:
+    """(the request's one usage event, the tokens its TPM entry holds, the window's sum)."""
+    redis = open_redis(redis_url)
+    try:
+        entries = await redis.xrange(USAGE_STREAM)
+        charged = await redis.hget(f"maas:rl:{{{tenant}}}:tokens", request_id)
+        window = await redis.get(f"maas:rl:{{{tenant}}}:sum")
+    finally:
+        await redis.aclose()
+    (event,) = [
+        UsageEvent.from_fields(fields)
+        for _, fields in entries
+        if fields.get("request_id") == request_id  # other tests share this stream
+    ]
+    return event, charged, window

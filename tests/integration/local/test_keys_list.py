@@ -3,28 +3,8 @@
 import json
 import uuid
 
-import pytest
-
-from services.admin.cli import main
 from services.gateway.admission.tenants import hash_key
-
-
-@pytest.fixture
-def admin(redis_url, monkeypatch, capsys):
-    monkeypatch.setenv("MAAS_REDIS_URL", redis_url)
-
-    def run(command: str, *args: str) -> tuple[int, str, str]:
-        code = main(command, list(args))
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
-
-
-def as_json(result) -> dict | list:
-    code, out, err = result
-    assert code == 0, err
-    return json.loads(out)
+from tests.integration.conftest import as_json
 
 
 def new_tenant(admin, *limits: str) -> tuple[str, dict]:
