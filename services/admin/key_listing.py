@@ -46,20 +46,31 @@ async def list_keys(redis: Redis, tenants: list[Tenant]) -> list[KeyRecord]:
     async with redis.pipeline(transaction=False) as pipe:
         for digest in digests:
             pipe.hgetall(f"maas:apikey:{digest}")
-        records = await pipe.execute()
+        # One record Redis cannot read (a wrong type) is listed as such, not fatal:
+        # an operator lists keys precisely when something looks wrong.
+        records = await pipe.execute(raise_on_error=False)
     # A key's three records are written in one transaction; one missing is skipped.
-    found = [(t, r) for (t, _), r in zip(owned, records, strict=True) if r]
-    found.sort(key=lambda pair: (pair[0].name, float(pair[1]["created_at"])))
-    return [_key_record(tenant, record) for tenant, record in found]
+    found = [(t, key_id, r) for (t, key_id), r in zip(owned, records, strict=True) if r]
+    found.sort(key=lambda each: (each[0].name, _created_at(each[2])))
+    return [_key_record(tenant, key_id, record) for tenant, key_id, record in found]
 
 
-def _key_record(tenant: Tenant, record: dict[str, str]) -> KeyRecord:
-    created = datetime.fromtimestamp(float(record["created_at"]), UTC)
+def _created_at(record: dict[str, str] | Exception) -> float:
+    return -1.0 if isinstance(record, Exception) else float(record["created_at"])
+
+
+def _key_record(tenant: Tenant, key_id: str, record: dict[str, str] | Exception) -> KeyRecord:
+    if isinstance(record, Exception):
+        status, created = "unreadable", ""
+    else:
+        status = record["status"]
+        stamp = datetime.fromtimestamp(float(record["created_at"]), UTC)
+        created = stamp.isoformat(timespec="seconds")
     return KeyRecord(
-        key_id=record["key_id"],
+        key_id=key_id,
         tenant=tenant.name,
-        status=record["status"],
-        created=created.isoformat(timespec="seconds"),
+        status=status,
+        created=created,
         rpm=tenant.rpm,
         tpm=tenant.tpm,
         max_concurrency=tenant.max_concurrency,

@@ -1,8 +1,10 @@
 """`maas keys list` against a real Redis: every key with its tenant's limits, never a secret."""
 
+import asyncio
 import json
 import uuid
 
+from services.common.redis_client import open_redis
 from services.gateway.admission.tenants import hash_key
 from tests.integration.conftest import as_json
 
@@ -60,3 +62,22 @@ def test_every_tenants_keys_by_default_as_a_table(admin):
 def test_an_unknown_tenant_is_reported_not_raised(admin):
     code, out, err = admin("keys", "list", "--tenant", "no-such-tenant")
     assert code == 1 and out == "" and "no-such-tenant" in err
+
+
+def test_a_record_redis_cannot_read_is_listed_as_unreadable(admin, redis_url):
+    name, created = new_tenant(admin)
+    digest = hash_key(created["api_key"])
+
+    async def corrupt() -> None:
+        redis = open_redis(redis_url)
+        try:
+            await redis.delete(f"maas:apikey:{digest}")
+            await redis.rpush(f"maas:apikey:{digest}", "not a key record")
+        finally:
+            await redis.aclose()
+
+    asyncio.run(corrupt())
+    (listed,) = as_json(admin("keys", "list", "--tenant", name, "--json"))
+    assert (listed["key_id"], listed["status"]) == (created["key_id"], "unreadable")
+    # Every tenant's listing, which meets it too, still answers.
+    assert admin("keys", "list")[0] == 0
