@@ -54,12 +54,11 @@ class GrammarValidator:
         """CPU seconds the compile took (0: cached). Raises GrammarError for an unusable
         grammar (CompileFailed past the deadline) and CompileRefused if not admitted."""
         spec.check()
-        if not checker.prepared:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._threads, checker.prepare, self._limits, *self._cache)
-        if checker.cached(spec, tenant):
+        if checker.prepared and checker.cached(spec, tenant):
             GRAMMAR_CHECKS.labels("cached").inc()
             return 0.0
+        # Admitted before the worker is started (seconds, once per deployment): a
+        # tenant's second grammar meanwhile is refused at once, not after the start.
         self._admission.admit(tenant)
         compile_ = asyncio.ensure_future(self._compile(checker, spec, tenant))
         compile_.add_done_callback(lambda done: self._ended(tenant, done))
@@ -69,6 +68,11 @@ class GrammarValidator:
     async def _compile(self, checker: GrammarChecker, spec: GrammarSpec, tenant: str) -> float:
         async with self._turns.setdefault(checker, asyncio.Lock()):
             loop = asyncio.get_running_loop()
+            if not checker.prepared:
+                # A new compiler's cache is empty: nothing to look up after this.
+                await loop.run_in_executor(
+                    self._threads, checker.prepare, self._limits, *self._cache
+                )
             return await loop.run_in_executor(self._threads, checker.check, spec, tenant)
 
     def _ended(self, tenant: str, done: asyncio.Future) -> None:
