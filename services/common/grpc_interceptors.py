@@ -6,6 +6,11 @@ span per call and sends its context in the metadata, so the callee's SERVER
 span is its child and a trace shows the time each hop spent on the wire apart
 from the time the callee spent working. The client side also sends the service
 token (services.common.service_token) with every call, when it has one.
+
+Spans carry the stable RPC semantic conventions: `rpc.system.name`, the
+fully-qualified `rpc.method` ("maas.v1.Router/Pick"), the status code's name
+in `rpc.response.status_code`, and `error.type` when the code is a failure for
+that side.
 """
 
 import asyncio
@@ -62,15 +67,15 @@ def _traced(full_method: str, parent=None) -> bool:
 
 
 def _rpc_attributes(full_method: str) -> dict[str, str]:
-    service, method = _split(full_method)
-    return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
+    return {"rpc.system.name": "grpc", "rpc.method": full_method.lstrip("/")}
 
 
 def _end_status(span: Span | None, code: grpc.StatusCode, errors) -> None:
     if span is None:
         return
-    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    span.set_attribute("rpc.response.status_code", code.name)
     if code in errors:
+        span.set_attribute("error.type", code.name)
         span.set_status(Status(StatusCode.ERROR, code.name))
 
 

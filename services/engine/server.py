@@ -30,6 +30,7 @@ from services.engine.async_engine import AsyncEngine, CoreDied
 from services.engine.core.addresses import CoreAddresses
 from services.engine.core.launcher import CoreProcess
 from services.engine.core.metrics_relay import RelayedMetrics
+from services.engine.known_answer_gauge import KNOWN_ANSWER_FAILED
 from services.engine.servicer import EngineServicer
 from services.engine.settings import EngineSettings
 
@@ -90,6 +91,7 @@ async def stay_not_serving(handle: ServerHandle, reason: str) -> None:
     """Health NOT_SERVING for good. start_server has just set SERVING, and no await
     since has let the loop answer a health check in between."""
     await handle.set_serving(False)
+    KNOWN_ANSWER_FAILED.set(1)
     log.error("engine_not_ready", reason=reason)
 
 

@@ -8,11 +8,17 @@ not pin on one request is INTERNAL for every request it carried, and a core
 that died is UNAVAILABLE for every open stream (the worker then exits). A request
 that enters a step is told so in initial metadata (common/engine_metadata.py),
 which is how the gateway knows whether a failed attempt may be retried.
+
+The Generate span (opened by the server interceptor) gets the GenAI attributes
+(common/gen_ai.py). The engine completes a prompt of tokens, whatever the
+client's endpoint was, so its operation is always text_completion.
 """
 
 import grpc
+from opentelemetry import trace
 
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
+from services.common import gen_ai
 from services.common.defaults import default_max_tokens
 from services.common.engine_metadata import SCHEDULED
 from services.common.finish_reasons import FINISH_CODES
@@ -166,6 +172,16 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             )
         except GrammarError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"grammar: {exc}")
+        span = trace.get_current_span()
+        span.set_attributes(
+            gen_ai.request_attributes(
+                gen_ai.TEXT_COMPLETION, self._model_id, params.max_tokens, params.temperature
+            )
+        )
+        # By sample index: n samples share the prompt, each has its own output.
+        finishes: dict[int, str] = {}
+        generated: dict[int, int] = {}
+        last: SeqOutput | None = None
         try:
             async for output in self._engine.generate(
                 request.request_id,
@@ -176,6 +192,10 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
                 request.share_prefix_cache,
                 on_scheduled=lambda: context.send_initial_metadata(SCHEDULED),
             ):
+                last = output
+                generated[output.index] = output.completion_tokens
+                if output.finish_reason:
+                    finishes[output.index] = output.finish_reason
                 yield response_of(output, self._tokenizer)
         except RequestFailed as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -183,6 +203,13 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             await context.abort(grpc.StatusCode.INTERNAL, str(exc))
         except CoreDied as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        finally:
+            if last is not None:
+                span.set_attributes(
+                    gen_ai.response_attributes(
+                        self._model_id, last.prompt_tokens, sum(generated.values()), finishes
+                    )
+                )
 
     async def Abort(self, request, context):
         return engine_pb2.AbortResponse(found=self._engine.abort(request.request_id))

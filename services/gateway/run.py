@@ -19,18 +19,27 @@ client gone before or after it):
 
 So a request is billed exactly once: the engine client only tallies, and
 nothing but Run.close and the deltas' end starts the billing.
+
+The request's span (the HTTP span current at admission) gets the GenAI
+attributes (services/common/gen_ai.py): what was asked at once, what came back
+when the deltas end, while the span is still open (the bill comes later).
 """
 
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from opentelemetry import trace
+from opentelemetry.trace import Span
+
+from services.common import gen_ai
 from services.common.tracing import current_traceparent
 from services.common.usage_event import UsageEvent
 from services.gateway.admission.rate_limiter import RateLimiter
 from services.gateway.background import Background
 from services.gateway.delta import Delta
 from services.gateway.output.output_filter import OutputFilter
+from services.gateway.parsed_request import ChatPrompt
 from services.gateway.ticket import Ticket
 from services.gateway.upstream.engine_client import EngineClient, EngineStream, Tally
 from services.gateway.usage.usage_emitter import UsageEmitter
@@ -51,9 +60,23 @@ class Run:
     _closed: asyncio.Event = field(init=False, default_factory=asyncio.Event)
     _stream: EngineStream | None = field(init=False, default=None)
     _ended: bool = field(init=False, default=False)
+    _span: Span = field(init=False)
+    # Each choice's finish reason as the client saw it (after the output filter).
+    _finishes: dict[int, str] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.deltas = self._read()
+        self._span = trace.get_current_span()
+        request = self.ticket.request
+        operation = (
+            gen_ai.CHAT if isinstance(request.prompt, ChatPrompt) else gen_ai.TEXT_COMPLETION
+        )
+        sampling = self.ticket.sampling
+        self._span.set_attributes(
+            gen_ai.request_attributes(
+                operation, request.model, sampling.max_tokens, sampling.temperature
+            )
+        )
 
     @property
     def headers(self) -> dict[str, str]:
@@ -87,12 +110,29 @@ class Run:
                     if passed.stopped:
                         delta.finish_reason = "content_filter"
                         stopped.add(delta.index)
+                if delta.finish_reason:
+                    self._finishes[delta.index] = delta.finish_reason
                 yield delta
                 if len(stopped) == self.ticket.request.n:
                     return
         finally:
             await stream.deltas.aclose()
             self._end()
+            self._record_response(stream.known_tally())
+
+    def _record_response(self, tally: Tally | None) -> None:
+        """The response's GenAI attributes; no usage when the tally waits on an
+        engine's report (a request cut short: its bill has it)."""
+        if tally is None:
+            return
+        self._span.set_attributes(
+            gen_ai.response_attributes(
+                self.ticket.request.model,
+                tally.prompt_tokens,
+                tally.completion_tokens,
+                self._finishes,
+            )
+        )
 
     def _end(self) -> None:
         """Free the slot now; bill once the response is out (module docstring)."""

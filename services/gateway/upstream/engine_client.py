@@ -112,6 +112,10 @@ class EngineStream:
             return result if isinstance(result, Tally) else None
         return self._tally
 
+    def known_tally(self) -> Tally | None:
+        """The tally if already known, without waiting for an engine's report."""
+        return self._tally if isinstance(self._tally, Tally) else None
+
     def reported(self, report: Tally | asyncio.Task) -> None:
         self._tally, self.cut_short = report, True
 

@@ -77,8 +77,8 @@ async def test_a_call_carries_the_token_and_its_span_and_is_counted(router):
     (span,) = [s for s in spans.get_finished_spans() if s.kind == SpanKind.CLIENT]
     assert span.name == "maas.v1.Router/Pick"
     assert span.parent.span_id == request.get_span_context().span_id
-    assert span.attributes["rpc.service"] == "maas.v1.Router"
-    assert span.attributes["rpc.grpc.status_code"] == 0
+    assert span.attributes["rpc.method"] == "maas.v1.Router/Pick"
+    assert span.attributes["rpc.response.status_code"] == "OK"
 
 
 async def test_a_failed_call_is_counted_with_its_code(router):

@@ -13,6 +13,7 @@ def metric_names(expr: str) -> set[str]:
     expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
     expr = re.sub(GROUPING, "", expr)  # label lists of aggregations and joins
     expr = re.sub(r"\[[^\]]*\]", "", expr)  # range and subquery windows
+    expr = re.sub(r"\boffset\s+-?[0-9a-z]+", "", expr)  # offset durations ("offset 15m")
     names = set()
     for word in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", expr):
         is_call = expr[word.end() :].lstrip().startswith("(")

@@ -92,8 +92,8 @@ async def test_a_call_in_a_trace_is_a_client_span_with_the_server_span_under_it(
     assert client.parent.span_id == caller.get_span_context().span_id
     assert server.parent.span_id == client.context.span_id
     assert server.context.trace_id == caller.get_span_context().trace_id
-    assert server.attributes["rpc.method"] == "Say"
-    assert server.attributes["rpc.grpc.status_code"] == 0
+    assert server.attributes["rpc.method"] == "test.Echo/Say"
+    assert server.attributes["rpc.response.status_code"] == "OK"
     assert client.status.status_code == server.status.status_code == StatusCode.UNSET
 
 
@@ -106,7 +106,7 @@ async def test_a_call_outside_any_trace_starts_one(channel, spans):
 
 @pytest.mark.parametrize(
     ("payload", "code", "server_status"),
-    [(b"fail", 13, StatusCode.ERROR), (b"bad", 3, StatusCode.UNSET)],
+    [(b"fail", "INTERNAL", StatusCode.ERROR), (b"bad", "INVALID_ARGUMENT", StatusCode.UNSET)],
 )
 async def test_a_failed_call_is_an_error_for_the_caller_and_for_a_failing_server(
     channel, spans, payload, code, server_status
@@ -116,7 +116,8 @@ async def test_a_failed_call_is_an_error_for_the_caller_and_for_a_failing_server
     got = by_kind(await finished(spans, 2))
     assert got[SpanKind.CLIENT].status.status_code == StatusCode.ERROR
     assert got[SpanKind.SERVER].status.status_code == server_status
-    assert got[SpanKind.SERVER].attributes["rpc.grpc.status_code"] == code
+    assert got[SpanKind.SERVER].attributes["rpc.response.status_code"] == code
+    assert got[SpanKind.CLIENT].attributes["error.type"] == code
 
 
 async def test_a_crashing_handler_leaves_its_exception_on_the_server_span(channel, spans):
@@ -124,7 +125,7 @@ async def test_a_crashing_handler_leaves_its_exception_on_the_server_span(channe
         await channel.unary_unary("/test.Echo/Say")(b"crash")
     server = by_kind(await finished(spans, 2))[SpanKind.SERVER]
     assert server.status.status_code == StatusCode.ERROR
-    assert server.attributes["rpc.grpc.status_code"] == grpc.StatusCode.UNKNOWN.value[0]
+    assert server.attributes["rpc.response.status_code"] == "UNKNOWN"
     assert [e.attributes["exception.message"] for e in server.events] == ["a bug"]
 
 
@@ -144,7 +145,7 @@ async def test_a_caller_that_cancels_is_not_a_server_failure(channel, spans):
     assert await call.read() == b"first"
     call.cancel()
     server = by_kind(await finished(spans, 2))[SpanKind.SERVER]
-    assert server.attributes["rpc.grpc.status_code"] == grpc.StatusCode.CANCELLED.value[0]
+    assert server.attributes["rpc.response.status_code"] == "CANCELLED"
     assert server.status.status_code == StatusCode.UNSET
 
 

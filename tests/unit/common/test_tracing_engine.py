@@ -1,11 +1,15 @@
-"""The engine's Generate span shows where a request's time went: queue, prefill, decode."""
+"""The engine's Generate span shows where a request's time went (queue, prefill, decode)
+and, in the GenAI conventions, what was generated."""
 
 import time
+from types import SimpleNamespace
 
 import pytest
 from opentelemetry import trace
 
+from maas.v1 import engine_pb2
 from services.engine.request import SeqOutput
+from services.engine.servicer import EngineServicer
 from services.engine.span_events import record_timeline
 from tests.unit.common.span_capture import captured_spans
 
@@ -62,3 +66,37 @@ def test_a_request_aborted_in_the_queue_has_only_the_phases_it_reached(spans):
 def test_outside_a_trace_it_records_nothing(spans):
     record_timeline(last_output(time.monotonic(), None, None))
     assert spans.get_finished_spans() == ()
+
+
+class TwoSamples:
+    """An AsyncEngine stand-in: a request with n=2, one token each, finished differently."""
+
+    info = SimpleNamespace(max_model_len=64)
+
+    async def generate(self, request_id, prompt, params, *args, on_scheduled=None):
+        for index, reason in ((0, "stop"), (1, "length")):
+            yield SeqOutput(request_id, index, [5, 6], "hi", reason, len(prompt), 2, 0)
+
+
+async def test_the_generate_span_carries_the_gen_ai_attributes(spans):
+    servicer = EngineServicer("m", "e0", TwoSamples(), tokenizer=None)
+    request = engine_pb2.GenerateRequest(
+        request_id="r",
+        model="m",
+        prompt_token_ids=[1, 2, 3],
+        sampling=engine_pb2.SamplingParams(n=2, max_tokens=2, temperature=0.5),
+    )
+    with tracer.start_as_current_span("maas.v1.Engine/Generate"):
+        responses = [r async for r in servicer.Generate(request, context=None)]
+    assert len(responses) == 2
+    (span,) = spans.get_finished_spans()
+    assert {k: v for k, v in span.attributes.items() if k.startswith("gen_ai.")} == {
+        "gen_ai.operation.name": "text_completion",
+        "gen_ai.request.model": "m",
+        "gen_ai.request.max_tokens": 2,
+        "gen_ai.request.temperature": 0.5,
+        "gen_ai.response.model": "m",
+        "gen_ai.usage.input_tokens": 3,
+        "gen_ai.usage.output_tokens": 4,
+        "gen_ai.response.finish_reasons": ("stop", "length"),
+    }
