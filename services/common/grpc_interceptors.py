@@ -183,28 +183,22 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         if method is None:
             method = self._methods[full_method] = _Method.of(full_method)
         observed = self._observed
-        if handler.unary_unary:
-            inner = handler.unary_unary
+        # One response: unary or, for the gateway's tenant front, request-streaming
+        # (grpc_front.py registers its methods so, to check a key before grpc reads
+        # the message). Either way the handler is awaited once.
+        single = handler.unary_unary or handler.stream_unary
+        if single is not None:
 
-            async def unary_unary(request, ctx):
+            async def respond(request, ctx):
                 with observed(method, ctx):
-                    return await inner(request, ctx)
+                    return await single(request, ctx)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary_unary, handler.request_deserializer, handler.response_serializer
+            register = (
+                grpc.unary_unary_rpc_method_handler
+                if handler.unary_unary
+                else grpc.stream_unary_rpc_method_handler
             )
-        if handler.stream_unary:
-            # The gateway's tenant front registers its unary methods request-streaming
-            # (grpc_front.py), so that it checks a key before grpc reads the message.
-            inner_unary = handler.stream_unary
-
-            async def stream_unary(requests, ctx):
-                with observed(method, ctx):
-                    return await inner_unary(requests, ctx)
-
-            return grpc.stream_unary_rpc_method_handler(
-                stream_unary, handler.request_deserializer, handler.response_serializer
-            )
+            return register(respond, handler.request_deserializer, handler.response_serializer)
         if handler.stream_stream:
             inner_streams = handler.stream_stream
 
