@@ -98,6 +98,7 @@ class Run:
         stream = self._stream = self.engine.open(self.ticket)
         screen = self.output_filter.stream() if self.output_filter.enabled else None
         stopped: set[int] = set()
+        n = self.ticket.request.n
         try:
             async for delta in stream.deltas:
                 if screen is not None:
@@ -113,7 +114,7 @@ class Run:
                 if delta.finish_reason:
                     self._finishes[delta.index] = delta.finish_reason
                 yield delta
-                if len(stopped) == self.ticket.request.n:
+                if len(stopped) == n:
                     return
         finally:
             await stream.deltas.aclose()
@@ -155,13 +156,12 @@ class Run:
             event = self._event(tally)
             # The balance's hold settles to the real cost ahead of the event;
             # billing's commit of the event then drops it.
-            held = reservation.settlement(event) if reservation is not None else None
+            held = reservation.settlement(event)
             await self.usage.emit(event, settlement, held)
             return
         if settlement is not None:
             await settlement.answered(None)
-        if reservation is not None:
-            await reservation.release()
+        await reservation.release()
 
     def _event(self, tally: Tally) -> UsageEvent:
         ticket = self.ticket

@@ -29,7 +29,7 @@ class Ticket:
     limits: LimitDecision
     # The prepaid balance's hold (quota_gate.Reservation), which the request's
     # Run settles to the real cost with the usage event, or releases.
-    reservation: Reservation | None = None
+    reservation: Reservation
 
     @property
     def headers(self) -> dict[str, str]:

@@ -238,7 +238,7 @@ class GatewayServicer:
         while True:
             if delta.finish_reason == "error":
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "the model stopped mid-stream")
-            choice = shape.chunk(delta, include_usage=False)["choices"][0]
+            choice = shape.chunk_choice(delta)
             body = choice["delta"] if shape.chat else choice
             screen_calls(self._pipeline.output_filter, choice, body)
             finish = choice["finish_reason"]

@@ -142,6 +142,10 @@ class ResponseShape:
         return self._chunk_body(self._choice(index, body, None, []), include_usage)
 
     def chunk(self, delta: Delta, include_usage: bool) -> dict:
+        return self._chunk_body(self.chunk_choice(delta), include_usage)
+
+    def chunk_choice(self, delta: Delta) -> dict:
+        """The one choice of delta's chunk, without the chunk's envelope (the gRPC front's)."""
         finish = delta.finish_reason
         if self.chat and self.tool_mode:
             body, finish = self._tool_delta(delta)
@@ -151,7 +155,7 @@ class ResponseShape:
             body = {"text": delta.text}
         choice = self._choice(delta.index, body, finish, delta.logprobs)
         self._emitted[delta.index] += len(delta.text)
-        return self._chunk_body(choice, include_usage)
+        return choice
 
     def _tool_delta(self, delta: Delta) -> tuple[dict, str | None]:
         """Content outside calls as it comes, each call whole once it closes."""
