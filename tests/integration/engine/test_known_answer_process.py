@@ -20,6 +20,7 @@ from services.local.ports import free_port
 from services.local.processes import ManagedProcess, serve_argv
 from services.local.readiness import wait_ready
 from services.peers.model_folder import hf_model_folder
+from tests.integration import load_report
 from tests.integration.engine.test_engine_server import request
 
 pytestmark = pytest.mark.slow
@@ -63,15 +64,7 @@ def engines(smollm_path, tmp_path_factory):
 
 async def load_when_up(address: str, process: ManagedProcess) -> engine_pb2.LoadReport:
     """GetLoad's answer once the server is up (it never reports SERVING)."""
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = engine_pb2_grpc.EngineStub(channel)
-        for _ in range(3000):
-            assert process.exited() is None, process.log_tail()
-            try:
-                return await stub.GetLoad(engine_pb2.GetLoadRequest(), timeout=5)
-            except grpc.aio.AioRpcError:
-                await asyncio.sleep(0.1)
-    raise AssertionError(f"no GetLoad answer; log:\n{process.log_tail()}")
+    return await load_report.load_when_up(address, process, attempts=3000)
 
 
 async def test_a_right_engine_passes_and_serves(engines):

@@ -15,19 +15,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
 from services.local.readiness import wait_ready
+from tests.integration import load_report
 from tests.integration.vllm.conftest import adapter_process, generate_request
 
 
 async def load_when_up(address, process) -> engine_pb2.LoadReport:
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = engine_pb2_grpc.EngineStub(channel)
-        for _ in range(1200):
-            assert process.exited() is None, process.log_tail()
-            try:
-                return await stub.GetLoad(engine_pb2.GetLoadRequest(), timeout=5)
-            except grpc.aio.AioRpcError:
-                await asyncio.sleep(0.1)
-    raise AssertionError(f"no GetLoad answer; log:\n{process.log_tail()}")
+    return await load_report.load_when_up(address, process, attempts=1200)
 
 
 @pytest.fixture(scope="module")
