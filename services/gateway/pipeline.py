@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import grpc
 
 from maas.v1 import engine_pb2, router_pb2
+from services.common.defaults import default_max_tokens
 from services.gateway.admission.cold_start_hold import ColdStartHold, ready
 from services.gateway.admission.deployment_queues import DeploymentQueues
 from services.gateway.admission.fair_queue import FairShareError, QueueFullError, QueueTimeoutError
@@ -103,7 +104,7 @@ class Pipeline:
                 await self.encoder.check_grammar(
                     route.tokenizer, request.sampling.grammar, request.grammar_param, tenant.name
                 )
-            room = max(prompt.max_model_len - len(prompt.token_ids), 1)
+            room = default_max_tokens(prompt.max_model_len, len(prompt.token_ids))
             max_tokens = request.max_tokens or min(tenant.max_tokens or room, room)
             need = len(prompt.token_ids) + request.n * max_tokens
             if counted:
