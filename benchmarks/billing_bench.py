@@ -14,13 +14,13 @@ import time
 import uuid
 from pathlib import Path
 
-from services.billing.consumer import UsageConsumer
-from services.common.prices import ModelPrice, PriceTable
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.local.ports import free_port
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
+from maas_services.billing.consumer import UsageConsumer
+from maas_services.common.prices import ModelPrice, PriceTable
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_tools.local.ports import free_port
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
 
 
 def event(tenant: str) -> UsageEvent:

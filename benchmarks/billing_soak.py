@@ -21,15 +21,15 @@ import uuid
 from pathlib import Path
 
 from benchmarks.machine import cpu_model
-from services.billing.ledger import DAY, HOUR
-from services.billing.settings import BillingSettings
-from services.common.redis_client import open_redis
-from services.common.service_token import ENV as SERVICE_TOKEN_ENV
-from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
+from maas_services.billing.ledger import DAY, HOUR
+from maas_services.billing.settings import BillingSettings
+from maas_services.common.redis_client import open_redis
+from maas_services.common.service_token import ENV as SERVICE_TOKEN_ENV
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
 
 # Bytes Redis keeps per request, docs/billing.md (measured on Redis 6.2).
 LINE_ITEM_BYTES, DEDUP_MARK_BYTES, WAITING_ENTRY_BYTES = 375, 100, 250

@@ -26,9 +26,9 @@ import grpc
 from benchmarks.machine import machine
 from benchmarks.results_file import update_results
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.common.model_files import default_model_path
-from services.common.tokenizer_loader import load_tokenizer
-from services.local.ports import free_port
+from maas_services.common.model_files import default_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_tools.local.ports import free_port
 
 TOPICS = ["rivers", "volcanoes", "bread", "chess", "jazz", "bees", "glaciers", "trains"]
 # Two threads in every step, as before the per-step threads (core/compute_threads.py).
@@ -112,7 +112,7 @@ def run_variant(
     omp, flags = variant
     env = {k: v for k, v in os.environ.items() if k not in OMP_VARIABLES} | omp
     port = free_port()
-    argv = [sys.executable, "-m", "services.cli", "serve", "engine", "--port", str(port)]
+    argv = [sys.executable, "-m", "maas_tools.cli", "serve", "engine", "--port", str(port)]
     argv += ["--dtype", "float32", "--log-level", "warning", *flags]
     engine = subprocess.Popen(
         argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

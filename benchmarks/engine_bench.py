@@ -21,16 +21,16 @@ from pathlib import Path
 import torch
 
 from benchmarks.hf_static import load_hf_model, static_tokens_per_s
-from services.common.model_files import default_model_path
-from services.common.tokenizer_loader import load_tokenizer
-from services.engine.device import resolve_device, resolve_dtype
-from services.engine.engine_config import build_configs
-from services.engine.kv_cache import PagedKVCache
-from services.engine.llm_engine import LLMEngine
-from services.engine.loader import load_model
-from services.engine.model_runner import ModelRunner
-from services.engine.sampling_params import SamplingParams
-from services.engine.settings import EngineSettings
+from maas_services.common.model_files import default_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.engine.device import resolve_device, resolve_dtype
+from maas_services.engine.engine_config import build_configs
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.llm_engine import LLMEngine
+from maas_services.engine.loader import load_model
+from maas_services.engine.model_runner import ModelRunner
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.settings import EngineSettings
 
 TOPICS = ["rivers", "volcanoes", "bread", "chess", "jazz", "bees", "glaciers", "trains"]
 

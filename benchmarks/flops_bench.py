@@ -25,7 +25,7 @@ import statistics
 import time
 from pathlib import Path
 
-from services.engine.machine_defaults import use_core_omp
+from maas_services.engine.machine_defaults import use_core_omp
 
 use_core_omp()  # the core's OpenMP, before torch loads it
 
@@ -33,12 +33,12 @@ import torch  # noqa: E402
 
 from benchmarks.machine import machine  # noqa: E402
 from benchmarks.step_bench import decoding_engine  # noqa: E402
-from services.common.model_files import default_model_path  # noqa: E402
-from services.common.tokenizer_loader import load_tokenizer  # noqa: E402
-from services.engine.loader import load_model  # noqa: E402
-from services.engine.model_config import ModelConfig  # noqa: E402
-from services.engine.native_layers import NativeHalves  # noqa: E402
-from services.engine.quantization.config import QuantizationConfig  # noqa: E402
+from maas_services.common.model_files import default_model_path  # noqa: E402
+from maas_services.common.tokenizer_loader import load_tokenizer  # noqa: E402
+from maas_services.engine.loader import load_model  # noqa: E402
+from maas_services.engine.model_config import ModelConfig  # noqa: E402
+from maas_services.engine.native_layers import NativeHalves  # noqa: E402
+from maas_services.engine.quantization.config import QuantizationConfig  # noqa: E402
 
 
 def best_seconds(call, repeats: int) -> float:

@@ -28,8 +28,8 @@ from benchmarks.gateway_bench import (
     tenant_key,
     through_gateway,
 )
-from services.local.ports import free_port
-from services.local.processes import serve_argv
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import serve_argv
 
 
 def export(revision: str, state: Path) -> Path:

@@ -42,15 +42,15 @@ from maas.v1 import (
     tokenizer_pb2,
     tokenizer_pb2_grpc,
 )
-from services.common.grpc_client import open_channel
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.common.redis_client import open_redis
-from services.gateway.admission.rate_limiter import RateLimiter
-from services.gateway.admission.tenants import Tenant, TenantStore
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
+from maas_services.common.grpc_client import open_channel
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.rate_limiter import RateLimiter
+from maas_services.gateway.admission.tenants import Tenant, TenantStore
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 ROUTES = """

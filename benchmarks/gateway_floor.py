@@ -41,11 +41,11 @@ import grpc
 
 from benchmarks.gateway_bench import pin
 from benchmarks.machine import machine
-from services.common.grpc_client import OPTIONS
-from services.common.redis_client import open_redis
-from services.local.ports import free_port
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
+from maas_services.common.grpc_client import OPTIONS
+from maas_services.common.redis_client import open_redis
+from maas_tools.local.ports import free_port
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
 
 FRAMES = 17  # a 16-token chat stream: the role chunk and 16 content chunks
 CHUNK = {
@@ -103,7 +103,7 @@ def starlette_app():
     from starlette.applications import Starlette
     from starlette.routing import Route
 
-    from services.gateway.http_api.http_stream import EventStream
+    from maas_services.gateway.http_api.http_stream import EventStream
 
     sse = frames()
 
@@ -122,10 +122,10 @@ def fastapi_app(middleware: bool = False):
     from fastapi import APIRouter, FastAPI
     from fastapi.responses import Response
 
-    from services.gateway.http_api.body_guard import BodyGuard
-    from services.gateway.http_api.http_stream import EventStream
-    from services.gateway.http_api.tracing_middleware import TracingMiddleware
-    from services.gateway.schemas import ChatCompletionRequest
+    from maas_services.gateway.http_api.body_guard import BodyGuard
+    from maas_services.gateway.http_api.http_stream import EventStream
+    from maas_services.gateway.http_api.tracing_middleware import TracingMiddleware
+    from maas_services.gateway.schemas import ChatCompletionRequest
 
     sse = frames()
     router = APIRouter()
@@ -163,7 +163,10 @@ def serve_http(kind: str, port: int) -> None:
     if kind == "gateway_stack":
         from functools import partial
 
-        from services.gateway.http_api.http_protocol import ConnectionLimits, GuardedHttpProtocol
+        from maas_services.gateway.http_api.http_protocol import (
+            ConnectionLimits,
+            GuardedHttpProtocol,
+        )
 
         http = partial(GuardedHttpProtocol, limits=ConnectionLimits(1024, 65536, 30.0))
     uvicorn.run(

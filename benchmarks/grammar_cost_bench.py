@@ -14,12 +14,12 @@ import os
 import time
 
 from benchmarks.structured_schemas import SCHEMAS
-from services.common.grammar import cost
-from services.common.grammar.spec import GrammarSpec
-from services.common.grammar.vocab import tokenizer_info
-from services.common.grammar.worker import GrammarWorker, WorkerLimits
-from services.common.model_files import default_model_path
-from services.common.tokenizer_loader import load_tokenizer
+from maas_services.common.grammar import cost
+from maas_services.common.grammar.spec import GrammarSpec
+from maas_services.common.grammar.vocab import tokenizer_info
+from maas_services.common.grammar.worker import GrammarWorker, WorkerLimits
+from maas_services.common.model_files import default_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
 
 CLASS = '[^"\\nab]'
 

@@ -1,7 +1,7 @@
 """Tenant isolation (issue 31): one tenant's latency alone and while another attacks.
 
 `make bench-isolation`. Starts the local stack as `maas up` does
-(services.bench.local_stack), creates three tenants in its Redis, and measures
+(maas_tools.bench.local_stack), creates three tenants in its Redis, and measures
 from outside, as callers with valid keys would:
 
 - victim (normal limits): `--requests` chat requests one after another, a
@@ -45,12 +45,12 @@ from benchmarks.isolation_attacks import ATTACKS, Sizes, Target, run_attack
 from benchmarks.machine import machine
 from benchmarks.rss_sampler import RssSampler
 from maas.v1 import gateway_pb2, gateway_pb2_grpc, tokenizer_pb2
-from services.bench.local_stack import local_stack
-from services.bench.stats import distribution
-from services.bench.text import words
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.common.redis_client import open_redis
-from services.gateway.admission.tenants import TenantStore
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_tools.bench.local_stack import local_stack
+from maas_tools.bench.stats import distribution
+from maas_tools.bench.text import words
 
 GENEROUS = {"rpm": 10**6, "tpm": 10**9}
 VICTIM_LIMITS = {"rpm": 600, "tpm": 10**7, "max_concurrency": 4}

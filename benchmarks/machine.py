@@ -3,7 +3,7 @@
 import os
 import platform
 
-from services.common.machine_profile import machine_profile
+from maas_services.common.machine_profile import machine_profile
 
 
 def cpu_model() -> str:

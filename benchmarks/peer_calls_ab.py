@@ -22,10 +22,10 @@ from pathlib import Path
 from benchmarks.gateway_ab import export
 from benchmarks.gateway_bench import RENDER, Processes, cpu_seconds, pin, prompt_ids, start_stack
 from maas.v1 import router_pb2, router_pb2_grpc, tokenizer_pb2_grpc
-from services.common.grpc_client import open_channel
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
+from maas_services.common.grpc_client import open_channel
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
 
 
 class Side:

@@ -1,11 +1,11 @@
 """maas against the servers a user would run instead: `make bench-peers`.
 
-One client (maas bench's own, services.bench.client), one seeded workload
+One client (maas bench's own, maas_tools.bench.client), one seeded workload
 (story prompts, streaming /v1/completions, `--max-tokens` output tokens with
 ignore_eos, N streams in a closed loop), and each server alone on the machine
 in turn, started and stopped here:
 - maas through the gateway, as `maas up` runs it (each --maas-variant too);
-- vLLM's CPU build in its own venv (services.peers), in float32 and in its
+- vLLM's CPU build in its own venv (maas_tools.peers), in float32 and in its
   default bf16 (emulated, and slow, on CPUs without native bf16: measured at
   --bf16-levels only);
 - llama.cpp's server on the same GGUF file, one request at a time (measured at
@@ -30,12 +30,12 @@ from pathlib import Path
 
 from benchmarks import peers_report
 from benchmarks.machine import machine
-from services.bench.client import ChatClient, RequestResult
-from services.bench.loops import closed_loop
-from services.bench.runner import state_dir
-from services.bench.stats import summarize
-from services.bench.text import words
-from services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_tools.bench.client import ChatClient, RequestResult
+from maas_tools.bench.loops import closed_loop
+from maas_tools.bench.runner import state_dir
+from maas_tools.bench.stats import summarize
+from maas_tools.bench.text import words
 
 SUBJECTS = (
     "a lighthouse keeper",
@@ -137,7 +137,7 @@ async def measure_server(server: Server, args) -> dict:
 def maas_server(name: str, flags: list[str], levels: tuple[int, ...]) -> Server:
     @contextlib.asynccontextmanager
     async def open_maas() -> AsyncIterator[Endpoint]:
-        from services.bench.local_stack import local_stack
+        from maas_tools.bench.local_stack import local_stack
 
         async with local_stack("prefix_affinity", 1, flags, f"peers-{name}") as stack:
             yield Endpoint(f"{stack.gateway_url}/v1", stack.api_key, DEFAULT_MODEL_ID)
@@ -146,11 +146,11 @@ def maas_server(name: str, flags: list[str], levels: tuple[int, ...]) -> Server:
 
 
 def vllm_server(dtype: str, levels: tuple[int, ...], args) -> Server:
-    from services.peers.venv import VLLM, ensure
+    from maas_tools.peers.venv import VLLM, ensure
 
     def config():
-        from services.peers.model_folder import hf_model_folder
-        from services.peers.vllm_server import VllmConfig
+        from maas_tools.peers.model_folder import hf_model_folder
+        from maas_tools.peers.vllm_server import VllmConfig
 
         return VllmConfig(
             python=ensure(VLLM),
@@ -164,7 +164,7 @@ def vllm_server(dtype: str, levels: tuple[int, ...], args) -> Server:
 
     @contextlib.asynccontextmanager
     async def open_vllm() -> AsyncIterator[Endpoint]:
-        from services.peers.vllm_server import VllmServer
+        from maas_tools.peers.vllm_server import VllmServer
 
         log = state_dir() / "bench" / f"peers-vllm-{dtype}" / "vllm.log"
         server = VllmServer(config(), log)
@@ -186,8 +186,8 @@ def vllm_server(dtype: str, levels: tuple[int, ...], args) -> Server:
 
 
 def llamacpp_server(levels: tuple[int, ...], threads: int) -> Server:
-    from services.peers.llamacpp_server import LlamaCppConfig, llamacpp_server
-    from services.peers.venv import llama_peer
+    from maas_tools.peers.llamacpp_server import LlamaCppConfig, llamacpp_server
+    from maas_tools.peers.venv import llama_peer
 
     config = LlamaCppConfig(
         log_path=state_dir() / "bench" / "peers-llama.cpp" / "llama.log", threads=threads

@@ -18,7 +18,7 @@ LLAMACPP_TARGETS = {1: 1.0}
 
 
 def level_row(summary: dict, max_tokens: int) -> dict:
-    """The numbers compared, from services.bench.stats.summarize's summary (seconds -> ms)."""
+    """The numbers compared, from maas_tools.bench.stats.summarize's summary (seconds -> ms)."""
 
     def ms(name: str, percentile: str) -> float | None:
         value = summary[name].get(percentile)

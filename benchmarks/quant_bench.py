@@ -4,7 +4,7 @@ For float32, bfloat16 and each quantized variant of the bundled SmolLM2:
 - weight memory of the quantized linear layers against the same layers in
   float32 and in bfloat16 (the issue's bars: int8 >= 1.9x, int4 >= 3.5x,
   checked against bfloat16, the stricter of the two);
-- perplexity on the held-out text (services/eval/data) and its delta
+- perplexity on the held-out text (tools/eval/data) and its delta
   against float32 (bar: int8 within 1%);
 - decode tokens/s through the engine at batch 1 and a larger batch, and the
   speedup against float32 measured in the same run (the machines are shared
@@ -28,16 +28,16 @@ from pathlib import Path
 import torch
 
 from benchmarks.results_file import update_results
-from services.common.model_files import default_model_path
-from services.common.tokenizer_loader import load_tokenizer
-from services.engine.kv_budget import model_bytes
-from services.engine.loader import load_model
-from services.engine.offline import offline_engine
-from services.engine.quantization.config import QuantizationConfig
-from services.engine.quantization.memory import quantized_weight_memory
-from services.engine.quantization.quantize import quantize_model
-from services.engine.sampling_params import SamplingParams
-from services.eval.perplexity import DEFAULT_TEXT, perplexity
+from maas_services.common.model_files import default_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.engine.kv_budget import model_bytes
+from maas_services.engine.loader import load_model
+from maas_services.engine.offline import offline_engine
+from maas_services.engine.quantization.config import QuantizationConfig
+from maas_services.engine.quantization.memory import quantized_weight_memory
+from maas_services.engine.quantization.quantize import quantize_model
+from maas_services.engine.sampling_params import SamplingParams
+from maas_tools.eval.perplexity import DEFAULT_TEXT, perplexity
 
 # name -> (quantization, activation dtype). bf16 is how an AMX/AVX512-BF16 CPU serves,
 # float32 how an AVX2 CPU does (its bf16 matmuls are unusable): the float32 variants

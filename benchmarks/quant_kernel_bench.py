@@ -36,10 +36,10 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.results_file import update_results
+from maas_kernels.native import bindings
 from maas_kernels.quant_int4_ref import quantize_int4
 from maas_kernels.quant_int8_ref import quantize_int8
-from services.engine.native import bindings
-from services.engine.quantization import cpu_kernel
+from maas_services.engine.quantization import cpu_kernel
 
 # (out_features, in_features): qkv_proj, o_proj, gate_up_proj, down_proj.
 LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]

@@ -1,7 +1,7 @@
 """Speculative decoding against plain decoding, in one run: `make bench-accel`, "speculative".
 
 Workload: summaries, edits and rewrites of passages of the held-out text
-(services/eval/data), the repetition-heavy traffic speculation is for; the
+(tools/eval/data), the repetition-heavy traffic speculation is for; the
 draft model never saw that text (maas distill-draft trains on text the
 target wrote itself). Every request is greedy and opts in to speculation.
 
@@ -26,16 +26,16 @@ import torch
 from prometheus_client import REGISTRY
 
 from benchmarks.results_file import update_results
-from services.common.model_files import default_model_path
-from services.common.tokenizer_loader import load_tokenizer
-from services.distill.main import DEFAULT_OUTPUT as DEFAULT_DRAFT
-from services.distill.prompts import EDIT_TASKS
-from services.engine.device import resolve_dtype
-from services.engine.loader import load_model
-from services.engine.offline import generate, offline_engine
-from services.engine.sampling_params import SamplingParams
-from services.engine.spec.config import SpecConfig
-from services.eval.perplexity import DEFAULT_TEXT
+from maas_services.common.model_files import default_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.engine.device import resolve_dtype
+from maas_services.engine.loader import load_model
+from maas_services.engine.offline import generate, offline_engine
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.spec.config import SpecConfig
+from maas_tools.distill.main import DEFAULT_OUTPUT as DEFAULT_DRAFT
+from maas_tools.distill.prompts import EDIT_TASKS
+from maas_tools.eval.perplexity import DEFAULT_TEXT
 
 BASELINE = "none"
 NGRAM_TARGET = 1.8  # the issue's bar: batch-1 speedup with n-gram lookup

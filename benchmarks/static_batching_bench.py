@@ -29,9 +29,9 @@ from benchmarks.engine_bench import TOPICS, chat_prompt
 from benchmarks.hf_static import load_hf_model, static_tokens_per_s
 from benchmarks.machine import machine
 from benchmarks.peers_bench import maas_server, maas_variant
-from services.bench.client import ChatClient
-from services.common.model_files import default_model_path
-from services.common.tokenizer_loader import load_tokenizer
+from maas_services.common.model_files import default_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_tools.bench.client import ChatClient
 
 TARGET = 4.0
 

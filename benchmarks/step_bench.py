@@ -29,23 +29,23 @@ import statistics
 import time
 from pathlib import Path
 
-from services.engine.machine_defaults import use_core_omp
+from maas_services.engine.machine_defaults import use_core_omp
 
 use_core_omp()  # the core's OpenMP, before torch loads it
 
 import torch  # noqa: E402
 
 from benchmarks.machine import machine  # noqa: E402
-from services.common.model_files import default_model_path  # noqa: E402
-from services.common.quantization_methods import QUANTIZATION_METHODS  # noqa: E402
-from services.common.tokenizer_loader import load_tokenizer  # noqa: E402
-from services.engine import native_layers  # noqa: E402
-from services.engine.compute_path import ComputePath  # noqa: E402
-from services.engine.loader import load_model  # noqa: E402
-from services.engine.offline import offline_engine  # noqa: E402
-from services.engine.quantization.config import ACTIVATIONS, QuantizationConfig  # noqa: E402
-from services.engine.sampling_params import SamplingParams  # noqa: E402
-from services.engine.settings import EngineSettings  # noqa: E402
+from maas_services.common.model_files import default_model_path  # noqa: E402
+from maas_services.common.quantization_methods import QUANTIZATION_METHODS  # noqa: E402
+from maas_services.common.tokenizer_loader import load_tokenizer  # noqa: E402
+from maas_services.engine import native_layers  # noqa: E402
+from maas_services.engine.compute_path import ComputePath  # noqa: E402
+from maas_services.engine.loader import load_model  # noqa: E402
+from maas_services.engine.offline import offline_engine  # noqa: E402
+from maas_services.engine.quantization.config import ACTIVATIONS, QuantizationConfig  # noqa: E402
+from maas_services.engine.sampling_params import SamplingParams  # noqa: E402
+from maas_services.engine.settings import EngineSettings  # noqa: E402
 
 # torch op name -> class. What matches none is "other ops".
 OP_CLASSES = {

@@ -27,14 +27,14 @@ import torch
 from benchmarks.engine_bench import chat_prompt, drain, make_engine
 from benchmarks.machine import cpu_model
 from benchmarks.structured_schemas import SCHEMAS
-from services.common.grammar.compiler import GrammarCompiler
-from services.common.grammar.spec import GrammarSpec
-from services.common.grammar.vocab import tokenizer_info
-from services.common.model_files import default_model_path
-from services.common.tokenizer_loader import load_tokenizer
-from services.engine.device import resolve_device, resolve_dtype
-from services.engine.loader import load_model
-from services.engine.sampling_params import SamplingParams
+from maas_services.common.grammar.compiler import GrammarCompiler
+from maas_services.common.grammar.spec import GrammarSpec
+from maas_services.common.grammar.vocab import tokenizer_info
+from maas_services.common.model_files import default_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.engine.device import resolve_device, resolve_dtype
+from maas_services.engine.loader import load_model
+from maas_services.engine.sampling_params import SamplingParams
 
 LONG_TEXT = {
     "type": "object",

@@ -1,6 +1,6 @@
 """`make bench-vllm`: what our path costs in front of vLLM, and prefix routing over vLLM replicas.
 
-Issue #14's two figures, with maas bench's own client (services/bench):
+Issue #14's two figures, with maas bench's own client (tools/bench):
 
 1. Added latency. Local mode with one vLLM replica (`maas up --engine-backend
    vllm`); the same streamed chat requests go through our gateway (auth,
@@ -11,7 +11,7 @@ Issue #14's two figures, with maas bench's own client (services/bench):
    each stream count; the target is <= 5 ms added TTFT p50 at one stream. On a
    2-core machine the rest of the stack competes with vLLM for the CPU, so
    the figure includes that.
-2. Routing. The shared-prefix scenario (services/bench/scenarios/shared_prefix.py)
+2. Routing. The shared-prefix scenario (tools/bench/scenarios/shared_prefix.py)
    over two vLLM replicas, prefix_affinity against round_robin: the share of
    prompt tokens vLLM served from its cache (usage's cached_tokens) and TTFT.
 
@@ -33,18 +33,18 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.machine import cpu_model
-from services.bench import engine_metrics
-from services.bench.client import ChatClient, RequestResult
-from services.bench.plot import plot_run
-from services.bench.report import plot_inputs
-from services.bench.runner import measure
-from services.bench.scenarios.shared_prefix import SharedPrefix
-from services.bench.stats import summarize
-from services.bench.text import words
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.local.ports import free_port
-from services.local.stack import Stack, StackConfig
-from services.local.vllm_replicas import VllmOptions
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_tools.bench import engine_metrics
+from maas_tools.bench.client import ChatClient, RequestResult
+from maas_tools.bench.plot import plot_run
+from maas_tools.bench.report import plot_inputs
+from maas_tools.bench.runner import measure
+from maas_tools.bench.scenarios.shared_prefix import SharedPrefix
+from maas_tools.bench.stats import summarize
+from maas_tools.bench.text import words
+from maas_tools.local.ports import free_port
+from maas_tools.local.stack import Stack, StackConfig
+from maas_tools.local.vllm_replicas import VllmOptions
 
 TARGET_ADDED_TTFT_P50_S = 0.005
 
@@ -157,7 +157,7 @@ async def overhead(args) -> tuple[dict, dict, dict]:
     return runs, samples, added
 
 
-# vLLM's own counters under the names services.bench.engine_metrics reads for ours.
+# vLLM's own counters under the names maas_tools.bench.engine_metrics reads for ours.
 _VLLM_COUNTERS = {
     "vllm:prefix_cache_queries_total": engine_metrics.QUERIED,
     "vllm:prefix_cache_hits_total": engine_metrics.HITS,

@@ -23,10 +23,10 @@ os.environ.setdefault("MAAS_TORCH_THREADS", "1")
 
 import pytest  # noqa: E402
 
-from services.local.ports import free_port
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
-from services.local.stack import Stack, StackConfig
+from maas_tools.local.ports import free_port
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
+from maas_tools.local.stack import Stack, StackConfig
 
 
 def pytest_configure(config):

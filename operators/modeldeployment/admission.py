@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from operators.modeldeployment.vllm_allowlist import refused_arg, refused_env
+from maas_operator.modeldeployment.vllm_allowlist import refused_arg, refused_env
 
 
 @dataclass(frozen=True)

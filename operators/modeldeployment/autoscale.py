@@ -14,13 +14,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
-from operators.modeldeployment import metrics, resources
-from operators.modeldeployment.drain import DrainState, DrainStep, choose_victim, next_step
-from operators.modeldeployment.grpc_clients import PoolStatsUnavailable, replicas_of
-from operators.modeldeployment.kube import KubeApi, object_path
-from operators.modeldeployment.policy import Action, AutoscalerState, Observation, decide
-from operators.modeldeployment.spec import autoscaling_config, drain_timeout_seconds, model_id
-from operators.modeldeployment.status import (
+from maas_operator.modeldeployment import metrics, resources
+from maas_operator.modeldeployment.drain import DrainState, DrainStep, choose_victim, next_step
+from maas_operator.modeldeployment.grpc_clients import PoolStatsUnavailable, replicas_of
+from maas_operator.modeldeployment.kube import KubeApi, object_path
+from maas_operator.modeldeployment.policy import Action, AutoscalerState, Observation, decide
+from maas_operator.modeldeployment.spec import autoscaling_config, drain_timeout_seconds, model_id
+from maas_operator.modeldeployment.status import (
     conditions,
     merge_conditions,
     parse_timestamp,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from operators.modeldeployment import crd_schema as s
+from maas_operator.modeldeployment import crd_schema as s
 
 CHART_CRD = (
     Path(__file__).resolve().parents[2]

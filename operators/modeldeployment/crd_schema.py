@@ -8,10 +8,10 @@ simulator.
 
 from typing import Any
 
-from services.common.block_hash import BLOCK_SIZE
-from services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
-from services.common.quantization_methods import QUANTIZATION_METHODS
-from services.common.routing_policies import (
+from maas_services.common.block_hash import BLOCK_SIZE
+from maas_services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+from maas_services.common.quantization_methods import QUANTIZATION_METHODS
+from maas_services.common.routing_policies import (
     DEFAULT_ROUTING_POLICY,
     ROUTING_POLICIES,
     SCORER_NAMES,
@@ -161,7 +161,7 @@ ENGINE = _obj(
             "type": "number",
             "minimum": 1,
             "description": "the model's float32 reference perplexity on the engine's start-up "
-            "known-answer texts (`python -m services.engine.known_answer_reference MODEL`); "
+            "known-answer texts (`python -m maas_services.engine.known_answer_reference MODEL`); "
             "a replica that scores more than the engine's --known-answer-tolerance (5%) off "
             "it stays not ready. Absent: only a sanity bound (docs/engine.md)",
         },

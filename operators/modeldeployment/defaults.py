@@ -7,7 +7,7 @@ simulator and the validation tests do not, so both go through here.
 import copy
 from typing import Any
 
-from operators.modeldeployment.crd_schema import OPENAPI_SCHEMA
+from maas_operator.modeldeployment.crd_schema import OPENAPI_SCHEMA
 
 
 def apply_defaults(value: Any, schema: dict) -> Any:

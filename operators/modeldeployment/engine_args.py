@@ -7,7 +7,7 @@ default spec runs on any engine build, including one from before those features.
 
 import re
 
-from services.common.defaults import ENGINE_PORT, METRICS_PORT
+from maas_services.common.defaults import ENGINE_PORT, METRICS_PORT
 
 _UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _UNITS |= {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}

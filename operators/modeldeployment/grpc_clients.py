@@ -3,8 +3,8 @@
 import grpc
 
 from maas.v1 import engine_pb2, engine_pb2_grpc, router_pb2, router_pb2_grpc
-from operators.modeldeployment.drain import Replica
-from services.common.grpc_client import open_channel
+from maas_operator.modeldeployment.drain import Replica
+from maas_services.common.grpc_client import open_channel
 
 CALLER = "operator"
 

@@ -6,7 +6,7 @@ real handlers against an emulated API server with their own login.
 A spec the admission policy refuses (or whose pvc:// claim is no model store,
 model_store.py) gets Ready=False with the reason and a Warning Event, and
 nothing is created or changed (see status.ready). A ModelDeployment claiming a
-model id an earlier one holds (services.common.model_claims) is reconciled, but
+model id an earlier one holds (maas_services.common.model_claims) is reconciled, but
 gets ModelIdConflict=True and Ready=False: the router pools none of its
 engines. kopf's index of every watched ModelDeployment by claimed id answers
 that without an API call.
@@ -19,24 +19,24 @@ from dataclasses import dataclass, field
 
 import kopf
 
-from operators.modeldeployment import crd_schema as s
-from operators.modeldeployment import metrics
-from operators.modeldeployment.admission import AdmissionPolicy, Refusal
-from operators.modeldeployment.autoscale import Dependencies, tick
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.kube import Credentials
-from operators.modeldeployment.model_store import CLAIM_REASONS, claim_refusal
-from operators.modeldeployment.reconcile import delete_owned, reconcile
-from operators.modeldeployment.resources import selector_string
-from operators.modeldeployment.routes import RoutesConfigMap
-from operators.modeldeployment.status import (
+from maas_operator.modeldeployment import crd_schema as s
+from maas_operator.modeldeployment import metrics
+from maas_operator.modeldeployment.admission import AdmissionPolicy, Refusal
+from maas_operator.modeldeployment.autoscale import Dependencies, tick
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.kube import Credentials
+from maas_operator.modeldeployment.model_store import CLAIM_REASONS, claim_refusal
+from maas_operator.modeldeployment.reconcile import delete_owned, reconcile
+from maas_operator.modeldeployment.resources import selector_string
+from maas_operator.modeldeployment.routes import RoutesConfigMap
+from maas_operator.modeldeployment.status import (
     conflict_refusal,
     merge_conditions,
     model_id_conflict,
     ready,
 )
-from operators.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
-from services.common.model_claims import Claimant, Conflict, conflicts
+from maas_operator.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
+from maas_services.common.model_claims import Claimant, Conflict, conflicts
 
 FINALIZER = "maas.io/cleanup"
 # A spec refused for its claim is looked at again after this many autoscaler intervals.

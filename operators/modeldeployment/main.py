@@ -4,15 +4,15 @@ import asyncio
 
 import kopf
 
-from operators.modeldeployment.admission import AdmissionPolicy
-from operators.modeldeployment.autoscale import Dependencies
-from operators.modeldeployment.grpc_clients import RouterClient, drain_engine
-from operators.modeldeployment.handlers import OperatorContext, build_registry
-from operators.modeldeployment.kube import Credentials, KubeApi
-from operators.modeldeployment.routes import RoutesConfigMap
-from operators.modeldeployment.settings import OperatorSettings
-from services.common.kubernetes_client import own_namespace
-from services.common.metrics import start_metrics_server
+from maas_operator.modeldeployment.admission import AdmissionPolicy
+from maas_operator.modeldeployment.autoscale import Dependencies
+from maas_operator.modeldeployment.grpc_clients import RouterClient, drain_engine
+from maas_operator.modeldeployment.handlers import OperatorContext, build_registry
+from maas_operator.modeldeployment.kube import Credentials, KubeApi
+from maas_operator.modeldeployment.routes import RoutesConfigMap
+from maas_operator.modeldeployment.settings import OperatorSettings
+from maas_services.common.kubernetes_client import own_namespace
+from maas_services.common.metrics import start_metrics_server
 
 
 def routes_configmap(settings: OperatorSettings) -> RoutesConfigMap | None:

@@ -18,8 +18,8 @@ keep their mount until replaced).
 
 from urllib.parse import urlparse
 
-from operators.modeldeployment.admission import Refusal
-from operators.modeldeployment.kube import KubeApi, object_path
+from maas_operator.modeldeployment.admission import Refusal
+from maas_operator.modeldeployment.kube import KubeApi, object_path
 
 STORE_LABEL = "maas.io/model-store"
 CLAIM_REASONS = ("ClaimNotFound", "ClaimNotAllowed")

@@ -8,9 +8,9 @@ costs a GET, not a rollout.
 import hashlib
 import json
 
-from operators.modeldeployment import resources
-from operators.modeldeployment.kube import KubeApi, object_path
-from operators.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
+from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment.kube import KubeApi, object_path
+from maas_operator.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
 
 HASH_ANNOTATION = "maas.io/desired-hash"
 # The autoscaler owns Deployment replicas; selectors are immutable.

@@ -10,11 +10,11 @@ apply them. Replica counts are not here: the autoscaler owns them.
 
 import json
 
-from operators.modeldeployment.crd_schema import GROUP, KIND, VERSION
-from operators.modeldeployment.engine_args import engine_args
-from operators.modeldeployment.model_source import ModelMount, model_mount
-from operators.modeldeployment.spec import track_model_id
-from operators.modeldeployment.vllm_pod import (
+from maas_operator.modeldeployment.crd_schema import GROUP, KIND, VERSION
+from maas_operator.modeldeployment.engine_args import engine_args
+from maas_operator.modeldeployment.model_source import ModelMount, model_mount
+from maas_operator.modeldeployment.spec import track_model_id
+from maas_operator.modeldeployment.vllm_pod import (
     ADAPTER_RESOURCES,
     DEFAULT_VLLM_IMAGE,
     STARTUP_SECONDS,
@@ -22,7 +22,7 @@ from operators.modeldeployment.vllm_pod import (
     api_key_env,
     vllm_container,
 )
-from services.common.defaults import ENGINE_PORT, METRICS_PORT
+from maas_services.common.defaults import ENGINE_PORT, METRICS_PORT
 
 OWNER_LABEL = "maas.io/model-deployment"
 TRACK_LABEL = "maas.io/track"  # main or canary
@@ -109,7 +109,7 @@ def _grpc_probe(period: int, failures: int) -> dict:
 
 
 def _service_token_env(token_secret: str) -> list[dict]:
-    """The token callers must show (services.common.service_token), from the Secret
+    """The token callers must show (maas_services.common.service_token), from the Secret
     of that name in the engine's own namespace (the chart puts one in each it manages)."""
     if not token_secret:
         return []

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import yaml
 
-from operators.modeldeployment.kube import KubeApi, KubeError, object_path
-from operators.modeldeployment.resources import canary_wanted
-from operators.modeldeployment.spec import canary_model_id, model_id
+from maas_operator.modeldeployment.kube import KubeApi, KubeError, object_path
+from maas_operator.modeldeployment.resources import canary_wanted
+from maas_operator.modeldeployment.spec import canary_model_id, model_id
 
 
 def fragment(name: str, spec: dict) -> dict:

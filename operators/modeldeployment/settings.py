@@ -2,9 +2,9 @@ import re
 
 from pydantic import Field, field_validator
 
-from operators.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
-from services.common.defaults import METRICS_PORT, OPERATOR_HEALTH_PORT, ROUTER_PORT
-from services.common.settings import ServiceSettings
+from maas_operator.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
+from maas_services.common.defaults import METRICS_PORT, OPERATOR_HEALTH_PORT, ROUTER_PORT
+from maas_services.common.settings import ServiceSettings
 
 
 class OperatorSettings(ServiceSettings):

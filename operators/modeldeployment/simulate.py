@@ -19,15 +19,15 @@ from pathlib import Path
 
 import yaml
 
-from operators.modeldeployment.policy import (
+from maas_operator.modeldeployment.policy import (
     Action,
     AutoscalerState,
     AutoscalingConfig,
     Observation,
     decide,
 )
-from operators.modeldeployment.spec import autoscaling_config
-from operators.modeldeployment.validation import validate
+from maas_operator.modeldeployment.spec import autoscaling_config
+from maas_operator.modeldeployment.validation import validate
 
 COLUMNS = [
     "time_s",

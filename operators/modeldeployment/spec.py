@@ -1,9 +1,9 @@
 """Typed views of a (defaulted) ModelDeployment spec."""
 
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.policy import AutoscalingConfig
-from services.common import model_claims
-from services.common.canary import canary_deployment
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.policy import AutoscalingConfig
+from maas_services.common import model_claims
+from maas_services.common.canary import canary_deployment
 
 
 def autoscaling_config(spec: dict) -> AutoscalingConfig:

@@ -2,7 +2,7 @@
 
 Ready is the summary: False with the admission policy's reason when the spec
 is refused, False with ModelIdConflict when an earlier ModelDeployment holds
-its model id (services.common.model_claims: its engines run, but the router
+its model id (maas_services.common.model_claims: its engines run, but the router
 pools none of them), else whether Available is. Both the spec handler and the
 autoscaler write it, each from the spec in the body it was given, because a
 status patch replaces the whole list: a writer that left Ready out would
@@ -13,8 +13,8 @@ autoscaler ticks on, so the latest spec's verdict is the one that stays.
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from operators.modeldeployment.admission import Refusal
-from services.common.model_claims import Conflict
+from maas_operator.modeldeployment.admission import Refusal
+from maas_services.common.model_claims import Conflict
 
 
 def timestamp(epoch: float) -> str:

@@ -14,8 +14,8 @@ import celpy
 import jsonschema
 from celpy import celtypes
 
-from operators.modeldeployment.crd_schema import OPENAPI_SCHEMA
-from operators.modeldeployment.defaults import apply_defaults
+from maas_operator.modeldeployment.crd_schema import OPENAPI_SCHEMA
+from maas_operator.modeldeployment.defaults import apply_defaults
 
 
 def _strict(schema: Any) -> Any:

@@ -27,16 +27,16 @@ admission allow-list (vllm_allowlist.py).
 import json
 import math
 
-from operators.modeldeployment.engine_args import (
+from maas_operator.modeldeployment.engine_args import (
     common_args,
     known_answer_args,
     prefix_cache_args,
     quantity_bytes,
     serving_args,
 )
-from operators.modeldeployment.model_source import ModelMount
-from services.common.defaults import ENGINE_PORT
-from services.common.vllm_cpu_mode import vllm_cpu_mode
+from maas_operator.modeldeployment.model_source import ModelMount
+from maas_services.common.defaults import ENGINE_PORT
+from maas_services.common.vllm_cpu_mode import vllm_cpu_mode
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
 VLLM_PORT = 8000

@@ -19,13 +19,13 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from redis.exceptions import RedisError
 
-from services.admin.redis_locator import RedisNotFoundError, locate_redis
-from services.billing.ledger import DAY, HOUR, PREFIX, Ledger, Totals
-from services.common.prices import PriceTable
-from services.common.quota import Quotas, QuotaState
-from services.common.redis_client import open_redis
-from services.common.timestamps import parse_timestamp
-from services.common.usage_event import USAGE_STREAM
+from maas_services.billing.ledger import DAY, HOUR, PREFIX, Ledger, Totals
+from maas_services.common.prices import PriceTable
+from maas_services.common.quota import Quotas, QuotaState
+from maas_services.common.redis_client import open_redis
+from maas_services.common.timestamps import parse_timestamp
+from maas_services.common.usage_event import USAGE_STREAM
+from maas_tools.admin.redis_locator import RedisNotFoundError, locate_redis
 
 
 def totals_dict(totals: Totals) -> dict:

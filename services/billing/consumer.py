@@ -26,14 +26,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from services.billing.health import ConsumerHealth
-from services.billing.ledger import PREFIX, Ledger, Retention
-from services.billing.tenant_metrics import TenantMetrics
-from services.common.logging import get_logger
-from services.common.prices import PRICES_KEY, PriceTable
-from services.common.redis_client import honour_swallowed_cancel
-from services.common.tracing import context_from_traceparent
-from services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_services.billing.health import ConsumerHealth
+from maas_services.billing.ledger import PREFIX, Ledger, Retention
+from maas_services.billing.tenant_metrics import TenantMetrics
+from maas_services.common.logging import get_logger
+from maas_services.common.prices import PRICES_KEY, PriceTable
+from maas_services.common.redis_client import honour_swallowed_cancel
+from maas_services.common.tracing import context_from_traceparent
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
 
 log = get_logger(__name__)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from grpc_health.v1 import health_pb2
 from prometheus_client import Gauge
 
-from services.common.grpc_server import ServerHandle
+from maas_services.common.grpc_server import ServerHandle
 
 LIVENESS_SERVICE = "liveness"
 

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 from redis.asyncio import Redis
 
-from services.common.balance_reservations import RELEASE_FUNCTION, reservation_keys
-from services.common.billing_keys import PREFIX, balance_key, month_key, tenant_key
-from services.common.logging import get_logger
-from services.common.prices import PriceTable
-from services.common.usage_event import UsageEvent
+from maas_services.common.balance_reservations import RELEASE_FUNCTION, reservation_keys
+from maas_services.common.billing_keys import PREFIX, balance_key, month_key, tenant_key
+from maas_services.common.logging import get_logger
+from maas_services.common.prices import PriceTable
+from maas_services.common.usage_event import UsageEvent
 
 log = get_logger(__name__)
 

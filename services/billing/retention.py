@@ -23,9 +23,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
-from services.billing.consumer import BACKOFF
-from services.common.logging import get_logger
-from services.common.redis_client import honour_swallowed_cancel
+from maas_services.billing.consumer import BACKOFF
+from maas_services.common.logging import get_logger
+from maas_services.common.redis_client import honour_swallowed_cancel
 
 log = get_logger(__name__)
 

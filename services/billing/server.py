@@ -5,15 +5,15 @@ import os
 import socket
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
-from services.billing.consumer import UsageConsumer
-from services.billing.health import ConsumerHealth, publish_health
-from services.billing.retention import StreamTrimmer
-from services.billing.servicer import BillingServicer
-from services.billing.settings import BillingSettings
-from services.common.grpc_server import GrpcService, run_until_signalled, start_server
-from services.common.prices import PriceTable
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM
+from maas_services.billing.consumer import UsageConsumer
+from maas_services.billing.health import ConsumerHealth, publish_health
+from maas_services.billing.retention import StreamTrimmer
+from maas_services.billing.servicer import BillingServicer
+from maas_services.billing.settings import BillingSettings
+from maas_services.common.grpc_server import GrpcService, run_until_signalled, start_server
+from maas_services.common.prices import PriceTable
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM
 
 SERVICE_NAME = billing_pb2.DESCRIPTOR.services_by_name["Billing"].full_name
 

@@ -7,7 +7,7 @@ the admin CLI for any); tenants never reach this port directly.
 import grpc
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
-from services.billing.ledger import DAY, HOUR, Ledger, Totals
+from maas_services.billing.ledger import DAY, HOUR, Ledger, Totals
 
 MAX_BUCKETS = 24 * 93  # a quarter of hours
 DEFAULT_ITEMS, MAX_ITEMS = 100, 1000

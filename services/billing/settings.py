@@ -1,8 +1,8 @@
 from pydantic import Field
 
-from services.billing.ledger import DAY, Retention
-from services.common.redis_client import DEFAULT_REDIS_URL
-from services.common.settings import ServiceSettings
+from maas_services.billing.ledger import DAY, Retention
+from maas_services.common.redis_client import DEFAULT_REDIS_URL
+from maas_services.common.settings import ServiceSettings
 
 
 class BillingSettings(ServiceSettings):

@@ -7,8 +7,8 @@ bounded as services/common/tenant_labels.py describes.
 
 from prometheus_client import Counter
 
-from services.common.tenant_labels import OTHER, TenantLabels
-from services.common.usage_event import UsageEvent
+from maas_services.common.tenant_labels import OTHER, TenantLabels
+from maas_services.common.usage_event import UsageEvent
 
 __all__ = ["OTHER", "TenantMetrics"]
 

@@ -24,7 +24,7 @@ Numbers travel as strings: Lua formats numbers with 14 significant digits, and
 a balance can be larger than that in nano-USD.
 """
 
-from services.common.billing_keys import PREFIX
+from maas_services.common.billing_keys import PREFIX
 
 
 def reservation_keys(tenant: str) -> list[str]:

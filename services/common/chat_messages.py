@@ -7,7 +7,7 @@ dicts with the HTTP API's models, the tokenizer renders them (chat_tools.py).
 import json
 
 from maas.v1 import tokenizer_pb2
-from services.common.chat_template import ChatTemplateError
+from maas_services.common.chat_template import ChatTemplateError
 
 
 def message_dict(message: tokenizer_pb2.ChatMessage, lazy_calls: bool = False) -> dict:

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
-from services.common.chat_template import render_chat
-from services.common.chat_tools import chat_input
+from maas_services.common.chat_template import render_chat
+from maas_services.common.chat_tools import chat_input
 
 # Any render's placeholder; a match counts only with this render's tag. One pattern
 # compiled once: compiling one per tag took 60% of a short chat's render (140 of 230 us).

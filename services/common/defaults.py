@@ -8,7 +8,7 @@ block hash it shapes (services/common/block_hash.py: BLOCK_SIZE).
 """
 
 # Ports in a pod (and the gateway's locally); a local stack picks free ones
-# instead (services/local/ports.py).
+# instead (tools/local/ports.py).
 GATEWAY_HTTP_PORT = 8080
 GATEWAY_GRPC_PORT = 50050
 TOKENIZER_PORT = 50051

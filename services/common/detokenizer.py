@@ -10,7 +10,7 @@ leading space there) the same context as a full decode, and its length tells
 where the new text begins.
 """
 
-from services.common.text_tokenizer import TextTokenizer
+from maas_services.common.text_tokenizer import TextTokenizer
 
 REPLACEMENT_CHAR = "\ufffd"
 

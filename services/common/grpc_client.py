@@ -2,9 +2,9 @@
 
 import grpc
 
-from services.common.grpc_interceptors import ClientCalls, client_interceptors
-from services.common.grpc_server import CHANNEL_OPTIONS
-from services.common.service_token import service_token
+from maas_services.common.grpc_interceptors import ClientCalls, client_interceptors
+from maas_services.common.grpc_server import CHANNEL_OPTIONS
+from maas_services.common.service_token import service_token
 
 OPTIONS = [*CHANNEL_OPTIONS, ("grpc.enable_retries", 1)]
 

@@ -5,7 +5,7 @@ to their last message, not to the first yield. The client side opens a CLIENT
 span per call and sends its context in the metadata, so the callee's SERVER
 span is its child and a trace shows the time each hop spent on the wire apart
 from the time the callee spent working. The client side also sends the service
-token (services.common.service_token) with every call, when it has one.
+token (maas_services.common.service_token) with every call, when it has one.
 
 Spans carry the stable RPC semantic conventions: `rpc.system.name`, the
 fully-qualified `rpc.method` ("maas.v1.Router/Pick"), the status code's name
@@ -23,9 +23,9 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from services.common.metrics import grpc_metrics
-from services.common.service_token import METADATA_KEY
-from services.common.tracing import extract_context, inject_metadata
+from maas_services.common.metrics import grpc_metrics
+from maas_services.common.service_token import METADATA_KEY
+from maas_services.common.tracing import extract_context, inject_metadata
 
 # Polled or process-long calls: a root trace for each poll would bury the
 # requests' traces, so these get spans only inside a request's trace.

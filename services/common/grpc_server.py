@@ -7,7 +7,7 @@ gracefully: health flips to NOT_SERVING, new calls are refused, in-flight
 calls get ``shutdown_grace_seconds`` to finish, then the process exits.
 
 Internal servers admit only callers with the release's service token
-(services.common.service_token; health and reflection stay open) and take
+(maas_services.common.service_token; health and reflection stay open) and take
 messages up to MESSAGE_LIMIT; a server that faces tenants passes
 ``internal=False`` (its servicer checks API keys) and its own ``receive_limit``
 and ``max_concurrent_rpcs``, so an unauthenticated caller can neither make it
@@ -24,11 +24,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.common.grpc_interceptors import ServerInterceptor
-from services.common.logging import get_logger
-from services.common.metrics import start_metrics_server
-from services.common.service_token import server_interceptors
-from services.common.settings import ServiceSettings
+from maas_services.common.grpc_interceptors import ServerInterceptor
+from maas_services.common.logging import get_logger
+from maas_services.common.metrics import start_metrics_server
+from maas_services.common.service_token import server_interceptors
+from maas_services.common.settings import ServiceSettings
 
 log = get_logger(__name__)
 

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from services.common.logging import get_logger
+from maas_services.common.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """Which ModelDeployment a model id belongs to, for the operator and the router alike.
 
 A ModelDeployment claims its model id (`spec.model.name`, else its own name)
-and that id's canary deployment (`<id>-canary`, services.common.canary), even
+and that id's canary deployment (`<id>-canary`, maas_services.common.canary), even
 without a canary: the canary's pool is named so, and a second deployment must
 not sneak into it. When two ModelDeployments claim one id, the first one made
 keeps it (creationTimestamp, then name, then namespace: a total order every
@@ -14,7 +14,7 @@ talking to each other.
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from services.common.canary import canary_deployment
+from maas_services.common.canary import canary_deployment
 
 
 def model_id(name: str, spec: dict) -> str:

@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, Field
 
-from services.common.canary import canary_of
+from maas_services.common.canary import canary_of
 
 NANO_PER_TOKEN_PER_USD_PER_MILLION = Decimal(1000)
 # The table as billing last loaded it (PriceTable's JSON), for the gateway.

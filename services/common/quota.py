@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from services.common.billing_keys import PREFIX, balance_key, month_key
+from maas_services.common.billing_keys import PREFIX, balance_key, month_key
 
 SETTINGS_PREFIX = f"{PREFIX}quota:"
 

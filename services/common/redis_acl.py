@@ -1,7 +1,7 @@
 """Redis ACL users: one per client of Redis, each allowed what its code runs and nothing more.
 
 The one table of the rules. Local mode writes them into the ACL file of the
-redis-server it starts (services.local.redis_server); the chart's ACL file is
+redis-server it starts (maas_tools.local.redis_server); the chart's ACL file is
 charts/maas/files/redis-users.acl, which tests/k8s/test_chart_redis_acl.py
 holds equal to `chart_rules()`, so neither can drift from the code.
 
@@ -30,7 +30,7 @@ also reaches its read-only keys.
 import hashlib
 from dataclasses import dataclass
 
-from services.common.usage_event import USAGE_STREAM
+from maas_services.common.usage_event import USAGE_STREAM
 
 # redis-py runs a script with EVALSHA, and SCRIPT LOAD once when Redis lacks it.
 SCRIPTS = ("evalsha", "script|load")

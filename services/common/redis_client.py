@@ -4,7 +4,7 @@ Credentials are the URL's (``redis://USER:PASSWORD@host:6379/0``, as `maas up`
 hands them to its children) or else MAAS_REDIS_USERNAME and MAAS_REDIS_PASSWORD
 (the chart's, the password from a Secret: any characters, no URL quoting), never
 a flag, which every user of the host can read. Each service is its own ACL user
-(services.common.redis_acl).
+(maas_services.common.redis_acl).
 """
 
 import asyncio

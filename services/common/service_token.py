@@ -3,7 +3,7 @@
 Every internal gRPC server (tokenizer, router, engine, billing) refuses a call
 that does not carry the release's token in the ``maas-service-token`` metadata
 with UNAUTHENTICATED, before the request is parsed; every internal client
-(services.common.grpc_client) sends it. The health and reflection services stay
+(maas_services.common.grpc_client) sends it. The health and reflection services stay
 open so kubelet probes and grpcurl need no secret. The gateway's tenant gRPC
 front is not internal: tenants authenticate there with API keys.
 
@@ -24,7 +24,7 @@ import os
 
 import grpc
 
-from services.common.logging import get_logger
+from maas_services.common.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -22,8 +22,8 @@ from functools import cached_property
 
 from tokenizers import Tokenizer
 
-from services.common.chat_prompt import ChatPrompt, SpecialTokens, render_prompt
-from services.common.token_reach import max_token_chars
+from maas_services.common.chat_prompt import ChatPrompt, SpecialTokens, render_prompt
+from maas_services.common.token_reach import max_token_chars
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from typing import Any
 import gguf
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
-from services.common.model_cache import derived_folder, publish
-from services.common.text_tokenizer import TextTokenizer
+from maas_services.common.model_cache import derived_folder, publish
+from maas_services.common.text_tokenizer import TextTokenizer
 
 
 class TokenizerLoadError(ValueError):

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
-from services.common.logging import get_logger
+from maas_services.common.logging import get_logger
 
 log = get_logger(__name__)
 

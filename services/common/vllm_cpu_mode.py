@@ -15,8 +15,8 @@ compiled start costs minutes of torch.compile on a 2-core CPU
 - AMX, bf16: never eager. Eager asked for without a dtype (`auto`: the caller
   wants a cheap start, not bf16): eager float32. Otherwise compiled bf16.
 
-One function decides for local mode (services/local/vllm_replicas.py), the
-tests' and benchmarks' servers (services/peers/vllm_server.py) and the
+One function decides for local mode (tools/local/vllm_replicas.py), the
+tests' and benchmarks' servers (tools/peers/vllm_server.py) and the
 operator's pods (operators/modeldeployment/vllm_pod.py). The operator cannot
 see the node's CPU: it passes `flags=None`, read as "may have AMX", so a pod
 never runs eager bf16. Whatever the choice, the adapter's start-up
@@ -27,7 +27,7 @@ import it.
 
 from dataclasses import dataclass
 
-from services.common.machine_profile import AMX_FLAGS, BF16_FLAGS
+from maas_services.common.machine_profile import AMX_FLAGS, BF16_FLAGS
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import zmq
 import zmq.asyncio
 
-from services.common.logging import get_logger
-from services.engine.core import protocol
-from services.engine.core.addresses import CoreAddresses
-from services.engine.request import SeqOutput
-from services.engine.sampling_params import SamplingParams
-from services.engine.span_events import record_timeline
+from maas_services.common.logging import get_logger
+from maas_services.engine.core import protocol
+from maas_services.engine.core.addresses import CoreAddresses
+from maas_services.engine.request import SeqOutput
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.span_events import record_timeline
 
 log = get_logger(__name__)
 

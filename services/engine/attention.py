@@ -5,9 +5,9 @@ from itertools import pairwise
 import torch
 import torch.nn.functional as F
 
-from maas_kernels import paged_attention_decode
-from services.engine import native_attention
-from services.engine.attention_metadata import AttentionMetadata, DecodeGroup
+from maas_kernels.ops import paged_attention_decode
+from maas_services.engine import native_attention
+from maas_services.engine.attention_metadata import AttentionMetadata, DecodeGroup
 
 
 def paged_attention(

@@ -18,8 +18,8 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from services.common.block_hash import hash_block
-from services.engine.block import Block
+from maas_services.common.block_hash import hash_block
+from maas_services.engine.block import Block
 
 
 class BlockSeq(Protocol):

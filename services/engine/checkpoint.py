@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from services.engine.model import LlamaForCausalLM
+from maas_services.engine.model import LlamaForCausalLM
 
 
 def checkpoint_tensors(model: LlamaForCausalLM) -> dict[str, torch.Tensor]:

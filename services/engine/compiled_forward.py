@@ -28,10 +28,10 @@ import time
 
 import torch
 
-from services.common.logging import get_logger
-from services.common.model_cache import cache_root
-from services.engine.compute_path import ComputePath
-from services.engine.model import DecoderLayer, LlamaForCausalLM
+from maas_services.common.logging import get_logger
+from maas_services.common.model_cache import cache_root
+from maas_services.engine.compute_path import ComputePath
+from maas_services.engine.model import DecoderLayer, LlamaForCausalLM
 
 log = get_logger(__name__)
 

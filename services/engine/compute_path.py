@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from services.engine.attention_metadata import AttentionMetadata
-    from services.engine.kv_cache import PagedKVCache
-    from services.engine.model import DecoderLayer, LlamaForCausalLM
+    from maas_services.engine.attention_metadata import AttentionMetadata
+    from maas_services.engine.kv_cache import PagedKVCache
+    from maas_services.engine.model import DecoderLayer, LlamaForCausalLM
 
 
 class ComputePath:

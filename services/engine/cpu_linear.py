@@ -15,8 +15,8 @@ F.linear (tests/unit/engine/test_cpu_linear.py).
 import torch
 import torch.nn.functional as F
 
-from services.engine.native import bindings
-from services.engine.quantization import cpu_kernel
+from maas_kernels.native import bindings
+from maas_services.engine.quantization import cpu_kernel
 
 # Weights up to this many rows run whole; wider ones in slices of SLICE_ROWS.
 WHOLE_UP_TO = 1536

@@ -3,7 +3,7 @@
 No KV cache and no paging, so autograd can run through it: `maas
 distill-draft` trains a draft model with it, and tests use it as the
 reference the paged forward must match. It calls the plain-torch twins of the
-kernels (maas_kernels/*_ref.py) directly, never maas_kernels.ops: on a GPU too it stays
+kernels (kernels/*_ref.py) directly, never maas_kernels.ops: on a GPU too it stays
 the reference, and stays differentiable.
 """
 
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from maas_kernels.activation_ref import silu_and_mul_reference
 from maas_kernels.rms_norm_ref import rms_norm_residual_reference
 from maas_kernels.rotary_ref import rotary_cos_sin_reference, rotary_embedding_reference
-from services.engine.model import LlamaForCausalLM, RMSNorm
+from maas_services.engine.model import LlamaForCausalLM, RMSNorm
 
 
 def _norm(norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,8 @@ exactness reference for tests against transformers.
 
 import torch
 
-from services.common.machine_profile import machine_profile
-from services.engine.machine_defaults import machine_dtype
+from maas_services.common.machine_profile import machine_profile
+from maas_services.engine.machine_defaults import machine_dtype
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -7,11 +7,11 @@ go through build_configs, so a setting means the same thing everywhere.
 import dataclasses
 from dataclasses import dataclass, field
 
-from services.common.block_hash import BLOCK_SIZE
-from services.engine.model_config import ModelConfig
-from services.engine.scheduler import SchedulerConfig
-from services.engine.settings import EngineSettings
-from services.engine.spec.config import SpecConfig
+from maas_services.common.block_hash import BLOCK_SIZE
+from maas_services.engine.model_config import ModelConfig
+from maas_services.engine.scheduler import SchedulerConfig
+from maas_services.engine.settings import EngineSettings
+from maas_services.engine.spec.config import SpecConfig
 
 
 @dataclass

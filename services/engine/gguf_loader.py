@@ -7,7 +7,7 @@ import torch
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from services.engine.model_config import ModelConfig
+from maas_services.engine.model_config import ModelConfig
 
 _GLOBAL_NAMES = {
     "token_embd": "model.embed_tokens",

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 import torch
 
-from services.common.text_tokenizer import TextTokenizer
-from services.engine.compute_path import EAGER, ComputePath
-from services.engine.model import LlamaForCausalLM
-from services.eval.perplexity import window_logits
+from maas_services.common.text_tokenizer import TextTokenizer
+from maas_services.engine.compute_path import EAGER, ComputePath
+from maas_services.engine.model import LlamaForCausalLM
+from maas_tools.eval.perplexity import window_logits
 
 # Three kinds of text, ~230 SmolLM2 tokens in all: a prefill of tens of ms on a
 # 135M model. Public-domain prose (the opening of the Gettysburg Address),
@@ -107,7 +107,7 @@ def score_native(
     path: ComputePath = EAGER,
 ) -> Score:
     """Score the texts with `model`'s own forward through the engine's compute path: one
-    prefill each over a fresh KV pool (services/eval/perplexity.py), so the serving pool
+    prefill each over a fresh KV pool (tools/eval/perplexity.py), so the serving pool
     is left untouched."""
     started = time.perf_counter()
     logprobs: list[float] = []

@@ -8,9 +8,9 @@ passes its score to judge_score. What is checked and why: known_answer.py.
 
 from pathlib import Path
 
-from services.common.logging import get_logger
-from services.common.model_files import resolve_model_path
-from services.engine.known_answer import (
+from maas_services.common.logging import get_logger
+from maas_services.common.model_files import resolve_model_path
+from maas_services.engine.known_answer import (
     QUANTIZED_TOLERANCE,
     Score,
     Verdict,
@@ -18,9 +18,9 @@ from services.engine.known_answer import (
     known_token_ids,
     score_native,
 )
-from services.engine.known_answer_reference import reference
-from services.engine.llm_engine import LLMEngine
-from services.engine.settings import EngineSettings
+from maas_services.engine.known_answer_reference import reference
+from maas_services.engine.llm_engine import LLMEngine
+from maas_services.engine.settings import EngineSettings
 
 log = get_logger(__name__)
 

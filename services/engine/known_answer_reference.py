@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 
-from services.common.logging import get_logger
-from services.common.model_cache import derived_folder, publish
-from services.common.model_files import resolve_model_path
-from services.common.tokenizer_loader import load_tokenizer
-from services.engine.known_answer import TEXTS_DIGEST, known_token_ids, score_native
-from services.engine.loader import load_model
+from maas_services.common.logging import get_logger
+from maas_services.common.model_cache import derived_folder, publish
+from maas_services.common.model_files import resolve_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.engine.known_answer import TEXTS_DIGEST, known_token_ids, score_native
+from maas_services.engine.loader import load_model
 
 log = get_logger(__name__)
 
@@ -70,7 +70,7 @@ def reference(setting: str, model_path: Path) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m services.engine.known_answer_reference [MODEL]`: print the reference
+    """`python -m maas_services.engine.known_answer_reference [MODEL]`: print the reference
     (e.g. for a ModelDeployment's engine.knownAnswerPerplexity)."""
     args = sys.argv[1:] if argv is None else argv
     print(reference("cache", resolve_model_path(args[0] if args else None)))

@@ -10,9 +10,9 @@ import itertools
 import torch
 from torch import nn
 
-from services.engine.kv_cache import PagedKVCache
-from services.engine.model_config import ModelConfig
-from services.engine.settings import EngineSettings
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.model_config import ModelConfig
+from maas_services.engine.settings import EngineSettings
 
 
 class KvBudgetError(ValueError):

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import torch
 
-from services.engine.model_config import ModelConfig
+from maas_services.engine.model_config import ModelConfig
 
 
 @dataclass

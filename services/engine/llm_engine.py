@@ -32,28 +32,28 @@ from collections.abc import Callable
 
 import torch
 
-from services.common.block_hash import request_salt
-from services.common.detokenizer import IncrementalDetokenizer
-from services.common.grammar.spec import GrammarError
-from services.common.length_check import ContextLengthError, check_length
-from services.common.logging import get_logger
-from services.common.text_tokenizer import TextTokenizer
-from services.engine import metrics
-from services.engine.block_manager import BlockManager
-from services.engine.engine_config import EngineConfig
-from services.engine.grammar.matcher import GrammarState
-from services.engine.isolation import bisect_failures
-from services.engine.logprobs import token_logprob
-from services.engine.model_config import ModelConfig
-from services.engine.request import Request, SampleText, SeqOutput
-from services.engine.sampler import Sampler, make_generator
-from services.engine.sampling_params import SamplingParams
-from services.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
-from services.engine.sequence import Sequence
-from services.engine.spec.decoder import SpeculativeDecoder
-from services.engine.spec.proposer import TargetInfo
-from services.engine.step_stats import FinishedRequest, StepStats
-from services.engine.stop_strings import StopStringMatcher
+from maas_services.common.block_hash import request_salt
+from maas_services.common.detokenizer import IncrementalDetokenizer
+from maas_services.common.grammar.spec import GrammarError
+from maas_services.common.length_check import ContextLengthError, check_length
+from maas_services.common.logging import get_logger
+from maas_services.common.text_tokenizer import TextTokenizer
+from maas_services.engine import metrics
+from maas_services.engine.block_manager import BlockManager
+from maas_services.engine.engine_config import EngineConfig
+from maas_services.engine.grammar.matcher import GrammarState
+from maas_services.engine.isolation import bisect_failures
+from maas_services.engine.logprobs import token_logprob
+from maas_services.engine.model_config import ModelConfig
+from maas_services.engine.request import Request, SampleText, SeqOutput
+from maas_services.engine.sampler import Sampler, make_generator
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
+from maas_services.engine.sequence import Sequence
+from maas_services.engine.spec.decoder import SpeculativeDecoder
+from maas_services.engine.spec.proposer import TargetInfo
+from maas_services.engine.step_stats import FinishedRequest, StepStats
+from maas_services.engine.stop_strings import StopStringMatcher
 
 log = get_logger(__name__)
 
@@ -112,8 +112,8 @@ class LLMEngine:
         """
         with self._grammars_lock:
             if self._grammars is None:
-                from services.common.grammar.compiler import GrammarCompiler
-                from services.common.grammar.vocab import tokenizer_info
+                from maas_services.common.grammar.compiler import GrammarCompiler
+                from maas_services.common.grammar.vocab import tokenizer_info
 
                 # The same info as the tokenizer service's check (vocab.py).
                 info = tokenizer_info(self.tokenizer, self.model_config.vocab_size)

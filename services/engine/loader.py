@@ -8,13 +8,13 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from services.common.model_cache import derived_folder, publish
-from services.engine.gguf_loader import load_gguf
-from services.engine.model import LlamaForCausalLM
-from services.engine.model_config import ModelConfig
-from services.engine.quantization.config import QuantizationConfig
-from services.engine.quantization.quantize import quantize_model
-from services.engine.safetensors_loader import load_safetensors
+from maas_services.common.model_cache import derived_folder, publish
+from maas_services.engine.gguf_loader import load_gguf
+from maas_services.engine.model import LlamaForCausalLM
+from maas_services.engine.model_config import ModelConfig
+from maas_services.engine.quantization.config import QuantizationConfig
+from maas_services.engine.quantization.quantize import quantize_model
+from maas_services.engine.safetensors_loader import load_safetensors
 
 
 def load_model(

@@ -16,8 +16,8 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.machine_profile import MachineProfile
-from services.engine.settings import EngineSettings
+from maas_services.common.machine_profile import MachineProfile
+from maas_services.engine.settings import EngineSettings
 
 OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 # The core's OpenMP: libgomp's default policy (spin, then sleep) with a short spin, ~0.1-0.5

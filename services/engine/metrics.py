@@ -6,8 +6,8 @@ its phases filled in; nothing in the step's logic touches a series itself.
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.common.metrics import LATENCY_BUCKETS
-from services.engine.step_stats import StepStats
+from maas_services.common.metrics import LATENCY_BUCKETS
+from maas_services.engine.step_stats import StepStats
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256)
 

@@ -4,7 +4,7 @@ A forward pass takes the new tokens of several sequences back to back, so one
 call can prefill prompts in chunks, decode a batch, or mix both; the linear
 layers see one flat batch of tokens with no padding.
 
-The modules call maas_kernels/ (maas_kernels.ops), which runs the Triton
+The modules call kernels/ (maas_kernels.ops), which runs the Triton
 kernel on a CUDA tensor and its plain-torch twin anywhere else, so tests hold
 the twins to transformers token for token (dense_forward.py is the reference
 the paged forward must match). How each layer's two dense halves run (these
@@ -18,15 +18,14 @@ call maas_kernels.int8_matmul and maas_kernels.int4_matmul, which pick by device
 import torch
 from torch import nn
 
-from maas_kernels import rms_norm_residual, rotary_embedding, silu_and_mul
-from maas_kernels.ops import uses_triton
+from maas_kernels.ops import rms_norm_residual, rotary_embedding, silu_and_mul, uses_triton
 from maas_kernels.rotary_ref import rotary_cos_sin_reference
-from services.engine import cpu_linear
-from services.engine.attention import paged_attention
-from services.engine.attention_metadata import AttentionMetadata
-from services.engine.compute_path import EAGER, ComputePath
-from services.engine.kv_cache import PagedKVCache
-from services.engine.model_config import ModelConfig
+from maas_services.engine import cpu_linear
+from maas_services.engine.attention import paged_attention
+from maas_services.engine.attention_metadata import AttentionMetadata
+from maas_services.engine.compute_path import EAGER, ComputePath
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.model_config import ModelConfig
 
 
 class RMSNorm(nn.Module):

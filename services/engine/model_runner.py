@@ -7,15 +7,15 @@ forward.
 
 import torch
 
-from services.engine import native_layers
-from services.engine.attention_metadata import AttentionMetadata
-from services.engine.compiled_forward import Compiled
-from services.engine.compute_path import ComputePath
-from services.engine.kv_cache import PagedKVCache
-from services.engine.model import LlamaForCausalLM
-from services.engine.model_config import ModelConfig
-from services.engine.native_layers import Native
-from services.engine.scheduler import ScheduledSeq
+from maas_services.engine import native_layers
+from maas_services.engine.attention_metadata import AttentionMetadata
+from maas_services.engine.compiled_forward import Compiled
+from maas_services.engine.compute_path import ComputePath
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.model import LlamaForCausalLM
+from maas_services.engine.model_config import ModelConfig
+from maas_services.engine.native_layers import Native
+from maas_services.engine.scheduler import ScheduledSeq
 
 
 class ModelRunner:

@@ -9,7 +9,7 @@ library) it is torch.argmax.
 
 import torch
 
-from services.engine.native import bindings
+from maas_kernels.native import bindings
 
 
 def argmax(rows: torch.Tensor) -> list[int]:

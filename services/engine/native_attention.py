@@ -13,8 +13,8 @@ from contextlib import contextmanager
 import torch
 
 from maas_kernels import ops
-from services.engine.attention_metadata import AttentionMetadata
-from services.engine.native import bindings
+from maas_kernels.native import bindings
+from maas_services.engine.attention_metadata import AttentionMetadata
 
 # The value pass holds 32 floats of head_dim per query head in registers.
 _HEAD_DIM_MULTIPLE = 32

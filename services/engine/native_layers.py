@@ -21,15 +21,15 @@ import torch
 from torch import nn
 
 from maas_kernels import ops
-from services.engine import native_attention
-from services.engine.attention_metadata import AttentionMetadata
-from services.engine.compute_path import ComputePath
-from services.engine.kv_cache import PagedKVCache
-from services.engine.model import DecoderLayer, FusedLinear, LlamaForCausalLM
-from services.engine.native import bindings
-from services.engine.quantization import cpu_kernel
-from services.engine.quantization.int4 import Int4Linear
-from services.engine.quantization.int8 import Int8Linear
+from maas_kernels.native import bindings
+from maas_services.engine import native_attention
+from maas_services.engine.attention_metadata import AttentionMetadata
+from maas_services.engine.compute_path import ComputePath
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.model import DecoderLayer, FusedLinear, LlamaForCausalLM
+from maas_services.engine.quantization import cpu_kernel
+from maas_services.engine.quantization.int4 import Int4Linear
+from maas_services.engine.quantization.int8 import Int8Linear
 
 # The kernels read whole 8-wide vectors along K, and int4 groups 32 weights at a time.
 _K_MULTIPLE = 8

@@ -10,16 +10,16 @@ import dataclasses
 import torch
 from tqdm import tqdm
 
-from services.common.text_tokenizer import TextTokenizer
-from services.engine.engine_config import build_configs
-from services.engine.kv_cache import PagedKVCache
-from services.engine.llm_engine import LLMEngine
-from services.engine.model import LlamaForCausalLM
-from services.engine.model_config import ModelConfig
-from services.engine.model_runner import ModelRunner
-from services.engine.sampling_params import SamplingParams
-from services.engine.settings import EngineSettings
-from services.engine.spec.config import SpecConfig
+from maas_services.common.text_tokenizer import TextTokenizer
+from maas_services.engine.engine_config import build_configs
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.llm_engine import LLMEngine
+from maas_services.engine.model import LlamaForCausalLM
+from maas_services.engine.model_config import ModelConfig
+from maas_services.engine.model_runner import ModelRunner
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.settings import EngineSettings
+from maas_services.engine.spec.config import SpecConfig
 
 
 def offline_engine(

@@ -3,11 +3,11 @@
 import time
 from dataclasses import dataclass, field
 
-from services.common.detokenizer import IncrementalDetokenizer
-from services.engine.logprobs import TokenLogprob
-from services.engine.sampling_params import SamplingParams
-from services.engine.sequence import Sequence
-from services.engine.stop_strings import StopStringMatcher
+from maas_services.common.detokenizer import IncrementalDetokenizer
+from maas_services.engine.logprobs import TokenLogprob
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.sequence import Sequence
+from maas_services.engine.stop_strings import StopStringMatcher
 
 
 @dataclass

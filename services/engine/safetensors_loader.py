@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from services.engine.model_config import ModelConfig
+from maas_services.engine.model_config import ModelConfig
 
 
 def load_safetensors(folder: str | Path) -> tuple[ModelConfig, Mapping[str, torch.Tensor]]:

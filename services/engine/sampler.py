@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from services.engine.grammar.bitmask import apply_grammars
-from services.engine.native_argmax import argmax
-from services.engine.sampling_params import SamplingParams
+from maas_services.engine.grammar.bitmask import apply_grammars
+from maas_services.engine.native_argmax import argmax
+from maas_services.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from services.engine.grammar.matcher import GrammarState
+    from maas_services.engine.grammar.matcher import GrammarState
 
 # Dividing by a tiny temperature overflows to inf (NaN after softmax); far above that
 # the distribution is already one-hot, so such requests are treated as greedy.

@@ -16,7 +16,7 @@ samples' streams stay distinct (n is far below 2**64) and deterministic.
 import math
 from dataclasses import dataclass, field
 
-from services.common.grammar.spec import GrammarError, GrammarSpec
+from maas_services.common.grammar.spec import GrammarError, GrammarSpec
 
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20

@@ -15,9 +15,9 @@ cache) when room returns. Nobody fails for lack of blocks.
 
 from dataclasses import dataclass, field
 
-from services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
-from services.engine.block_manager import BlockManager
-from services.engine.sequence import Sequence, SequenceStatus
+from maas_services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+from maas_services.engine.block_manager import BlockManager
+from maas_services.engine.sequence import Sequence, SequenceStatus
 
 
 @dataclass

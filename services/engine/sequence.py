@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from services.engine.sampling_params import SamplingParams
+from maas_services.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from services.engine.grammar.matcher import GrammarState
+    from maas_services.engine.grammar.matcher import GrammarState
 
 
 class SequenceStatus(enum.Enum):

@@ -17,22 +17,22 @@ import torch
 from prometheus_client import REGISTRY
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.common.grpc_server import (
+from maas_services.common.grpc_server import (
     GrpcService,
     ServerHandle,
     run_until_signalled,
     start_server,
 )
-from services.common.logging import get_logger
-from services.common.model_files import resolve_model_path
-from services.common.tokenizer_loader import load_tokenizer
-from services.engine.async_engine import AsyncEngine, CoreDied
-from services.engine.core.addresses import CoreAddresses
-from services.engine.core.launcher import CoreProcess
-from services.engine.core.metrics_relay import RelayedMetrics
-from services.engine.known_answer_gauge import KNOWN_ANSWER_FAILED
-from services.engine.servicer import EngineServicer
-from services.engine.settings import EngineSettings
+from maas_services.common.logging import get_logger
+from maas_services.common.model_files import resolve_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.engine.async_engine import AsyncEngine, CoreDied
+from maas_services.engine.core.addresses import CoreAddresses
+from maas_services.engine.core.launcher import CoreProcess
+from maas_services.engine.core.metrics_relay import RelayedMetrics
+from maas_services.engine.known_answer_gauge import KNOWN_ANSWER_FAILED
+from maas_services.engine.servicer import EngineServicer
+from maas_services.engine.settings import EngineSettings
 
 log = get_logger(__name__)
 SERVICE_NAME = engine_pb2.DESCRIPTOR.services_by_name["Engine"].full_name

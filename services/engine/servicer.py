@@ -18,22 +18,22 @@ import grpc
 from opentelemetry import trace
 
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
-from services.common import gen_ai
-from services.common.defaults import default_max_tokens
-from services.common.engine_metadata import SCHEDULED
-from services.common.finish_reasons import FINISH_CODES
-from services.common.grammar.proto import grammar_from_proto
-from services.common.grammar.spec import GrammarError
-from services.common.logging import get_logger
-from services.engine.async_engine import (
+from maas_services.common import gen_ai
+from maas_services.common.defaults import default_max_tokens
+from maas_services.common.engine_metadata import SCHEDULED
+from maas_services.common.finish_reasons import FINISH_CODES
+from maas_services.common.grammar.proto import grammar_from_proto
+from maas_services.common.grammar.spec import GrammarError
+from maas_services.common.logging import get_logger
+from maas_services.engine.async_engine import (
     AsyncEngine,
     CoreDied,
     EngineFailed,
     KvEventBatch,
     RequestFailed,
 )
-from services.engine.request import SeqOutput
-from services.engine.sampling_params import SamplingParams
+from maas_services.engine.request import SeqOutput
+from maas_services.engine.sampling_params import SamplingParams
 
 log = get_logger(__name__)
 

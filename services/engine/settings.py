@@ -2,12 +2,12 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from services.common.block_hash import BLOCK_SIZE
-from services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.common.quantization_methods import QuantizationMethod
-from services.common.settings import ServiceSettings
-from services.engine.quantization.config import GROUP_SIZES
+from maas_services.common.block_hash import BLOCK_SIZE
+from maas_services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.quantization_methods import QuantizationMethod
+from maas_services.common.settings import ServiceSettings
+from maas_services.engine.quantization.config import GROUP_SIZES
 
 
 class EngineSettings(ServiceSettings):

@@ -11,8 +11,8 @@ import time
 
 from opentelemetry import trace
 
-from services.common.tracing import wall_time_ns
-from services.engine.request import SeqOutput
+from maas_services.common.tracing import wall_time_ns
+from maas_services.engine.request import SeqOutput
 
 
 def _between(start: float | None, end: float | None) -> float | None:

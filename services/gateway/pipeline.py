@@ -30,25 +30,35 @@ from dataclasses import dataclass
 import grpc
 
 from maas.v1 import engine_pb2, router_pb2
-from services.common.defaults import default_max_tokens
-from services.gateway.admission.cold_start_hold import ColdStartHold, ready
-from services.gateway.admission.deployment_queues import DeploymentQueues
-from services.gateway.admission.fair_queue import FairShareError, QueueFullError, QueueTimeoutError
-from services.gateway.admission.quota_gate import QuotaGate, Reservation
-from services.gateway.admission.rate_limiter import RateLimiter
-from services.gateway.admission.tenants import Principal, Tenant
-from services.gateway.background import Background
-from services.gateway.errors import APIError, bad_request, dropped, model_not_found, unavailable
-from services.gateway.output.output_filter import OutputFilter
-from services.gateway.parsed_request import ParsedRequest
-from services.gateway.routing.model_catalog import ModelCatalog
-from services.gateway.routing.routes_watcher import RoutesWatcher
-from services.gateway.routing.routing_table import NoDeploymentUpError, Route
-from services.gateway.run import Run
-from services.gateway.ticket import Ticket
-from services.gateway.upstream.engine_client import EngineClient
-from services.gateway.upstream.prompt_encoder import PromptEncoder
-from services.gateway.usage.usage_emitter import UsageEmitter
+from maas_services.common.defaults import default_max_tokens
+from maas_services.gateway.admission.cold_start_hold import ColdStartHold, ready
+from maas_services.gateway.admission.deployment_queues import DeploymentQueues
+from maas_services.gateway.admission.fair_queue import (
+    FairShareError,
+    QueueFullError,
+    QueueTimeoutError,
+)
+from maas_services.gateway.admission.quota_gate import QuotaGate, Reservation
+from maas_services.gateway.admission.rate_limiter import RateLimiter
+from maas_services.gateway.admission.tenants import Principal, Tenant
+from maas_services.gateway.background import Background
+from maas_services.gateway.errors import (
+    APIError,
+    bad_request,
+    dropped,
+    model_not_found,
+    unavailable,
+)
+from maas_services.gateway.output.output_filter import OutputFilter
+from maas_services.gateway.parsed_request import ParsedRequest
+from maas_services.gateway.routing.model_catalog import ModelCatalog
+from maas_services.gateway.routing.routes_watcher import RoutesWatcher
+from maas_services.gateway.routing.routing_table import NoDeploymentUpError, Route
+from maas_services.gateway.run import Run
+from maas_services.gateway.ticket import Ticket
+from maas_services.gateway.upstream.engine_client import EngineClient
+from maas_services.gateway.upstream.prompt_encoder import PromptEncoder
+from maas_services.gateway.usage.usage_emitter import UsageEmitter
 
 
 @dataclass

@@ -32,17 +32,17 @@ from dataclasses import dataclass, field
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from services.common import gen_ai
-from services.common.tracing import current_traceparent
-from services.common.usage_event import UsageEvent
-from services.gateway.admission.rate_limiter import RateLimiter
-from services.gateway.background import Background
-from services.gateway.delta import Delta
-from services.gateway.output.output_filter import OutputFilter
-from services.gateway.parsed_request import ChatPrompt
-from services.gateway.ticket import Ticket
-from services.gateway.upstream.engine_client import EngineClient, EngineStream, Tally
-from services.gateway.usage.usage_emitter import UsageEmitter
+from maas_services.common import gen_ai
+from maas_services.common.tracing import current_traceparent
+from maas_services.common.usage_event import UsageEvent
+from maas_services.gateway.admission.rate_limiter import RateLimiter
+from maas_services.gateway.background import Background
+from maas_services.gateway.delta import Delta
+from maas_services.gateway.output.output_filter import OutputFilter
+from maas_services.gateway.parsed_request import ChatPrompt
+from maas_services.gateway.ticket import Ticket
+from maas_services.gateway.upstream.engine_client import EngineClient, EngineStream, Tally
+from maas_services.gateway.usage.usage_emitter import UsageEmitter
 
 
 @dataclass

@@ -12,36 +12,36 @@ from pathlib import Path
 import uvicorn
 
 from maas.v1 import billing_pb2_grpc
-from services.common.grpc_client import open_channel
-from services.common.grpc_server import install_stop_signals
-from services.common.logging import get_logger
-from services.common.redis_client import open_redis
-from services.common.tenant_labels import TenantLabels
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.body_budget import BodyBudget, BudgetLimits
-from services.gateway.admission.cold_start_hold import ColdStartHold, HoldLimits
-from services.gateway.admission.deployment_queues import DeploymentQueues
-from services.gateway.admission.quota_gate import QuotaGate
-from services.gateway.admission.rate_limiter import RateLimiter
-from services.gateway.admission.tenants import TenantStore
-from services.gateway.background import Background
-from services.gateway.grpc_api.grpc_front import start_grpc_front
-from services.gateway.http_api.http_app import create_app
-from services.gateway.http_api.http_protocol import ConnectionLimits, GuardedHttpProtocol
-from services.gateway.http_api.malloc_tuning import return_large_frees
-from services.gateway.http_api.routes.deps import Gateway
-from services.gateway.output.output_filter import OutputFilter
-from services.gateway.pipeline import Pipeline
-from services.gateway.routing.model_catalog import ModelCatalog
-from services.gateway.routing.routes_configmap import RoutesConfigMapWatch
-from services.gateway.routing.routes_watcher import RoutesWatcher
-from services.gateway.settings import GatewaySettings
-from services.gateway.upstream.circuit_breaker import Breakers
-from services.gateway.upstream.engine_client import EngineClient, Timeouts
-from services.gateway.upstream.prompt_encoder import PromptEncoder
-from services.gateway.upstream.upstreams import Upstreams
-from services.gateway.usage.usage_emitter import UsageEmitter
-from services.gateway.usage.usage_spool import UsageSpool
+from maas_services.common.grpc_client import open_channel
+from maas_services.common.grpc_server import install_stop_signals
+from maas_services.common.logging import get_logger
+from maas_services.common.redis_client import open_redis
+from maas_services.common.tenant_labels import TenantLabels
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.body_budget import BodyBudget, BudgetLimits
+from maas_services.gateway.admission.cold_start_hold import ColdStartHold, HoldLimits
+from maas_services.gateway.admission.deployment_queues import DeploymentQueues
+from maas_services.gateway.admission.quota_gate import QuotaGate
+from maas_services.gateway.admission.rate_limiter import RateLimiter
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_services.gateway.background import Background
+from maas_services.gateway.grpc_api.grpc_front import start_grpc_front
+from maas_services.gateway.http_api.http_app import create_app
+from maas_services.gateway.http_api.http_protocol import ConnectionLimits, GuardedHttpProtocol
+from maas_services.gateway.http_api.malloc_tuning import return_large_frees
+from maas_services.gateway.http_api.routes.deps import Gateway
+from maas_services.gateway.output.output_filter import OutputFilter
+from maas_services.gateway.pipeline import Pipeline
+from maas_services.gateway.routing.model_catalog import ModelCatalog
+from maas_services.gateway.routing.routes_configmap import RoutesConfigMapWatch
+from maas_services.gateway.routing.routes_watcher import RoutesWatcher
+from maas_services.gateway.settings import GatewaySettings
+from maas_services.gateway.upstream.circuit_breaker import Breakers
+from maas_services.gateway.upstream.engine_client import EngineClient, Timeouts
+from maas_services.gateway.upstream.prompt_encoder import PromptEncoder
+from maas_services.gateway.upstream.upstreams import Upstreams
+from maas_services.gateway.usage.usage_emitter import UsageEmitter
+from maas_services.gateway.usage.usage_spool import UsageSpool
 
 log = get_logger(__name__)
 

@@ -2,9 +2,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from services.common.defaults import GATEWAY_HTTP_PORT, ROUTER_PORT, TOKENIZER_PORT
-from services.common.redis_client import DEFAULT_REDIS_URL
-from services.common.settings import ServiceSettings
+from maas_services.common.defaults import GATEWAY_HTTP_PORT, ROUTER_PORT, TOKENIZER_PORT
+from maas_services.common.redis_client import DEFAULT_REDIS_URL
+from maas_services.common.settings import ServiceSettings
 
 
 class GatewaySettings(ServiceSettings):

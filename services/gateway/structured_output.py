@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from maas.v1 import common_pb2
-from services.common.grammar.spec import MAX_CHOICES, MAX_GRAMMAR_CHARS
-from services.gateway.errors import bad_request
-from services.gateway.output.tool_calls import forced_call_schema, mode
+from maas_services.common.grammar.spec import MAX_CHOICES, MAX_GRAMMAR_CHARS
+from maas_services.gateway.errors import bad_request
+from maas_services.gateway.output.tool_calls import forced_call_schema, mode
 
 GrammarText = Annotated[str, Field(min_length=1, max_length=MAX_GRAMMAR_CHARS)]
 Choice = Annotated[str, Field(min_length=1, max_length=1024)]

@@ -3,13 +3,13 @@
 from dataclasses import dataclass
 
 from maas.v1 import engine_pb2
-from services.gateway.admission.fair_queue import FairQueue
-from services.gateway.admission.quota_gate import Reservation
-from services.gateway.admission.rate_limiter import LimitDecision
-from services.gateway.admission.tenants import Principal
-from services.gateway.parsed_request import ParsedRequest
-from services.gateway.routing.routing_table import Route
-from services.gateway.upstream.prompt_encoder import Prompt
+from maas_services.gateway.admission.fair_queue import FairQueue
+from maas_services.gateway.admission.quota_gate import Reservation
+from maas_services.gateway.admission.rate_limiter import LimitDecision
+from maas_services.gateway.admission.tenants import Principal
+from maas_services.gateway.parsed_request import ParsedRequest
+from maas_services.gateway.routing.routing_table import Route
+from maas_services.gateway.upstream.prompt_encoder import Prompt
 
 
 @dataclass

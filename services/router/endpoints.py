@@ -12,7 +12,7 @@ ended, so a gateway makes no call to the router after its stream.
 
 from dataclasses import dataclass
 
-from services.common.block_hash import BLOCK_SIZE
+from maas_services.common.block_hash import BLOCK_SIZE
 
 
 @dataclass

@@ -14,12 +14,12 @@ import asyncio
 import grpc
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.common.grpc_client import open_channel
-from services.common.logging import get_logger
-from services.router.endpoints import Endpoint
-from services.router.kv_events import apply_batch
-from services.router.pick_history import PickHistory
-from services.router.prefix_index import PrefixIndex
+from maas_services.common.grpc_client import open_channel
+from maas_services.common.logging import get_logger
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.kv_events import apply_batch
+from maas_services.router.pick_history import PickHistory
+from maas_services.router.prefix_index import PrefixIndex
 
 log = get_logger(__name__)
 

@@ -9,8 +9,8 @@ routing-history guess for it.
 from prometheus_client import Counter
 
 from maas.v1 import engine_pb2
-from services.router.pick_history import PickHistory
-from services.router.prefix_index import PrefixIndex
+from maas_services.router.pick_history import PickHistory
+from maas_services.router.prefix_index import PrefixIndex
 
 KIND = engine_pb2.KvEvent.Kind
 KV_EVENTS = Counter("maas_router_kv_events", "KV cache events applied to the index", ["kind"])

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from services.common.block_hash import prefix_block_hashes, request_salt
-from services.router.endpoints import Endpoint
-from services.router.pick_history import PickHistory
-from services.router.prefix_index import PrefixIndex
-from services.router.settings import RouterSettings
+from maas_services.common.block_hash import prefix_block_hashes, request_salt
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.pick_history import PickHistory
+from maas_services.router.prefix_index import PrefixIndex
+from maas_services.router.settings import RouterSettings
 
 # Enough of the prompt to tell conversations apart, little enough to be cheap.
 TIE_KEY_TOKENS = 256

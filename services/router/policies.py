@@ -10,8 +10,8 @@ The names are services/common/routing_policies.py's, which the CRD offers too
 
 from dataclasses import dataclass, field
 
-from services.common.routing_policies import DEFAULT_ROUTING_POLICY
-from services.router.registry import SCORERS
+from maas_services.common.routing_policies import DEFAULT_ROUTING_POLICY
+from maas_services.router.registry import SCORERS
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ report (endpoints.py).
 
 import asyncio
 
-from services.common.logging import get_logger
-from services.router.discovery import EndpointSource, Routing, Snapshot, Target
-from services.router.endpoints import Endpoint
-from services.router.engine_link import EngineLink
-from services.router.pick_history import PickHistory
-from services.router.prefix_index import PrefixIndex
-from services.router.settings import RouterSettings
+from maas_services.common.logging import get_logger
+from maas_services.router.discovery import EndpointSource, Routing, Snapshot, Target
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.engine_link import EngineLink
+from maas_services.router.pick_history import PickHistory
+from maas_services.router.prefix_index import PrefixIndex
+from maas_services.router.settings import RouterSettings
 
 log = get_logger(__name__)
 

@@ -2,16 +2,16 @@
 
 from collections.abc import Callable
 
-from services.router.filters.available import AvailableFilter
-from services.router.filters.overload import OverloadFilter
-from services.router.pickers.max_score import MaxScorePicker
-from services.router.pickers.round_robin import RoundRobinPicker
-from services.router.plugin import Filter, Picker, PluginDeps, Scorer
-from services.router.scorers.kv_cache import KvCacheScorer
-from services.router.scorers.least_requests import LeastRequestsScorer
-from services.router.scorers.prefix import PrefixScorer
-from services.router.scorers.queue import QueueScorer
-from services.router.scorers.session import SessionScorer
+from maas_services.router.filters.available import AvailableFilter
+from maas_services.router.filters.overload import OverloadFilter
+from maas_services.router.pickers.max_score import MaxScorePicker
+from maas_services.router.pickers.round_robin import RoundRobinPicker
+from maas_services.router.plugin import Filter, Picker, PluginDeps, Scorer
+from maas_services.router.scorers.kv_cache import KvCacheScorer
+from maas_services.router.scorers.least_requests import LeastRequestsScorer
+from maas_services.router.scorers.prefix import PrefixScorer
+from maas_services.router.scorers.queue import QueueScorer
+from maas_services.router.scorers.session import SessionScorer
 
 FILTERS: dict[str, Callable[[PluginDeps], Filter]] = {
     "available": lambda deps: AvailableFilter(),

@@ -6,12 +6,12 @@ stay the same, so stateful plugins such as the round-robin turn carry over.
 
 from dataclasses import dataclass
 
-from services.common.logging import get_logger
-from services.router.discovery import Routing
-from services.router.endpoints import Endpoint
-from services.router.plugin import PickContext, PluginDeps
-from services.router.policies import Policy, resolve
-from services.router.registry import FILTERS, PICKERS, SCORERS
+from maas_services.common.logging import get_logger
+from maas_services.router.discovery import Routing
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.plugin import PickContext, PluginDeps
+from maas_services.router.policies import Policy, resolve
+from maas_services.router.registry import FILTERS, PICKERS, SCORERS
 
 log = get_logger(__name__)
 

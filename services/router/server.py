@@ -3,18 +3,18 @@
 import asyncio
 
 from maas.v1 import router_pb2, router_pb2_grpc
-from services.common.grpc_server import (
+from maas_services.common.grpc_server import (
     GrpcService,
     ServerHandle,
     run_until_signalled,
     start_server,
 )
-from services.router.discovery import make_source
-from services.router.plugin import PluginDeps
-from services.router.pool import EnginePool
-from services.router.scheduler import Scheduler
-from services.router.servicer import RouterServicer
-from services.router.settings import RouterSettings
+from maas_services.router.discovery import make_source
+from maas_services.router.plugin import PluginDeps
+from maas_services.router.pool import EnginePool
+from maas_services.router.scheduler import Scheduler
+from maas_services.router.servicer import RouterServicer
+from maas_services.router.settings import RouterSettings
 
 SERVICE_NAME = router_pb2.DESCRIPTOR.services_by_name["Router"].full_name
 

@@ -6,13 +6,13 @@ import grpc
 from prometheus_client import Counter, Histogram
 
 from maas.v1 import router_pb2, router_pb2_grpc
-from services.common.logging import get_logger
-from services.common.metrics import LATENCY_BUCKETS
-from services.router.held import HeldReportRefused, HeldRequests
-from services.router.plugin import PickContext
-from services.router.pool import EnginePool
-from services.router.scheduler import Scheduler
-from services.router.stats import COLLECTOR, deployment_stats
+from maas_services.common.logging import get_logger
+from maas_services.common.metrics import LATENCY_BUCKETS
+from maas_services.router.held import HeldReportRefused, HeldRequests
+from maas_services.router.plugin import PickContext
+from maas_services.router.pool import EnginePool
+from maas_services.router.scheduler import Scheduler
+from maas_services.router.stats import COLLECTOR, deployment_stats
 
 log = get_logger(__name__)
 

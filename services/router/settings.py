@@ -2,9 +2,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from services.common.block_hash import BLOCK_SIZE
-from services.common.routing_policies import DEFAULT_ROUTING_POLICY
-from services.common.settings import ServiceSettings
+from maas_services.common.block_hash import BLOCK_SIZE
+from maas_services.common.routing_policies import DEFAULT_ROUTING_POLICY
+from maas_services.common.settings import ServiceSettings
 
 
 class RouterSettings(ServiceSettings):

@@ -11,8 +11,8 @@ import weakref
 from prometheus_client.core import REGISTRY, GaugeMetricFamily
 
 from maas.v1 import router_pb2
-from services.router.endpoints import Endpoint
-from services.router.prefix_index import PrefixIndex
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.prefix_index import PrefixIndex
 
 
 def replica_stats(e: Endpoint, index: PrefixIndex) -> router_pb2.ReplicaStats:

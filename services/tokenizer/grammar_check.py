@@ -15,9 +15,9 @@ worker's start take seconds), outside any compile's deadline.
 
 import threading
 
-from services.common.grammar.spec import GrammarSpec
-from services.common.grammar.worker import WorkerLimits
-from services.common.text_tokenizer import TextTokenizer
+from maas_services.common.grammar.spec import GrammarSpec
+from maas_services.common.grammar.worker import WorkerLimits
+from maas_services.common.text_tokenizer import TextTokenizer
 
 
 class GrammarChecker:
@@ -32,8 +32,8 @@ class GrammarChecker:
         on a loaded machine it took longer than the deadline and refused a valid grammar."""
         with self._lock:
             if self._compiler is None:
-                from services.common.grammar.compiler import GrammarCompiler
-                from services.common.grammar.vocab import tokenizer_info
+                from maas_services.common.grammar.compiler import GrammarCompiler
+                from maas_services.common.grammar.vocab import tokenizer_info
 
                 self._compiler = GrammarCompiler(
                     tokenizer_info(self._tokenizer), limits, cache_bytes, tenant_cache_bytes

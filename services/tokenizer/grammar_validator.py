@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client import Counter
 
-from services.common.grammar.spec import GrammarSpec
-from services.common.grammar.worker import CompileFailed, WorkerLimits
-from services.tokenizer.compile_admission import CompileAdmission
-from services.tokenizer.grammar_check import GrammarChecker
+from maas_services.common.grammar.spec import GrammarSpec
+from maas_services.common.grammar.worker import CompileFailed, WorkerLimits
+from maas_services.tokenizer.compile_admission import CompileAdmission
+from maas_services.tokenizer.grammar_check import GrammarChecker
 
 GRAMMAR_COMPILE_SECONDS = Counter(
     "maas_tokenizer_grammar_compile_cpu_seconds",

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from prometheus_client import Counter
 
-from services.common.logging import get_logger
-from services.common.text_tokenizer import TextTokenizer
-from services.tokenizer.grammar_check import GrammarChecker
-from services.tokenizer.settings import TokenizerSource
+from maas_services.common.logging import get_logger
+from maas_services.common.text_tokenizer import TextTokenizer
+from maas_services.tokenizer.grammar_check import GrammarChecker
+from maas_services.tokenizer.settings import TokenizerSource
 
 log = get_logger(__name__)
 

@@ -4,22 +4,22 @@ import asyncio
 import os
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
-from services.common.grpc_server import (
+from maas_services.common.grpc_server import (
     GrpcService,
     ServerHandle,
     run_until_signalled,
     start_server,
 )
-from services.common.logging import get_logger
-from services.common.model_files import resolve_model_path
-from services.common.text_tokenizer import TextTokenizer
-from services.common.tokenizer_loader import load_tokenizer
-from services.tokenizer.compile_admission import CompileAdmission
-from services.tokenizer.encode_pool import EncodePool
-from services.tokenizer.grammar_validator import GrammarValidator
-from services.tokenizer.registry import Deployment, TokenizerRegistry
-from services.tokenizer.servicer import TokenizerServicer
-from services.tokenizer.settings import TokenizerSettings
+from maas_services.common.logging import get_logger
+from maas_services.common.model_files import resolve_model_path
+from maas_services.common.text_tokenizer import TextTokenizer
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.tokenizer.compile_admission import CompileAdmission
+from maas_services.tokenizer.encode_pool import EncodePool
+from maas_services.tokenizer.grammar_validator import GrammarValidator
+from maas_services.tokenizer.registry import Deployment, TokenizerRegistry
+from maas_services.tokenizer.servicer import TokenizerServicer
+from maas_services.tokenizer.settings import TokenizerSettings
 
 log = get_logger(__name__)
 SERVICE_NAME = tokenizer_pb2.DESCRIPTOR.services_by_name["Tokenizer"].full_name

@@ -30,16 +30,16 @@ import grpc
 from prometheus_client import Histogram
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
-from services.common.chat_messages import decoded_tools, message_dict
-from services.common.chat_template import ChatTemplateError
-from services.common.grammar.proto import grammar_from_proto
-from services.common.grammar.spec import GrammarError
-from services.common.length_check import ContextLengthError, check_chars, check_length
-from services.common.metrics import LATENCY_BUCKETS
-from services.tokenizer.compile_admission import CompileRefused
-from services.tokenizer.encode_pool import EncodePool, PoolFullError
-from services.tokenizer.grammar_validator import GrammarValidator
-from services.tokenizer.registry import (
+from maas_services.common.chat_messages import decoded_tools, message_dict
+from maas_services.common.chat_template import ChatTemplateError
+from maas_services.common.grammar.proto import grammar_from_proto
+from maas_services.common.grammar.spec import GrammarError
+from maas_services.common.length_check import ContextLengthError, check_chars, check_length
+from maas_services.common.metrics import LATENCY_BUCKETS
+from maas_services.tokenizer.compile_admission import CompileRefused
+from maas_services.tokenizer.encode_pool import EncodePool, PoolFullError
+from maas_services.tokenizer.grammar_validator import GrammarValidator
+from maas_services.tokenizer.registry import (
     Deployment,
     DeploymentLoadError,
     TokenizerRegistry,

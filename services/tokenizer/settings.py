@@ -2,9 +2,9 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.common.grammar.worker import WorkerLimits
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.common.settings import ServiceSettings
+from maas_services.common.grammar.worker import WorkerLimits
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.settings import ServiceSettings
 
 
 class TokenizerSource(BaseModel):

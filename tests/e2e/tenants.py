@@ -2,8 +2,8 @@
 
 import uuid
 
-from services.common.redis_client import open_redis
-from services.gateway.admission.tenants import TenantStore
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.tenants import TenantStore
 
 
 async def new_tenant_key(redis_url: str, prefix: str = "t") -> tuple[str, str]:

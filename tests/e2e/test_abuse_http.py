@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
 from tests.e2e.tenants import new_tenant_key
 
 pytestmark = pytest.mark.slow

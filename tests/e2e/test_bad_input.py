@@ -3,7 +3,7 @@
 import httpx
 import pytest
 
-from services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.model_files import DEFAULT_MODEL_ID
 
 pytestmark = pytest.mark.slow
 

@@ -8,17 +8,17 @@ import time
 import httpx
 import pytest
 
-from services.billing.ledger import Ledger
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.common.prices import PriceTable
-from services.common.quota import Quotas
-from services.common.redis_client import open_redis
-from services.common.service_token import ENV as SERVICE_TOKEN_ENV
-from services.common.usage_event import USAGE_STREAM
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
+from maas_services.billing.ledger import Ledger
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.prices import PriceTable
+from maas_services.common.quota import Quotas
+from maas_services.common.redis_client import open_redis
+from maas_services.common.service_token import ENV as SERVICE_TOKEN_ENV
+from maas_services.common.usage_event import USAGE_STREAM
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
 from tests.e2e.tenants import new_tenant_key
 
 pytestmark = pytest.mark.slow

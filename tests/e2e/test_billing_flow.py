@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
-from services.common.grpc_client import open_channel
-from services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.grpc_client import open_channel
+from maas_services.common.model_files import DEFAULT_MODEL_ID
 from tests.e2e.tenants import new_tenant_key
 
 pytestmark = pytest.mark.slow
@@ -60,7 +60,7 @@ async def test_usage_reaches_billing_exactly(stack):
 
 def maas(*argv: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "services.cli", *argv], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "maas_tools.cli", *argv], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
     return result.stdout

@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.common.grpc_client import open_channel
-from services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.grpc_client import open_channel
+from maas_services.common.model_files import DEFAULT_MODEL_ID
 
 pytestmark = pytest.mark.slow
 

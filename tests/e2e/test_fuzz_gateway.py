@@ -14,7 +14,7 @@ import schemathesis
 from hypothesis import strategies as st
 from schemathesis.generation.modes import GenerationMode
 
-from services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.model_files import DEFAULT_MODEL_ID
 
 pytestmark = pytest.mark.slow
 

@@ -14,13 +14,13 @@ import httpx
 import pytest
 
 from maas.v1 import gateway_pb2, gateway_pb2_grpc
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.common.redis_client import open_redis
-from services.common.service_token import ENV as SERVICE_TOKEN_ENV
-from services.gateway.admission.tenants import TenantStore
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.redis_client import open_redis
+from maas_services.common.service_token import ENV as SERVICE_TOKEN_ENV
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def admin(stack, *args) -> dict:
     env = {**os.environ, "MAAS_STATE_DIR": str(stack.config.state_dir)}
     env.pop("MAAS_REDIS_URL", None)
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", *args, "--json"],
+        [sys.executable, "-m", "maas_tools.cli", *args, "--json"],
         capture_output=True,
         text=True,
         env=env,

@@ -4,7 +4,7 @@ import grpc
 import pytest
 
 from maas.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, tokenizer_pb2
-from services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.model_files import DEFAULT_MODEL_ID
 
 pytestmark = pytest.mark.slow
 

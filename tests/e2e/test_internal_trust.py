@@ -23,9 +23,9 @@ from maas.v1 import (
     tokenizer_pb2,
     tokenizer_pb2_grpc,
 )
-from services.common.redis_acl import USER_NAMES
-from services.common.redis_client import open_redis
-from services.local.dev_tenant import KEY_FILE
+from maas_services.common.redis_acl import USER_NAMES
+from maas_services.common.redis_client import open_redis
+from maas_tools.local.dev_tenant import KEY_FILE
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.local.ports import free_port
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_tools.local.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def start_up(state_dir: Path, port: int) -> tuple[subprocess.Popen, dict]:
         [
             sys.executable,
             "-m",
-            "services.cli",
+            "maas_tools.cli",
             "up",
             "--port",
             str(port),

@@ -5,7 +5,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.model_files import DEFAULT_MODEL_ID
 
 pytestmark = pytest.mark.slow
 

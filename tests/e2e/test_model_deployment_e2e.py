@@ -21,20 +21,20 @@ import httpx
 import kmock
 import pytest
 
-from operators.modeldeployment.resources import OWNER_LABEL, TRACK_LABEL
-from operators.modeldeployment.routes import RoutesConfigMap
-from services.billing.ledger import Ledger
-from services.common.kubernetes_client import api_client
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.common.prices import PriceTable
-from services.common.redis_client import open_redis
-from services.common.service_token import ENV as SERVICE_TOKEN_ENV
-from services.common.usage_event import USAGE_STREAM
-from services.gateway.routing.routes_configmap import RoutesConfigMapWatch
-from services.gateway.routing.routes_watcher import RoutesWatcher
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
+from maas_operator.modeldeployment.resources import OWNER_LABEL, TRACK_LABEL
+from maas_operator.modeldeployment.routes import RoutesConfigMap
+from maas_services.billing.ledger import Ledger
+from maas_services.common.kubernetes_client import api_client
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.prices import PriceTable
+from maas_services.common.redis_client import open_redis
+from maas_services.common.service_token import ENV as SERVICE_TOKEN_ENV
+from maas_services.common.usage_event import USAGE_STREAM
+from maas_services.gateway.routing.routes_configmap import RoutesConfigMapWatch
+from maas_services.gateway.routing.routes_watcher import RoutesWatcher
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
 from tests.e2e.tenants import new_tenant_key
 from tests.integration.router.conftest import eventually
 from tests.k8s.kubeconfig import write_kubeconfig

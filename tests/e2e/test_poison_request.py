@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.model_files import DEFAULT_MODEL_ID
 from tests.e2e.tenants import new_tenant_key
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from maas.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, tokenizer_pb2
-from services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.model_files import DEFAULT_MODEL_ID
 
 pytestmark = pytest.mark.slow
 

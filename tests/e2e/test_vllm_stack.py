@@ -12,10 +12,10 @@ import httpx
 import openai
 import pytest
 
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.local.ports import free_port
-from services.local.stack import Stack, StackConfig
-from services.local.vllm_replicas import VllmOptions
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_tools.local.ports import free_port
+from maas_tools.local.stack import Stack, StackConfig
+from maas_tools.local.vllm_replicas import VllmOptions
 from tests.conftest import run_stack
 from tests.e2e.tenants import new_tenant_key
 from tests.integration.vllm.conftest import vllm_python  # noqa: F401 (the fixture)

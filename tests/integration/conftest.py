@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from services.admin.cli import main
+from maas_tools.admin.cli import main
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import asyncio
 import grpc
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.local.processes import ManagedProcess
+from maas_tools.local.processes import ManagedProcess
 
 
 async def load_when_up(

@@ -14,7 +14,7 @@ import grpc
 import kmock
 
 from maas.v1 import engine_pb2, engine_pb2_grpc, router_pb2, router_pb2_grpc
-from operators.modeldeployment.resources import DELETION_COST, OWNER_LABEL, TRACK_LABEL
+from maas_operator.modeldeployment.resources import DELETION_COST, OWNER_LABEL, TRACK_LABEL
 
 DEPLOYMENTS = kmock.resource("apps/v1/deployments")
 PODS = kmock.resource("v1/pods")

@@ -3,9 +3,9 @@
 import pydantic
 import pytest
 
-from operators.modeldeployment.admission import AdmissionPolicy
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.settings import OperatorSettings
+from maas_operator.modeldeployment.admission import AdmissionPolicy
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.settings import OperatorSettings
 
 POLICY = AdmissionPolicy(
     allowed_images=("ghcr.io/maas-dev/maas:*", "registry.example.com/team/*"),

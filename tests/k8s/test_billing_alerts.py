@@ -1,8 +1,8 @@
 """The chart's billing alerts watch the metrics billing exports: requests billed
 without a price (per deployment), and a consumer that stops keeping up."""
 
-from services.billing.health import READY
-from services.billing.ledger import UNPRICED
+from maas_services.billing.health import READY
+from maas_services.billing.ledger import UNPRICED
 from tests.k8s.test_chart import helm, render_set  # noqa: F401 (helm is a fixture)
 
 

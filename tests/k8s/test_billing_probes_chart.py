@@ -4,7 +4,7 @@ so a Redis outage takes billing out of its Service without restarting it."""
 
 import kubernetes_validate
 
-from services.billing.health import LIVENESS_SERVICE
+from maas_services.billing.health import LIVENESS_SERVICE
 from tests.k8s.test_chart import KUBERNETES_VERSION, helm, render_set  # noqa: F401
 
 

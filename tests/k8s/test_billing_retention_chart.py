@@ -3,8 +3,8 @@ what BillingSettings reads, so the ledger keeps what the values say."""
 
 import kubernetes_validate
 
-from services.billing.ledger import DAY, Retention
-from services.billing.settings import BillingSettings
+from maas_services.billing.ledger import DAY, Retention
+from maas_services.billing.settings import BillingSettings
 from tests.k8s.test_chart import KUBERNETES_VERSION, helm, render_refused, render_set  # noqa: F401
 
 

@@ -14,9 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from operators.modeldeployment.admission import AdmissionPolicy
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.validation import validate as validate_model_deployment
+from maas_operator.modeldeployment.admission import AdmissionPolicy
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.validation import validate as validate_model_deployment
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "maas"

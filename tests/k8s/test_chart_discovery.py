@@ -4,7 +4,7 @@ own them there, and nothing else."""
 
 import json
 
-from services.router.settings import RouterSettings
+from maas_services.router.settings import RouterSettings
 from tests.k8s.chart_render import rendered
 from tests.k8s.rbac import Call, Grants
 

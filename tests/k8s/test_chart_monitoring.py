@@ -5,7 +5,7 @@ from pathlib import Path
 import kubernetes_validate
 from prometheus_client import REGISTRY
 
-import services.billing.retention  # noqa: F401  (registers the Redis memory gauges)
+import maas_services.billing.retention  # noqa: F401  (registers the Redis memory gauges)
 from tests.integration.observability.promql import metric_names
 from tests.k8s import test_chart
 from tests.k8s.test_chart import KUBERNETES_VERSION, render_refused, render_set

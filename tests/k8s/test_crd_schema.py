@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from operators.modeldeployment.crd import CHART_CRD, crd_manifest, render
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.validation import validate
+from maas_operator.modeldeployment.crd import CHART_CRD, crd_manifest, render
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.validation import validate
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "deploy" / "examples").glob("*.yaml"))
 

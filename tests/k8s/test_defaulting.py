@@ -8,8 +8,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from operators.modeldeployment.crd_schema import OPENAPI_SCHEMA
-from operators.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.crd_schema import OPENAPI_SCHEMA
+from maas_operator.modeldeployment.defaults import defaulted_spec
 from tests.k8s.apiserver_defaulting import server_defaulted
 
 SPEC_SCHEMA = OPENAPI_SCHEMA["properties"]["spec"]

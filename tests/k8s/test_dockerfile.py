@@ -1,10 +1,11 @@
 """The image and the pods that run it agree (no Docker engine here to build it)."""
 
 import re
+import tomllib
 from pathlib import Path
 
-from operators.modeldeployment import resources
-from operators.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment.defaults import defaulted_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "deploy" / "Dockerfile").read_text()
@@ -21,8 +22,14 @@ def test_every_copied_path_exists_and_every_package_is_copied():
     copied = re.findall(r"^COPY (?!--from)(\S+(?: \S+)*) \S+$", DOCKERFILE, re.M)
     sources = [s for line in copied for s in line.split()]
     assert sources and all((ROOT / s).exists() for s in sources), sources
-    top_level = {"proto", "services", "operators", "maas_kernels"}
-    assert top_level <= set(sources)
+    # Every folder the wheel installs from (pyproject's package-dir), and setup.py
+    # which lists their packages.
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"
+    ]
+    folders = {folder.split("/")[0] for folder in package_dir.values()}
+    assert folders == {"proto", "services", "tools", "operators", "kernels"}
+    assert folders | {"setup.py"} <= set(sources)
 
 
 def test_cpu_and_cuda_variants_select_the_torch_index():
@@ -34,5 +41,5 @@ def test_cpu_and_cuda_variants_select_the_torch_index():
 
 def test_the_build_stage_prebuilds_the_native_kernels_the_runtime_cannot_compile():
     build, runtime = DOCKERFILE.split("\nFROM python:${PYTHON_VERSION}-slim\n")
-    assert "python -m services.engine.native.library" in build and " g++" in build
+    assert "python -m maas_kernels.native.library" in build and " g++" in build
     assert "g++" not in runtime and "libgomp1" in runtime

@@ -2,9 +2,9 @@
 
 import pytest
 
-from operators.modeldeployment import resources
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.validation import validate
+from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.validation import validate
 from tests.k8s.test_rendered_engine_flags import engine_settings
 
 OWNER = {"metadata": {"name": "m", "namespace": "ns", "uid": "u"}}

@@ -4,11 +4,11 @@ import contextlib
 
 import kmock
 
-from operators.modeldeployment import resources
-from operators.modeldeployment.autoscale import find_pod
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.kube import Credentials, KubeApi, object_path
-from operators.modeldeployment.reconcile import apply
+from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment.autoscale import find_pod
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.kube import Credentials, KubeApi, object_path
+from maas_operator.modeldeployment.reconcile import apply
 from tests.k8s.emulator import StampingEmulator
 
 OWNER = {"metadata": {"name": "m", "namespace": "ns", "uid": "u-1"}}

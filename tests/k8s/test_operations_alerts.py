@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-import services.engine.known_answer_gauge  # noqa: F401  (registers the gauge)
-import services.gateway.admission.fair_queue  # noqa: F401  (registers the shedding counter)
-import services.gateway.http_api.tracing_middleware  # noqa: F401  (the request counts)
-import services.gateway.usage.usage_spool  # noqa: F401  (registers the quarantine counter)
+import maas_services.engine.known_answer_gauge  # noqa: F401  (registers the gauge)
+import maas_services.gateway.admission.fair_queue  # noqa: F401  (registers the shedding counter)
+import maas_services.gateway.http_api.tracing_middleware  # noqa: F401  (the request counts)
+import maas_services.gateway.usage.usage_spool  # noqa: F401  (registers the quarantine counter)
 from tests.integration.observability.promql import metric_names, series_names
 from tests.k8s.test_chart import helm, render_set  # noqa: F401 (helm is a fixture)
 

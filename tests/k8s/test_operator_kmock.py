@@ -14,12 +14,12 @@ import kmock
 import kopf
 import pytest
 
-from operators.modeldeployment.admission import AdmissionPolicy
-from operators.modeldeployment.autoscale import Dependencies
-from operators.modeldeployment.grpc_clients import RouterClient, drain_engine
-from operators.modeldeployment.handlers import FINALIZER, OperatorContext, build_registry
-from operators.modeldeployment.kube import Credentials, KubeApi
-from operators.modeldeployment.resources import DELETION_COST
+from maas_operator.modeldeployment.admission import AdmissionPolicy
+from maas_operator.modeldeployment.autoscale import Dependencies
+from maas_operator.modeldeployment.grpc_clients import RouterClient, drain_engine
+from maas_operator.modeldeployment.handlers import FINALIZER, OperatorContext, build_registry
+from maas_operator.modeldeployment.kube import Credentials, KubeApi
+from maas_operator.modeldeployment.resources import DELETION_COST
 from tests.k8s.chart_render import rendered
 from tests.k8s.emulator import StampingEmulator
 from tests.k8s.fake_pool import FakePool

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from operators.modeldeployment.policy import (
+from maas_operator.modeldeployment.policy import (
     Action,
     AutoscalerState,
     AutoscalingConfig,
@@ -12,7 +12,7 @@ from operators.modeldeployment.policy import (
     decide,
     replicas_for,
 )
-from operators.modeldeployment.simulate import simulate
+from maas_operator.modeldeployment.simulate import simulate
 
 CONFIG = AutoscalingConfig(
     min_replicas=1,

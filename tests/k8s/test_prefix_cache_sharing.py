@@ -1,10 +1,10 @@
 """spec.engine.prefixCacheSharing: validated by the CRD schema, rendered into engine flags."""
 
-from operators.modeldeployment import resources
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.validation import validate
-from services.common.settings import parse_settings
-from services.engine.settings import EngineSettings
+from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.validation import validate
+from maas_services.common.settings import parse_settings
+from maas_services.engine.settings import EngineSettings
 
 OWNER = {"metadata": {"name": "m", "namespace": "ns", "uid": "u-1"}}
 

@@ -4,8 +4,8 @@ A real API server prunes status fields its schema does not declare, so a column
 on an undeclared field would stay empty there while the emulator shows it.
 """
 
-from operators.modeldeployment.crd import crd_manifest
-from operators.modeldeployment.crd_schema import OPENAPI_SCHEMA
+from maas_operator.modeldeployment.crd import crd_manifest
+from maas_operator.modeldeployment.crd_schema import OPENAPI_SCHEMA
 
 
 def declared(json_path: str) -> dict | None:

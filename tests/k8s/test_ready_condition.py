@@ -1,7 +1,7 @@
 """Ready: the admission verdict, else Available; kept when the autoscaler merges its own."""
 
-from operators.modeldeployment.admission import Refusal
-from operators.modeldeployment.status import Condition, merge_conditions, ready
+from maas_operator.modeldeployment.admission import Refusal
+from maas_operator.modeldeployment.status import Condition, merge_conditions, ready
 
 
 def test_a_refusal_wins_over_available_replicas():

@@ -3,11 +3,11 @@ vllm, and enforceEager's."""
 
 import typing
 
-from operators.modeldeployment import resources
-from operators.modeldeployment.crd_schema import OPENAPI_SCHEMA
-from operators.modeldeployment.defaults import defaulted_spec
-from services.common.settings import parse_settings
-from services.engine.settings import EngineSettings
+from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment.crd_schema import OPENAPI_SCHEMA
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_services.common.settings import parse_settings
+from maas_services.engine.settings import EngineSettings
 
 
 def test_backend_enum_and_default_are_the_engines():

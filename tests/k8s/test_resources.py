@@ -2,14 +2,20 @@
 
 import pytest
 
-from operators.modeldeployment import resources
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.drain import DrainState, DrainStep, Replica, choose_victim, next_step
-from operators.modeldeployment.engine_args import quantity_bytes
-from operators.modeldeployment.model_source import model_mount
-from operators.modeldeployment.reconcile import desired_hash
-from services.common.settings import parse_settings
-from services.engine.settings import EngineSettings
+from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.drain import (
+    DrainState,
+    DrainStep,
+    Replica,
+    choose_victim,
+    next_step,
+)
+from maas_operator.modeldeployment.engine_args import quantity_bytes
+from maas_operator.modeldeployment.model_source import model_mount
+from maas_operator.modeldeployment.reconcile import desired_hash
+from maas_services.common.settings import parse_settings
+from maas_services.engine.settings import EngineSettings
 
 OWNER = {"metadata": {"name": "m", "namespace": "ns", "uid": "u-1"}}
 

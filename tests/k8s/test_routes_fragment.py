@@ -2,9 +2,9 @@
 
 import yaml
 
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.routes import fragment
-from services.gateway.routing.routing_table import RoutingTable
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.routes import fragment
+from maas_services.gateway.routing.routing_table import RoutingTable
 
 
 def test_aliases_split_between_the_model_and_its_canary_by_weight():

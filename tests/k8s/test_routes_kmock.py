@@ -6,7 +6,7 @@ The real kopf handlers against kmock's emulator, as in test_operator_kmock.
 import pytest
 import yaml
 
-from operators.modeldeployment.routes import RoutesConfigMap
+from maas_operator.modeldeployment.routes import RoutesConfigMap
 from tests.k8s.test_operator_kmock import (
     NAMESPACE,
     create,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.modeldeployment.simulate import COLUMNS
-from services.cli import main as maas
+from maas_operator.modeldeployment.simulate import COLUMNS
+from maas_tools.cli import main as maas
 
 ROOT = Path(__file__).resolve().parents[2]
 BURST = ROOT / "deploy" / "examples" / "burst-trace.csv"

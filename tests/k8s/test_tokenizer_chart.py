@@ -2,7 +2,7 @@
 
 import kubernetes_validate
 
-from services.tokenizer.settings import TokenizerSettings, TokenizerSource
+from maas_services.tokenizer.settings import TokenizerSettings, TokenizerSource
 from tests.k8s.test_chart import KUBERNETES_VERSION, helm, render_refused, render_set  # noqa: F401
 
 QWEN = "/models/qwen/Qwen2.5-7B-Instruct"

@@ -3,9 +3,9 @@ tuning, or run vLLM without a key (docs/security.md, "Trust in the cluster")."""
 
 import pytest
 
-from operators.modeldeployment import resources
-from operators.modeldeployment.admission import AdmissionPolicy
-from operators.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment.admission import AdmissionPolicy
+from maas_operator.modeldeployment.defaults import defaulted_spec
 
 OWNER = {"metadata": {"name": "qwen", "namespace": "ns", "uid": "u-1"}}
 POLICY = AdmissionPolicy(allowed_images=(), credentials_secret_pattern="x")

@@ -5,11 +5,11 @@ import json
 import kubernetes_validate
 import pytest
 
-from operators.modeldeployment import resources
-from operators.modeldeployment.admission import AdmissionPolicy
-from operators.modeldeployment.crd_schema import OPENAPI_SCHEMA
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.validation import validate
+from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment.admission import AdmissionPolicy
+from maas_operator.modeldeployment.crd_schema import OPENAPI_SCHEMA
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.validation import validate
 from tests.k8s.written_objects import KUBERNETES_VERSION
 
 OWNER = {"metadata": {"name": "qwen", "namespace": "ns", "uid": "u-1"}}

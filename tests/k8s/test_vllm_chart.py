@@ -8,10 +8,10 @@ from pathlib import Path
 import kubernetes_validate
 import yaml
 
-from operators.modeldeployment import resources
-from operators.modeldeployment.admission import AdmissionPolicy
-from operators.modeldeployment.defaults import defaulted_spec
-from operators.modeldeployment.validation import validate
+from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment.admission import AdmissionPolicy
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.validation import validate
 from tests.k8s.chart_render import CHART, ROOT, helm_binary, rendered
 from tests.k8s.written_objects import KUBERNETES_VERSION
 

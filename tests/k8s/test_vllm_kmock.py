@@ -4,8 +4,8 @@ is refused with a condition, creating nothing."""
 
 import pytest
 
-from operators.modeldeployment.model_store import STORE_LABEL
-from operators.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
+from maas_operator.modeldeployment.model_store import STORE_LABEL
+from maas_operator.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
 from tests.k8s.test_operator_kmock import (
     NAMESPACE,
     OWNED,

@@ -16,7 +16,7 @@ import kmock
 from kubernetes_validate.utils import schema_contents
 from referencing import Registry, Resource
 
-from operators.modeldeployment.validation import validate as validate_model_deployment
+from maas_operator.modeldeployment.validation import validate as validate_model_deployment
 
 KUBERNETES_VERSION = "1.35.0"  # as tests/k8s/test_chart.py: what the pinned helm speaks
 WRITES = ("POST", "PUT", "PATCH")

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-import services.local.up
-from services.cli import main as maas
+import maas_tools.local.up
+from maas_tools.cli import main as maas
 
 # The positional choices a help page lists: its subcommands (or services, or tools).
 SUBCOMMANDS = re.compile(r"^positional arguments:\n\s+\{([\w,-]+)\}", re.MULTILINE)
@@ -66,7 +66,7 @@ def started(monkeypatch):
         configs.append(config)
         return 0
 
-    monkeypatch.setattr(services.local.up, "up", up)
+    monkeypatch.setattr(maas_tools.local.up, "up", up)
     return configs
 
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from services.common.protogen import PROTO_PACKAGE, PROTO_ROOT, generate
+from maas_services.common.protogen import PROTO_PACKAGE, PROTO_ROOT, generate
 
 
 def test_generated_code_is_fresh(tmp_path: Path):

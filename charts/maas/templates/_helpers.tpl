@@ -38,7 +38,7 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
 
 {{/*
-A Redis ACL user's name and password (services.common.redis_acl), for the one
+A Redis ACL user's name and password (maas_services.common.redis_acl), for the one
 service that logs in as it. Params: root, user.
 */}}
 {{- define "maas.redisCredentialsEnv" -}}

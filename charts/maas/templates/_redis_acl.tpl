@@ -1,6 +1,6 @@
 {{/*
 Redis ACL users (docs/security.md). The rules are files/redis-users.acl, which
-tests hold equal to services.common.redis_acl.chart_rules(): one table for the
+tests hold equal to maas_services.common.redis_acl.chart_rules(): one table for the
 chart and local mode. Each user's password is internalAuth.redisPasswords.<user>,
 else what the release's Secret already holds (lookup: upgrades keep it), else
 generated once.

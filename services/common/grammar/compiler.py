@@ -12,9 +12,9 @@ import weakref
 
 import xgrammar
 
-from services.common.grammar.cache import TenantCache
-from services.common.grammar.spec import GrammarSpec
-from services.common.grammar.worker import GrammarWorker, WorkerLimits
+from maas_services.common.grammar.cache import TenantCache
+from maas_services.common.grammar.spec import GrammarSpec
+from maas_services.common.grammar.worker import GrammarWorker, WorkerLimits
 
 CACHE_BYTES = 256 << 20
 TENANT_CACHE_BYTES = 32 << 20

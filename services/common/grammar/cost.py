@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import xgrammar
 
-from services.common.grammar.spec import GrammarError, GrammarSpec
+from maas_services.common.grammar.spec import GrammarError, GrammarSpec
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """maas.v1.Grammar <-> GrammarSpec, for the engine and the tokenizer service alike."""
 
 from maas.v1 import common_pb2
-from services.common.grammar.spec import GrammarError, GrammarSpec
+from maas_services.common.grammar.spec import GrammarError, GrammarSpec
 
 
 def grammar_from_proto(grammar: common_pb2.Grammar) -> GrammarSpec:

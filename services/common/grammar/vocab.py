@@ -19,7 +19,7 @@ past the tokenizer's are never allowed).
 import xgrammar
 from transformers import PreTrainedTokenizerFast
 
-from services.common.text_tokenizer import TextTokenizer
+from maas_services.common.text_tokenizer import TextTokenizer
 
 
 def tokenizer_info(tokenizer: TextTokenizer, logits_width: int = 0) -> xgrammar.TokenizerInfo:

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from services.common.grammar.cost import CostCaps
-from services.common.grammar.spec import GrammarError, GrammarSpec
+from maas_services.common.grammar.cost import CostCaps
+from maas_services.common.grammar.spec import GrammarError, GrammarSpec
 
 HEADER = 8
 
@@ -177,7 +177,7 @@ def _read(fd: int, size: int, deadline: float) -> bytes:
     return b"".join(chunks)
 
 
-# The child: `python -m services.common.grammar.worker '<WorkerLimits as JSON>'`.
+# The child: `python -m maas_services.common.grammar.worker '<WorkerLimits as JSON>'`.
 
 
 def _serve(limits: WorkerLimits) -> None:
@@ -185,7 +185,7 @@ def _serve(limits: WorkerLimits) -> None:
     # Imported here: the parent never needs it for this module.
     import xgrammar
 
-    from services.common.grammar import cost
+    from maas_services.common.grammar import cost
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # anything printed must not corrupt the wire

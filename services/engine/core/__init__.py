@@ -19,6 +19,6 @@ LLMEngine, so no token past a stop ever leaves the core.
 Death: the serving process watches the core's exit (AsyncEngine._watch); if
 the core dies, every open stream ends with UNAVAILABLE, health goes
 NOT_SERVING and the worker exits 1 (server.py). The core dies with the
-serving process: it is started through services.local.guard, which arms the
+serving process: it is started through maas_tools.local.guard, which arms the
 kernel's parent-death signal before exec.
 """

@@ -11,20 +11,20 @@ import time
 
 import torch
 
-from services.common.logging import get_logger
-from services.common.machine_profile import machine_profile
-from services.common.model_files import resolve_model_path
-from services.common.tokenizer_loader import load_tokenizer
-from services.engine.device import resolve_device, resolve_dtype
-from services.engine.engine_config import build_configs
-from services.engine.kv_budget import kv_cache_bytes, model_bytes, num_blocks
-from services.engine.kv_cache import PagedKVCache
-from services.engine.llm_engine import LLMEngine
-from services.engine.loader import load_model
-from services.engine.machine_defaults import resolve
-from services.engine.model_runner import ModelRunner
-from services.engine.quantization.config import QuantizationConfig
-from services.engine.settings import EngineSettings
+from maas_services.common.logging import get_logger
+from maas_services.common.machine_profile import machine_profile
+from maas_services.common.model_files import resolve_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.engine.device import resolve_device, resolve_dtype
+from maas_services.engine.engine_config import build_configs
+from maas_services.engine.kv_budget import kv_cache_bytes, model_bytes, num_blocks
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.llm_engine import LLMEngine
+from maas_services.engine.loader import load_model
+from maas_services.engine.machine_defaults import resolve
+from maas_services.engine.model_runner import ModelRunner
+from maas_services.engine.quantization.config import QuantizationConfig
+from maas_services.engine.settings import EngineSettings
 
 log = get_logger(__name__)
 

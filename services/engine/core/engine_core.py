@@ -13,13 +13,13 @@ import time
 
 import zmq
 
-from services.common.logging import get_logger
-from services.engine import metrics
-from services.engine.core import protocol
-from services.engine.core.compute_threads import ComputeThreads
-from services.engine.core.grammar_compiles import GrammarCompiles, aborted
-from services.engine.core.metrics_relay import engine_metrics_text
-from services.engine.llm_engine import LLMEngine, RequestRejected
+from maas_services.common.logging import get_logger
+from maas_services.engine import metrics
+from maas_services.engine.core import protocol
+from maas_services.engine.core.compute_threads import ComputeThreads
+from maas_services.engine.core.grammar_compiles import GrammarCompiles, aborted
+from maas_services.engine.core.metrics_relay import engine_metrics_text
+from maas_services.engine.llm_engine import LLMEngine, RequestRejected
 
 log = get_logger(__name__)
 

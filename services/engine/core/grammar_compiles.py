@@ -21,13 +21,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from services.common.grammar.spec import GrammarError, GrammarSpec
-from services.engine.core import protocol
-from services.engine.llm_engine import RequestRejected
-from services.engine.request import SeqOutput
+from maas_services.common.grammar.spec import GrammarError, GrammarSpec
+from maas_services.engine.core import protocol
+from maas_services.engine.llm_engine import RequestRejected
+from maas_services.engine.request import SeqOutput
 
 if TYPE_CHECKING:  # importing it imports xgrammar, which an engine without grammars skips
-    from services.common.grammar.compiler import GrammarCompiler
+    from maas_services.common.grammar.compiler import GrammarCompiler
 
 
 class GrammarCompiles:

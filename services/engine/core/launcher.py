@@ -5,11 +5,11 @@ import os
 import sys
 from dataclasses import dataclass
 
-from services.common.logging import get_logger
-from services.common.machine_profile import machine_profile
-from services.engine.device import resolve_device
-from services.engine.machine_defaults import Resolved, resolve
-from services.engine.settings import EngineSettings
+from maas_services.common.logging import get_logger
+from maas_services.common.machine_profile import machine_profile
+from maas_services.engine.device import resolve_device
+from maas_services.engine.machine_defaults import Resolved, resolve
+from maas_services.engine.settings import EngineSettings
 
 log = get_logger(__name__)
 
@@ -40,11 +40,11 @@ class CoreProcess:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "services.local.guard",
+            "maas_tools.local.guard",
             str(os.getpid()),
             sys.executable,
             "-m",
-            "services.engine.core.process",
+            "maas_services.engine.core.process",
             directory,
             resolved.settings.model_dump_json(),
             stdin=asyncio.subprocess.DEVNULL,

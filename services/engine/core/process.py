@@ -1,6 +1,6 @@
-"""The engine-core process: `python -m services.engine.core.process DIR SETTINGS_JSON`.
+"""The engine-core process: `python -m maas_services.engine.core.process DIR SETTINGS_JSON`.
 
-Started by the serving process (launcher.py) through services.local.guard,
+Started by the serving process (launcher.py) through maas_tools.local.guard,
 so the kernel kills it when the serving process dies: no orphan core
 holding the model's memory. It loads the model, computes with every core it
 may run on (build.py picks the threads; wide steps use them all, narrow ones
@@ -14,13 +14,13 @@ import signal
 import sys
 import threading
 
-from services.common.logging import configure_logging, get_logger
-from services.engine.core.addresses import CoreAddresses
-from services.engine.core.build import build_engine
-from services.engine.core.compute_threads import ComputeThreads
-from services.engine.core.engine_core import EngineCore
-from services.engine.known_answer_check import check_native
-from services.engine.settings import EngineSettings
+from maas_services.common.logging import configure_logging, get_logger
+from maas_services.engine.core.addresses import CoreAddresses
+from maas_services.engine.core.build import build_engine
+from maas_services.engine.core.compute_threads import ComputeThreads
+from maas_services.engine.core.engine_core import EngineCore
+from maas_services.engine.known_answer_check import check_native
+from maas_services.engine.settings import EngineSettings
 
 log = get_logger(__name__)
 

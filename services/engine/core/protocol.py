@@ -8,8 +8,8 @@ message each; the core answers with one StepBatch per engine step.
 
 import msgspec
 
-from services.engine.request import SeqOutput
-from services.engine.sampling_params import SamplingParams
+from maas_services.engine.request import SeqOutput
+from maas_services.engine.sampling_params import SamplingParams
 
 
 class Add(msgspec.Struct, tag=True):

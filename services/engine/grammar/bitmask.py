@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from services.engine.grammar.matcher import GrammarState
+    from maas_services.engine.grammar.matcher import GrammarState
 
 
 def apply_grammars(logits: torch.Tensor, grammars: Sequence["GrammarState | None"]) -> torch.Tensor:

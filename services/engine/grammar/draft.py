@@ -9,8 +9,8 @@ only on the tokens verification keeps (llm_engine appends them one by one).
 
 import torch
 
-from services.engine.grammar.bitmask import masked, new_bitmask
-from services.engine.grammar.matcher import GrammarState
+from maas_services.engine.grammar.bitmask import masked, new_bitmask
+from maas_services.engine.grammar.matcher import GrammarState
 
 
 def constrain_draft(

@@ -3,11 +3,11 @@
 from dataclasses import dataclass
 from typing import Literal
 
-from services.common.quantization_methods import QUANTIZATION_METHODS, QuantizationMethod
+from maas_services.common.quantization_methods import QUANTIZATION_METHODS, QuantizationMethod
 
 Activations = Literal["float32", "int8"]
 ACTIVATIONS: tuple[Activations, ...] = ("float32", "int8")
-# Group sizes torch's CPU int4 kernel and maas_kernels/quant_int4.py both take.
+# Group sizes torch's CPU int4 kernel and kernels/quant_int4.py both take.
 GROUP_SIZES = (32, 64, 128)
 
 

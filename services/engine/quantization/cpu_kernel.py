@@ -11,7 +11,7 @@ of PANEL_BYTES of output rows dequantized once each into a float32 buffer
 that stays in L2, multiplied by every activation row with a register-blocked
 micro-kernel. Both write the [M, N] output directly.
 
-The library is the engine's native one (services/engine/native/bindings.py);
+The library is the engine's native one (kernels/native/bindings.py);
 where it cannot be built, library() is None and the layers keep dequantize +
 matmul.
 """
@@ -19,7 +19,7 @@ matmul.
 import torch
 
 from maas_kernels import ops
-from services.engine.native import bindings
+from maas_kernels.native import bindings
 
 # A decode step's matmuls of SmolLM2-135M (AVX2 EPYC, one thread, thread CPU ms;
 # quant_kernel_bench, "panels"): the row kernel wins up to 4 rows (int8 17 ms against

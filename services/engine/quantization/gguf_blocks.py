@@ -15,9 +15,13 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, GGUFReader
 
-from services.engine.gguf_loader import _PERMUTED_ARCHITECTURES, _our_name, _unpermute_rotary_rows
-from services.engine.model_config import ModelConfig
-from services.engine.quantization.int4 import Int4Weight
+from maas_services.engine.gguf_loader import (
+    _PERMUTED_ARCHITECTURES,
+    _our_name,
+    _unpermute_rotary_rows,
+)
+from maas_services.engine.model_config import ModelConfig
+from maas_services.engine.quantization.int4 import Int4Weight
 
 GROUP_SIZE = 32
 _BLOCK_BYTES = {GGMLQuantizationType.Q4_0: 18, GGMLQuantizationType.Q4_1: 20}

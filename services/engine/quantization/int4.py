@@ -1,4 +1,4 @@
-"""int4 weights, asymmetric per group of inputs: maas_kernels/quant_int4_ref.py's format.
+"""int4 weights, asymmetric per group of inputs: kernels/quant_int4_ref.py's format.
 
 Int4Weight is that format, the one thing every source produces (quantizing a
 float weight, or repacking a GGUF file's 4-bit blocks). Two modules run it:
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from maas_kernels import int4_matmul
+from maas_kernels.ops import int4_matmul
 from maas_kernels.quant_int4_ref import quantize_int4, unpack_int4
-from services.engine.quantization import cpu_kernel
-from services.engine.quantization.config import GROUP_SIZES
-from services.engine.quantization.linear import QuantizedLinear
+from maas_services.engine.quantization import cpu_kernel
+from maas_services.engine.quantization.config import GROUP_SIZES
+from maas_services.engine.quantization.linear import QuantizedLinear
 
 # torch's CPU kernel is vectorised for these (in float32 it is 20-100x slower than
 # a float32 matmul), and lays the weight out in tiles of 16 output rows at least.

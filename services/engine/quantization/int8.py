@@ -1,11 +1,11 @@
-"""int8 weights, symmetric per output channel: maas_kernels/quant_int8_ref.py's format."""
+"""int8 weights, symmetric per output channel: kernels/quant_int8_ref.py's format."""
 
 import torch
 
-from maas_kernels import int8_matmul
+from maas_kernels.ops import int8_matmul
 from maas_kernels.quant_int8_ref import quantize_int8
-from services.engine.quantization import cpu_kernel
-from services.engine.quantization.linear import QuantizedLinear
+from maas_services.engine.quantization import cpu_kernel
+from maas_services.engine.quantization.linear import QuantizedLinear
 
 # Up to this many rows torch's CPU int8 kernel (a GEMV per row) wins; past it,
 # dequantizing once and running the dense bf16 matmul (AMX/AVX512-BF16) does.

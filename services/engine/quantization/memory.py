@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from services.engine.quantization.linear import QuantizedLinear
+from maas_services.engine.quantization.linear import QuantizedLinear
 
 
 @dataclass

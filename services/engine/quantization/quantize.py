@@ -5,13 +5,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from services.engine.model import LlamaForCausalLM
-from services.engine.native import bindings
-from services.engine.quantization import gguf_blocks
-from services.engine.quantization.config import QuantizationConfig
-from services.engine.quantization.int4 import Int4Weight, int4_group_size, make_int4_linear
-from services.engine.quantization.int8 import Int8Linear
-from services.engine.quantization.linear import QuantizedLinear
+from maas_kernels.native import bindings
+from maas_services.engine.model import LlamaForCausalLM
+from maas_services.engine.quantization import gguf_blocks
+from maas_services.engine.quantization.config import QuantizationConfig
+from maas_services.engine.quantization.int4 import Int4Weight, int4_group_size, make_int4_linear
+from maas_services.engine.quantization.int8 import Int8Linear
+from maas_services.engine.quantization.linear import QuantizedLinear
 
 # The projections of each decoder layer: nearly all the weights outside the
 # embedding. The embedding stays a float lookup (quantizing a lookup table saves

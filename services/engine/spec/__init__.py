@@ -1,3 +1,3 @@
 """Speculative decoding: proposers register themselves on import."""
 
-from services.engine.spec import draft_model, ngram  # noqa: F401
+from maas_services.engine.spec import draft_model, ngram  # noqa: F401

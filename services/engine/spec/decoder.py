@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from services.engine.grammar.draft import constrain_draft
-from services.engine.sampler import Sampler
-from services.engine.sampling_params import SamplingParams
-from services.engine.sequence import Sequence
-from services.engine.spec.config import SpecConfig
-from services.engine.spec.proposer import DraftRequest, TargetInfo, make_proposer
-from services.engine.spec.verify import verify
+from maas_services.engine.grammar.draft import constrain_draft
+from maas_services.engine.sampler import Sampler
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.sequence import Sequence
+from maas_services.engine.spec.config import SpecConfig
+from maas_services.engine.spec.proposer import DraftRequest, TargetInfo, make_proposer
+from maas_services.engine.spec.verify import verify
 
 if TYPE_CHECKING:
-    from services.engine.grammar.matcher import GrammarState
+    from maas_services.engine.grammar.matcher import GrammarState
 
 # How fast the acceptance average follows new evidence, and recovers when idle.
 _EMA = 0.3

@@ -19,13 +19,13 @@ recomputed once every half slot rather than every step.
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from services.common.block_hash import BLOCK_SIZE
-from services.engine.kv_cache import PagedKVCache
-from services.engine.loader import load_model
-from services.engine.model_runner import ModelRunner
-from services.engine.scheduler import ScheduledSeq
-from services.engine.spec.config import SpecConfig
-from services.engine.spec.proposer import DraftRequest, TargetInfo, register
+from maas_services.common.block_hash import BLOCK_SIZE
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.loader import load_model
+from maas_services.engine.model_runner import ModelRunner
+from maas_services.engine.scheduler import ScheduledSeq
+from maas_services.engine.spec.config import SpecConfig
+from maas_services.engine.spec.proposer import DraftRequest, TargetInfo, register
 
 
 @dataclass

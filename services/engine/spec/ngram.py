@@ -5,7 +5,7 @@ most recent earlier occurrence of the sequence's last n tokens (longest n
 first) and propose the tokens that followed it.
 """
 
-from services.engine.spec.proposer import DraftRequest, register
+from maas_services.engine.spec.proposer import DraftRequest, register
 
 
 @register("ngram")

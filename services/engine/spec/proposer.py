@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from services.engine.spec.config import SpecConfig
+from maas_services.engine.spec.config import SpecConfig
 
 
 @dataclass

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from services.engine.logprobs import TokenLogprob
-from services.engine.request import SeqOutput
+from maas_services.engine.logprobs import TokenLogprob
+from maas_services.engine.request import SeqOutput
 
 TOKEN_ID_PREFIX = "token_id:"
 

@@ -11,11 +11,11 @@ import asyncio
 
 import httpx
 
-from services.common.model_files import resolve_model_path
-from services.common.text_tokenizer import TextTokenizer
-from services.engine.known_answer import Score, known_token_ids, score_of
-from services.engine.known_answer_check import judge_score
-from services.engine.settings import EngineSettings
+from maas_services.common.model_files import resolve_model_path
+from maas_services.common.text_tokenizer import TextTokenizer
+from maas_services.engine.known_answer import Score, known_token_ids, score_of
+from maas_services.engine.known_answer_check import judge_score
+from maas_services.engine.settings import EngineSettings
 
 
 async def score_vllm(client: httpx.AsyncClient, served_model: str, texts: list[list[int]]) -> Score:

@@ -16,9 +16,9 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from services.common.logging import get_logger
-from services.engine.async_engine import KvEventBatch
-from services.engine.vllm_backend.kv_translation import Events, KvTranslator
+from maas_services.common.logging import get_logger
+from maas_services.engine.async_engine import KvEventBatch
+from maas_services.engine.vllm_backend.kv_translation import Events, KvTranslator
 
 log = get_logger(__name__)
 

@@ -23,8 +23,8 @@ a map tagged by "type" (vllm/distributed/kv_events.py, vLLM 0.32).
 
 from collections.abc import Hashable
 
-from services.common.block_hash import hash_block
-from services.engine.vllm_backend.cache_salt import SaltBook
+from maas_services.common.block_hash import hash_block
+from maas_services.engine.vllm_backend.cache_salt import SaltBook
 
 Events = list[tuple[str, list[int]]]
 

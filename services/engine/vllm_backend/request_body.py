@@ -10,9 +10,9 @@ temperature is 1.0 there, an unset max_tokens 16).
 import json
 
 from maas.v1 import engine_pb2
-from services.common.defaults import default_max_tokens
-from services.common.grammar.proto import grammar_from_proto
-from services.common.grammar.spec import GrammarSpec
+from maas_services.common.defaults import default_max_tokens
+from maas_services.common.grammar.proto import grammar_from_proto
+from maas_services.common.grammar.spec import GrammarSpec
 
 
 def structured_outputs(spec: GrammarSpec) -> dict:

@@ -18,19 +18,19 @@ import time
 import httpx
 
 from maas.v1 import engine_pb2_grpc
-from services.common.grpc_server import GrpcService, run_until_signalled, start_server
-from services.common.logging import get_logger
-from services.common.model_files import resolve_model_path
-from services.common.tokenizer_loader import load_tokenizer
-from services.engine.server import SERVICE_NAME, stay_not_serving
-from services.engine.settings import EngineSettings
-from services.engine.vllm_backend.cache_salt import SaltBook
-from services.engine.vllm_backend.known_answer import check_vllm
-from services.engine.vllm_backend.kv_subscriber import KvSubscriber
-from services.engine.vllm_backend.kv_translation import KvTranslator
-from services.engine.vllm_backend.load import LoadCache
-from services.engine.vllm_backend.servicer import VllmEngineServicer, VllmInfo
-from services.engine.vllm_backend.tokenizer_check import tokenizer_mismatch
+from maas_services.common.grpc_server import GrpcService, run_until_signalled, start_server
+from maas_services.common.logging import get_logger
+from maas_services.common.model_files import resolve_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.engine.server import SERVICE_NAME, stay_not_serving
+from maas_services.engine.settings import EngineSettings
+from maas_services.engine.vllm_backend.cache_salt import SaltBook
+from maas_services.engine.vllm_backend.known_answer import check_vllm
+from maas_services.engine.vllm_backend.kv_subscriber import KvSubscriber
+from maas_services.engine.vllm_backend.kv_translation import KvTranslator
+from maas_services.engine.vllm_backend.load import LoadCache
+from maas_services.engine.vllm_backend.servicer import VllmEngineServicer, VllmInfo
+from maas_services.engine.vllm_backend.tokenizer_check import tokenizer_mismatch
 
 log = get_logger(__name__)
 HEALTH_POLL_SECONDS = 0.5

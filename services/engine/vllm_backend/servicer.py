@@ -21,21 +21,26 @@ import grpc
 import httpx
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.common.block_hash import request_salt
-from services.common.engine_metadata import SCHEDULED
-from services.common.grammar.spec import GrammarError
-from services.common.logging import get_logger
-from services.engine.servicer import kv_batch_proto, load_report, refuse_unservable, response_of
-from services.engine.vllm_backend.cache_salt import SaltBook
-from services.engine.vllm_backend.completion_stream import (
+from maas_services.common.block_hash import request_salt
+from maas_services.common.engine_metadata import SCHEDULED
+from maas_services.common.grammar.spec import GrammarError
+from maas_services.common.logging import get_logger
+from maas_services.engine.servicer import (
+    kv_batch_proto,
+    load_report,
+    refuse_unservable,
+    response_of,
+)
+from maas_services.engine.vllm_backend.cache_salt import SaltBook
+from maas_services.engine.vllm_backend.completion_stream import (
     CompletionStream,
     VllmRequestError,
     VllmUnavailable,
     stream_chunks,
 )
-from services.engine.vllm_backend.kv_subscriber import KvSubscriber
-from services.engine.vllm_backend.load import LoadCache
-from services.engine.vllm_backend.request_body import completion_body
+from maas_services.engine.vllm_backend.kv_subscriber import KvSubscriber
+from maas_services.engine.vllm_backend.load import LoadCache
+from maas_services.engine.vllm_backend.request_body import completion_body
 
 log = get_logger(__name__)
 

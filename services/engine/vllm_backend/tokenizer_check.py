@@ -8,7 +8,7 @@ cover byte-level fallbacks, special tokens and whitespace runs, must equal ours.
 
 import httpx
 
-from services.common.text_tokenizer import TextTokenizer
+from maas_services.common.text_tokenizer import TextTokenizer
 
 PROBES = (
     "The quick brown fox jumps over the lazy dog.",

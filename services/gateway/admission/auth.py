@@ -20,10 +20,10 @@ from typing import Literal
 
 from prometheus_client import Counter
 
-from services.common.logging import get_logger
-from services.gateway.admission.store_faults import STORE_FAILURES, refused, unreachable
-from services.gateway.admission.tenants import Principal, TenantStore, hash_key
-from services.gateway.errors import unauthorized, unavailable
+from maas_services.common.logging import get_logger
+from maas_services.gateway.admission.store_faults import STORE_FAILURES, refused, unreachable
+from maas_services.gateway.admission.tenants import Principal, TenantStore, hash_key
+from maas_services.gateway.errors import unauthorized, unavailable
 
 log = get_logger(__name__)
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from prometheus_client import Gauge, Histogram
 
 from maas.v1 import router_pb2
-from services.common.logging import get_logger
-from services.gateway.errors import unavailable
+from maas_services.common.logging import get_logger
+from maas_services.gateway.errors import unavailable
 
 log = get_logger(__name__)
 

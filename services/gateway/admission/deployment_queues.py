@@ -12,8 +12,8 @@ tenant flooding one deployment cannot keep the others out of it.
 """
 
 from maas.v1 import router_pb2
-from services.gateway.admission.fair_queue import FairQueue
-from services.gateway.routing.routing_table import Route
+from maas_services.gateway.admission.fair_queue import FairQueue
+from maas_services.gateway.routing.routing_table import Route
 
 
 def pool_capacity(stats: router_pb2.DeploymentStats) -> int:

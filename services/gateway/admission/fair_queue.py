@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.common.metrics import LATENCY_BUCKETS
+from maas_services.common.metrics import LATENCY_BUCKETS
 
 WAIT_SECONDS = Histogram(
     "maas_gateway_queue_wait_seconds",

@@ -14,8 +14,8 @@ import time
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from services.common.logging import get_logger
-from services.common.prices import PRICES_KEY, PriceTable
+from maas_services.common.logging import get_logger
+from maas_services.common.prices import PRICES_KEY, PriceTable
 
 log = get_logger(__name__)
 

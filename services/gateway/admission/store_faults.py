@@ -12,8 +12,8 @@ import builtins
 
 from redis import exceptions
 
-from services.common.logging import get_logger
-from services.gateway.errors import APIError, unavailable
+from maas_services.common.logging import get_logger
+from maas_services.gateway.errors import APIError, unavailable
 
 log = get_logger(__name__)
 

@@ -35,14 +35,14 @@ from google.protobuf.message import DecodeError, Message
 from pydantic import ValidationError
 
 from maas.v1 import common_pb2, gateway_pb2
-from services.common.chat_messages import message_dict
-from services.common.finish_reasons import FINISH_CODES
-from services.common.grpc_server import GrpcService, ServerHandle, start_server
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.body_budget import BodyBudget, BudgetLimits
-from services.gateway.admission.tenants import Principal
-from services.gateway.errors import APIError
-from services.gateway.grpc_api.grpc_chat import (
+from maas_services.common.chat_messages import message_dict
+from maas_services.common.finish_reasons import FINISH_CODES
+from maas_services.common.grpc_server import GrpcService, ServerHandle, start_server
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.body_budget import BodyBudget, BudgetLimits
+from maas_services.gateway.admission.tenants import Principal
+from maas_services.gateway.errors import APIError
+from maas_services.gateway.grpc_api.grpc_chat import (
     FieldError,
     call_deltas,
     check_json_fields,
@@ -50,12 +50,17 @@ from services.gateway.grpc_api.grpc_chat import (
     tool_choice_value,
     tool_dicts,
 )
-from services.gateway.output.openai_format import ResponseShape, screen_calls
-from services.gateway.parsed_request import ChatPrompt, ParsedRequest, chat_request, text_request
-from services.gateway.pipeline import Pipeline, with_headers
-from services.gateway.run import Run
-from services.gateway.schemas import ChatCompletionRequest, CompletionRequest
-from services.gateway.settings import GatewaySettings
+from maas_services.gateway.output.openai_format import ResponseShape, screen_calls
+from maas_services.gateway.parsed_request import (
+    ChatPrompt,
+    ParsedRequest,
+    chat_request,
+    text_request,
+)
+from maas_services.gateway.pipeline import Pipeline, with_headers
+from maas_services.gateway.run import Run
+from maas_services.gateway.schemas import ChatCompletionRequest, CompletionRequest
+from maas_services.gateway.settings import GatewaySettings
 
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
 STATUS_CODES = {

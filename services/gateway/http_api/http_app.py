@@ -16,16 +16,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from services.common.logging import get_logger
-from services.gateway.admission.body_budget import BodyBudget, BudgetLimits
-from services.gateway.errors import APIError
-from services.gateway.http_api.auth_gate import AuthGate
-from services.gateway.http_api.body_guard import BodyGuard
-from services.gateway.http_api.http_metrics import RESPONSES
-from services.gateway.http_api.routes import chat, completions, health, models, usage
-from services.gateway.http_api.routes.deps import Gateway
-from services.gateway.http_api.tracing_middleware import TracingMiddleware
-from services.gateway.settings import GatewaySettings
+from maas_services.common.logging import get_logger
+from maas_services.gateway.admission.body_budget import BodyBudget, BudgetLimits
+from maas_services.gateway.errors import APIError
+from maas_services.gateway.http_api.auth_gate import AuthGate
+from maas_services.gateway.http_api.body_guard import BodyGuard
+from maas_services.gateway.http_api.http_metrics import RESPONSES
+from maas_services.gateway.http_api.routes import chat, completions, health, models, usage
+from maas_services.gateway.http_api.routes.deps import Gateway
+from maas_services.gateway.http_api.tracing_middleware import TracingMiddleware
+from maas_services.gateway.settings import GatewaySettings
 
 log = get_logger(__name__)
 

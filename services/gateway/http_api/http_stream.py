@@ -22,16 +22,16 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.types import Receive, Scope, Send
 
-from services.gateway.delta import Delta
-from services.gateway.errors import APIError
-from services.gateway.http_api.disconnect import ClientGoneError, cancelled_if_gone
-from services.gateway.http_api.http_metrics import RESPONSES
-from services.gateway.output.openai_format import Choices, ResponseShape, screen_calls
-from services.gateway.output.output_filter import OutputFilter
-from services.gateway.parsed_request import ParsedRequest
-from services.gateway.pipeline import Pipeline, with_headers
-from services.gateway.run import Run
-from services.gateway.schemas import SamplingFields
+from maas_services.gateway.delta import Delta
+from maas_services.gateway.errors import APIError
+from maas_services.gateway.http_api.disconnect import ClientGoneError, cancelled_if_gone
+from maas_services.gateway.http_api.http_metrics import RESPONSES
+from maas_services.gateway.output.openai_format import Choices, ResponseShape, screen_calls
+from maas_services.gateway.output.output_filter import OutputFilter
+from maas_services.gateway.parsed_request import ParsedRequest
+from maas_services.gateway.pipeline import Pipeline, with_headers
+from maas_services.gateway.run import Run
+from maas_services.gateway.schemas import SamplingFields
 
 # What nginx logs for a client that closed the connection before the answer.
 CLIENT_CLOSED = 499

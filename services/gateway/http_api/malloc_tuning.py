@@ -17,7 +17,7 @@ milliseconds of parsing it.
 
 import ctypes
 
-from services.common.logging import get_logger
+from maas_services.common.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -18,7 +18,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.common.metrics import LATENCY_BUCKETS
+from maas_services.common.metrics import LATENCY_BUCKETS
 
 UNOBSERVED = frozenset({"/healthz", "/health", "/readyz"})
 

@@ -11,9 +11,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from maas.v1 import engine_pb2
-from services.gateway.delta import Delta
-from services.gateway.output.output_filter import OutputFilter
-from services.gateway.output.tool_parsers import ToolParser, parser_for
+from maas_services.gateway.delta import Delta
+from maas_services.gateway.output.output_filter import OutputFilter
+from maas_services.gateway.output.tool_parsers import ToolParser, parser_for
 
 
 def usage_body(delta: Delta) -> dict:

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from kubernetes import client, watch
 
-from services.common.kubernetes_client import api_client, own_namespace
-from services.common.logging import get_logger
+from maas_services.common.kubernetes_client import api_client, own_namespace
+from maas_services.common.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -21,9 +21,9 @@ from prometheus_client import Counter
 from pydantic import ValidationError
 from yaml import YAMLError
 
-from services.common.logging import get_logger
-from services.gateway.routing.routes_configmap import RoutesConfigMapWatch
-from services.gateway.routing.routing_table import RoutingTable
+from maas_services.common.logging import get_logger
+from maas_services.gateway.routing.routes_configmap import RoutesConfigMapWatch
+from maas_services.gateway.routing.routing_table import RoutingTable
 
 log = get_logger(__name__)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 from prometheus_client.core import REGISTRY, GaugeMetricFamily
 
-from services.common.logging import get_logger
+from maas_services.common.logging import get_logger
 
 log = get_logger(__name__)
 

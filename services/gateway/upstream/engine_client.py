@@ -33,15 +33,15 @@ from dataclasses import dataclass
 import grpc
 
 from maas.v1 import engine_pb2, router_pb2
-from services.common.engine_metadata import was_scheduled
-from services.common.finish_reasons import FINISH_NAMES
-from services.common.logging import get_logger
-from services.gateway.background import Background
-from services.gateway.delta import Delta
-from services.gateway.errors import APIError, from_upstream
-from services.gateway.ticket import Ticket
-from services.gateway.upstream.circuit_breaker import Breakers
-from services.gateway.upstream.upstreams import Upstreams
+from maas_services.common.engine_metadata import was_scheduled
+from maas_services.common.finish_reasons import FINISH_NAMES
+from maas_services.common.logging import get_logger
+from maas_services.gateway.background import Background
+from maas_services.gateway.delta import Delta
+from maas_services.gateway.errors import APIError, from_upstream
+from maas_services.gateway.ticket import Ticket
+from maas_services.gateway.upstream.circuit_breaker import Breakers
+from maas_services.gateway.upstream.upstreams import Upstreams
 
 log = get_logger(__name__)
 

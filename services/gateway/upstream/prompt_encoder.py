@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import grpc
 
 from maas.v1 import tokenizer_pb2
-from services.gateway.errors import APIError, from_upstream
-from services.gateway.parsed_request import ChatPrompt, TextPrompt
+from maas_services.gateway.errors import APIError, from_upstream
+from maas_services.gateway.parsed_request import ChatPrompt, TextPrompt
 
 
 @dataclass

@@ -24,8 +24,8 @@ import grpc
 from prometheus_client import Counter
 
 from maas.v1 import engine_pb2_grpc, router_pb2_grpc, tokenizer_pb2_grpc
-from services.common.grpc_client import client_calls, open_plain_channel
-from services.common.grpc_interceptors import SERVER_ERRORS, ClientCalls
+from maas_services.common.grpc_client import client_calls, open_plain_channel
+from maas_services.common.grpc_interceptors import SERVER_ERRORS, ClientCalls
 
 ERRORS = Counter(
     "maas_gateway_upstream_errors",

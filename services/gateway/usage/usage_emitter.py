@@ -30,10 +30,10 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
-from services.common.logging import get_logger
-from services.common.tenant_labels import TenantLabels
-from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.usage.usage_spool import UsageSpool, orphans
+from maas_services.common.logging import get_logger
+from maas_services.common.tenant_labels import TenantLabels
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_services.gateway.usage.usage_spool import UsageSpool, orphans
 
 log = get_logger(__name__)
 

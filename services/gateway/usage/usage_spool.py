@@ -34,8 +34,8 @@ from pathlib import Path
 from prometheus_client import Counter
 from pydantic import ValidationError
 
-from services.common.logging import get_logger
-from services.common.usage_event import UsageEvent
+from maas_services.common.logging import get_logger
+from maas_services.common.usage_event import UsageEvent
 
 log = get_logger(__name__)
 

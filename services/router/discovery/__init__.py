@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from services.router.settings import RouterSettings
+from maas_services.router.settings import RouterSettings
 
 
 @dataclass(frozen=True)
@@ -46,14 +46,14 @@ class EndpointSource(Protocol):
 
 
 def _static(settings: RouterSettings) -> EndpointSource:
-    from services.router.discovery.static import StaticSource
+    from maas_services.router.discovery.static import StaticSource
 
     return StaticSource.from_settings(settings)
 
 
 def _kubernetes(settings: RouterSettings) -> EndpointSource:
     # Imported only when chosen: the kubernetes client is slow to import.
-    from services.router.discovery.kubernetes import KubernetesSource
+    from maas_services.router.discovery.kubernetes import KubernetesSource
 
     return KubernetesSource.from_settings(settings)
 

@@ -20,12 +20,12 @@ from functools import partial
 
 from kubernetes import client, watch
 
-from services.common.kubernetes_client import api_client
-from services.common.logging import get_logger
-from services.router.discovery import Snapshot
-from services.router.discovery.kubernetes_objects import snapshot_of
-from services.router.discovery.ownership import OwnerCheck
-from services.router.settings import RouterSettings
+from maas_services.common.kubernetes_client import api_client
+from maas_services.common.logging import get_logger
+from maas_services.router.discovery import Snapshot
+from maas_services.router.discovery.kubernetes_objects import snapshot_of
+from maas_services.router.discovery.ownership import OwnerCheck
+from maas_services.router.settings import RouterSettings
 
 log = get_logger(__name__)
 

@@ -9,8 +9,8 @@ the endpoint id, as it is the engine's --engine-id (MAAS_ENGINE_ID).
 
 import json
 
-from services.common.logging import get_logger
-from services.router.discovery import Routing, Snapshot, Target
+from maas_services.common.logging import get_logger
+from maas_services.router.discovery import Routing, Snapshot, Target
 
 log = get_logger(__name__)
 

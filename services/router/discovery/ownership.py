@@ -6,7 +6,7 @@ would send tenants' prompts, and the service token every call carries, to
 whatever it selects. So a Service is pooled only when its controller
 ownerReference resolves, by UID, to a ModelDeployment (maas.io) in the
 Service's own namespace (owner references never cross one) that the router
-watches, whose claimed model ids (services.common.model_claims) include the
+watches, whose claimed model ids (maas_services.common.model_claims) include the
 Service's model label, and which no earlier ModelDeployment beat to one of
 those ids. Creating a ModelDeployment is the right that makes an engine
 trusted; making one is the operator's job.
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Counter
 
-from services.common.logging import get_logger
-from services.common.model_claims import Claimant, conflicts
-from services.router.discovery.kubernetes_objects import MODEL_LABEL
+from maas_services.common.logging import get_logger
+from maas_services.common.model_claims import Claimant, conflicts
+from maas_services.router.discovery.kubernetes_objects import MODEL_LABEL
 
 log = get_logger(__name__)
 

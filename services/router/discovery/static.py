@@ -6,9 +6,9 @@ Whether each one is up is the engine link's business, not discovery's.
 import asyncio
 from collections.abc import AsyncIterator
 
-from services.router.discovery import Snapshot, Target
-from services.router.endpoints import parse_static
-from services.router.settings import RouterSettings
+from maas_services.router.discovery import Snapshot, Target
+from maas_services.router.endpoints import parse_static
+from maas_services.router.settings import RouterSettings
 
 
 class StaticSource:

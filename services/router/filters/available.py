@@ -1,8 +1,8 @@
 """Only replicas that may take new work: reachable, ready, not draining or
 terminating, and not one that already failed this request (a gateway retry)."""
 
-from services.router.endpoints import Endpoint
-from services.router.plugin import PickContext
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.plugin import PickContext
 
 
 class AvailableFilter:

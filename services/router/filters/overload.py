@@ -8,8 +8,8 @@ in-flight count) rather than the engine's waiting queue alone: on CPU or with
 large batches the waiting queue stays empty while latency already grows.
 """
 
-from services.router.endpoints import Endpoint
-from services.router.plugin import PickContext
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.plugin import PickContext
 
 
 class OverloadFilter:

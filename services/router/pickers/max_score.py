@@ -1,9 +1,9 @@
 """The best weighted score wins; ties go to the rendezvous winner for the prompt,
 so router replicas break them alike and same-prefix prompts stay together."""
 
-from services.router import rendezvous
-from services.router.endpoints import Endpoint
-from services.router.plugin import PickContext
+from maas_services.router import rendezvous
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.plugin import PickContext
 
 # Sums of float weights: scores this close are equal.
 EPSILON = 1e-9

@@ -4,8 +4,8 @@ The turn counter belongs to one deployment's profile; candidates are taken in
 id order so a replica leaving shifts the rotation but never skips anyone twice.
 """
 
-from services.router.endpoints import Endpoint
-from services.router.plugin import PickContext
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.plugin import PickContext
 
 
 class RoundRobinPicker:

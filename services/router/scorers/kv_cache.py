@@ -3,8 +3,8 @@
 Absolute (1 - usage) rather than ranked: 40% against 45% is no reason to move.
 """
 
-from services.router.endpoints import Endpoint
-from services.router.plugin import PickContext
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.plugin import PickContext
 
 
 class KvCacheScorer:

@@ -7,10 +7,10 @@ routing history. Chaining makes the run a prefix: block k can only match if
 blocks 0..k-1 did.
 """
 
-from services.router.endpoints import Endpoint
-from services.router.pick_history import PickHistory
-from services.router.plugin import PickContext
-from services.router.prefix_index import PrefixIndex
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.pick_history import PickHistory
+from maas_services.router.plugin import PickContext
+from maas_services.router.prefix_index import PrefixIndex
 
 
 class PrefixScorer:

@@ -1,8 +1,8 @@
 """Queue depth: fewer requests waiting in the engine's queue is better."""
 
-from services.router.endpoints import Endpoint
-from services.router.plugin import PickContext
-from services.router.scorers import lower_is_better
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.plugin import PickContext
+from maas_services.router.scorers import lower_is_better
 
 
 class QueueScorer:

@@ -6,9 +6,9 @@ restarted router keeps the mapping, and a replica leaving moves only its own
 sessions. Scored 1 for that replica, 0 for the rest; no session, no preference.
 """
 
-from services.router import rendezvous
-from services.router.endpoints import Endpoint
-from services.router.plugin import PickContext
+from maas_services.router import rendezvous
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.plugin import PickContext
 
 
 class SessionScorer:

@@ -15,12 +15,12 @@ import yaml
 from prometheus_client import REGISTRY
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
-from services.billing.consumer import UsageConsumer
-from services.billing.servicer import BillingServicer
-from services.common.prices import ModelPrice, PriceTable
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.routing.routing_table import Alias, RoutingTable, Target, pick
+from maas_services.billing.consumer import UsageConsumer
+from maas_services.billing.servicer import BillingServicer
+from maas_services.common.prices import ModelPrice, PriceTable
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_services.gateway.routing.routing_table import Alias, RoutingTable, Target, pick
 
 VALUES = yaml.safe_load((Path(__file__).parents[3] / "charts" / "maas" / "values.yaml").read_text())
 ALIAS, STABLE, CANARY = "smollm2", "smollm2-135m-instruct", "smollm2-135m-instruct-canary"

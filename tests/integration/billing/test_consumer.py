@@ -6,10 +6,10 @@ import uuid
 
 import pytest
 
-from services.billing.consumer import UsageConsumer
-from services.common.prices import ModelPrice, PriceTable
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_services.billing.consumer import UsageConsumer
+from maas_services.common.prices import ModelPrice, PriceTable
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
 
 
 def event(

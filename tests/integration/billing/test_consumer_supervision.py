@@ -13,16 +13,16 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.billing.consumer import UsageConsumer
-from services.billing.health import LIVENESS_SERVICE
-from services.billing.ledger import Ledger
-from services.common.prices import PriceTable
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
+from maas_services.billing.consumer import UsageConsumer
+from maas_services.billing.health import LIVENESS_SERVICE
+from maas_services.billing.ledger import Ledger
+from maas_services.common.prices import PriceTable
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
 
 pytestmark = pytest.mark.slow
 SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -8,14 +8,14 @@ import uuid
 
 import pytest
 
-from services.billing.ledger import Ledger
-from services.common.prices import PriceTable
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
+from maas_services.billing.ledger import Ledger
+from maas_services.common.prices import PriceTable
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
 
 pytestmark = pytest.mark.slow
 EVENTS = 1000

@@ -3,11 +3,11 @@
 import time
 import uuid
 
-from services.billing.ledger import Ledger
-from services.common.prices import ModelPrice, PriceTable
-from services.common.quota import Quotas
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_services.billing.ledger import Ledger
+from maas_services.common.prices import ModelPrice, PriceTable
+from maas_services.common.quota import Quotas
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
 
 PRICES = PriceTable(models={"m": ModelPrice(input="1", output="2")})  # $ per million
 

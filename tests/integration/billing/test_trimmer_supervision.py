@@ -9,7 +9,7 @@ import uuid
 from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 
-from services.billing.retention import StreamTrimmer
+from maas_services.billing.retention import StreamTrimmer
 
 RESTARTS = "maas_billing_trimmer_restarts_total"
 

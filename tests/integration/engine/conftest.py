@@ -5,12 +5,12 @@ import asyncio
 import pytest
 import torch
 
-from services.common.model_files import ModelNotFoundError, default_model_path
-from services.common.tokenizer_loader import load_tokenizer
-from services.engine.loader import load_model
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
+from maas_services.common.model_files import ModelNotFoundError, default_model_path
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.engine.loader import load_model
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
 
 transformers = pytest.importorskip("transformers")
 

@@ -9,11 +9,11 @@ import tempfile
 import threading
 from contextlib import asynccontextmanager
 
-from services.engine.async_engine import AsyncEngine
-from services.engine.core.addresses import CoreAddresses
-from services.engine.core.compute_threads import ComputeThreads
-from services.engine.core.engine_core import EngineCore
-from services.engine.llm_engine import LLMEngine
+from maas_services.engine.async_engine import AsyncEngine
+from maas_services.engine.core.addresses import CoreAddresses
+from maas_services.engine.core.compute_threads import ComputeThreads
+from maas_services.engine.core.engine_core import EngineCore
+from maas_services.engine.llm_engine import LLMEngine
 
 
 @asynccontextmanager

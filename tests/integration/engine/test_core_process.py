@@ -13,9 +13,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from maas.v1 import engine_pb2_grpc
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
 from tests.integration.engine.test_engine_server import request
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ def workers(tmp_path_factory):
 
 def core_of(process: ManagedProcess) -> psutil.Process:
     (core,) = psutil.Process(process.pid).children()
-    assert "services.engine.core.process" in core.cmdline()
+    assert "maas_services.engine.core.process" in core.cmdline()
     return core
 
 

@@ -9,11 +9,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc, router_pb2, router_pb2_grpc
-from services.common.block_hash import prefix_block_hashes, request_salt
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
+from maas_services.common.block_hash import prefix_block_hashes, request_salt
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
 
 pytestmark = pytest.mark.slow
 

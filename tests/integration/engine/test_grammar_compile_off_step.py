@@ -12,9 +12,9 @@ import threading
 
 import pytest
 
-from services.common.grammar.spec import GrammarSpec
-from services.engine.async_engine import RequestFailed
-from services.engine.sampling_params import SamplingParams
+from maas_services.common.grammar.spec import GrammarSpec
+from maas_services.engine.async_engine import RequestFailed
+from maas_services.engine.sampling_params import SamplingParams
 from tests.integration.engine.core_thread import core_on_thread
 from tests.integration.engine.test_llm_engine import make_engine
 

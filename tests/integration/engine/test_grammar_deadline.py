@@ -6,10 +6,10 @@ here its deadline is short enough that a grammar within the caps misses it.
 
 import pytest
 
-from services.common.grammar.compiler import GrammarCompiler
-from services.common.grammar.vocab import tokenizer_info
-from services.common.grammar.worker import WorkerLimits
-from services.engine.async_engine import RequestFailed
+from maas_services.common.grammar.compiler import GrammarCompiler
+from maas_services.common.grammar.vocab import tokenizer_info
+from maas_services.common.grammar.worker import WorkerLimits
+from maas_services.engine.async_engine import RequestFailed
 from tests.integration.engine.core_thread import core_on_thread
 from tests.integration.engine.test_grammar_compile_off_step import (
     collect,

@@ -6,8 +6,8 @@ so a grammar the check accepts is the grammar the engine compiles.
 
 import pytest
 
-from services.common.grammar.worker import WorkerLimits
-from services.tokenizer.grammar_check import GrammarChecker
+from maas_services.common.grammar.worker import WorkerLimits
+from maas_services.tokenizer.grammar_check import GrammarChecker
 from tests.integration.engine.test_llm_engine import make_engine
 
 pytestmark = pytest.mark.slow

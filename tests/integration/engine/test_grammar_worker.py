@@ -15,11 +15,11 @@ import xgrammar
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.common.grammar import cost
-from services.common.grammar.compiler import GrammarCompiler
-from services.common.grammar.spec import GrammarError, GrammarSpec
-from services.common.grammar.vocab import tokenizer_info
-from services.common.grammar.worker import CompileFailed, GrammarWorker, WorkerLimits
+from maas_services.common.grammar import cost
+from maas_services.common.grammar.compiler import GrammarCompiler
+from maas_services.common.grammar.spec import GrammarError, GrammarSpec
+from maas_services.common.grammar.vocab import tokenizer_info
+from maas_services.common.grammar.worker import CompileFailed, GrammarWorker, WorkerLimits
 
 # Under the caps, and a second or more of CPU on this vocabulary: far past 50 ms.
 SLOW = GrammarSpec("ebnf", 'root ::= [^"\\nab]{0,64}')

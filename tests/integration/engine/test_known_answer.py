@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from services.common.model_cache import derived_folder
-from services.engine.known_answer import TEXTS_DIGEST, judge, known_token_ids, score_native
-from services.engine.known_answer_reference import CACHE_FILE, cached_reference, reference
-from services.engine.settings import EngineSettings
+from maas_services.common.model_cache import derived_folder
+from maas_services.engine.known_answer import TEXTS_DIGEST, judge, known_token_ids, score_native
+from maas_services.engine.known_answer_reference import CACHE_FILE, cached_reference, reference
+from maas_services.engine.settings import EngineSettings
 
 TOLERANCE = EngineSettings().known_answer_tolerance
 

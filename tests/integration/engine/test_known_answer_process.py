@@ -15,11 +15,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from safetensors.torch import load_file, save_file
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.engine.known_answer_reference import reference
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
-from services.peers.model_folder import hf_model_folder
+from maas_services.engine.known_answer_reference import reference
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
+from maas_tools.peers.model_folder import hf_model_folder
 from tests.integration import load_report
 from tests.integration.engine.test_engine_server import request
 

@@ -6,16 +6,16 @@ import pytest
 import torch
 from prometheus_client import REGISTRY
 
-from services.distill.prompts import EDIT_TASKS
-from services.engine.checkpoint import save_model
-from services.engine.engine_config import build_configs
-from services.engine.kv_cache import PagedKVCache
-from services.engine.llm_engine import LLMEngine, RequestRejected
-from services.engine.model import LlamaForCausalLM
-from services.engine.model_runner import ModelRunner
-from services.engine.sampling_params import SamplingParams
-from services.engine.settings import EngineSettings
-from services.eval.perplexity import DEFAULT_TEXT
+from maas_services.engine.checkpoint import save_model
+from maas_services.engine.engine_config import build_configs
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.llm_engine import LLMEngine, RequestRejected
+from maas_services.engine.model import LlamaForCausalLM
+from maas_services.engine.model_runner import ModelRunner
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.settings import EngineSettings
+from maas_tools.distill.prompts import EDIT_TASKS
+from maas_tools.eval.perplexity import DEFAULT_TEXT
 
 pytestmark = pytest.mark.slow
 

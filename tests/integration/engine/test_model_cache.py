@@ -7,10 +7,10 @@ path (which writes the folder) and the second the cached one.
 import pytest
 import torch
 
-from services.common import tokenizer_loader
-from services.common.model_cache import derived_folder, publish
-from services.common.tokenizer_loader import load_tokenizer
-from services.engine import loader
+from maas_services.common import tokenizer_loader
+from maas_services.common.model_cache import derived_folder, publish
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.engine import loader
 
 TEXTS = [
     "Hello, world!",

@@ -7,17 +7,17 @@ from contextlib import nullcontext
 import pytest
 import torch
 
-from services.engine import native_attention
-from services.engine.attention_metadata import AttentionMetadata
-from services.engine.kv_cache import PagedKVCache
-from services.engine.loader import load_model
-from services.engine.model import LlamaForCausalLM
-from services.engine.model_config import ModelConfig
-from services.engine.model_runner import ModelRunner
-from services.engine.sampler import Sampler, make_generator
-from services.engine.sampling_params import SamplingParams
-from services.engine.scheduler import ScheduledSeq
-from services.engine.sequence import Sequence
+from maas_services.engine import native_attention
+from maas_services.engine.attention_metadata import AttentionMetadata
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.loader import load_model
+from maas_services.engine.model import LlamaForCausalLM
+from maas_services.engine.model_config import ModelConfig
+from maas_services.engine.model_runner import ModelRunner
+from maas_services.engine.sampler import Sampler, make_generator
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.scheduler import ScheduledSeq
+from maas_services.engine.sequence import Sequence
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow

@@ -5,16 +5,16 @@ import copy
 import pytest
 import torch
 
-from services.common.chat_template import render_chat
-from services.engine.core.build import build_engine
-from services.engine.llm_engine import LLMEngine
-from services.engine.loader import load_model
-from services.engine.quantization.config import QuantizationConfig
-from services.engine.quantization.int8 import Int8Linear
-from services.engine.quantization.quantize import quantize_model
-from services.engine.sampling_params import SamplingParams
-from services.engine.settings import EngineSettings
-from services.eval.perplexity import DEFAULT_TEXT, perplexity, window_logits
+from maas_services.common.chat_template import render_chat
+from maas_services.engine.core.build import build_engine
+from maas_services.engine.llm_engine import LLMEngine
+from maas_services.engine.loader import load_model
+from maas_services.engine.quantization.config import QuantizationConfig
+from maas_services.engine.quantization.int8 import Int8Linear
+from maas_services.engine.quantization.quantize import quantize_model
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.settings import EngineSettings
+from maas_tools.eval.perplexity import DEFAULT_TEXT, perplexity, window_logits
 from tests.integration.engine.test_llm_engine import make_engine
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from maas.v1 import common_pb2, engine_pb2, engine_pb2_grpc
-from services.common.engine_metadata import was_scheduled
+from maas_services.common.engine_metadata import was_scheduled
 from tests.integration.engine.test_engine_server import read_all, request
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ step raises where it really would, in the sampler or in the model's forward.
 
 import pytest
 
-from services.engine.sampling_params import SamplingParams
+from maas_services.engine.sampling_params import SamplingParams
 from tests.integration.engine.test_llm_engine import greedy, make_engine, run, tokens
 
 pytestmark = pytest.mark.slow

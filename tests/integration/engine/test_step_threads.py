@@ -9,7 +9,7 @@ import asyncio
 import pytest
 import torch
 
-from services.engine.core.compute_threads import ComputeThreads
+from maas_services.engine.core.compute_threads import ComputeThreads
 from tests.integration.engine.core_thread import core_on_thread
 from tests.integration.engine.test_llm_engine import QUESTIONS, greedy, make_engine
 

@@ -12,9 +12,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from benchmarks.structured_schemas import SCHEMAS
-from services.common.grammar.spec import GrammarSpec
-from services.engine.llm_engine import RequestRejected
-from services.engine.sampling_params import SamplingParams
+from maas_services.common.grammar.spec import GrammarSpec
+from maas_services.engine.llm_engine import RequestRejected
+from maas_services.engine.sampling_params import SamplingParams
 from tests.integration.engine.test_llm_engine import make_engine, run, tokens
 
 pytestmark = pytest.mark.slow

@@ -7,9 +7,9 @@ import grpc
 import pytest
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
 
 pytestmark = pytest.mark.slow
 

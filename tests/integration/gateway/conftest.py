@@ -6,16 +6,16 @@ from dataclasses import dataclass
 import pytest
 
 from maas.v1 import engine_pb2, engine_pb2_grpc, router_pb2_grpc, tokenizer_pb2_grpc
-from services.common.redis_client import open_redis
-from services.gateway.admission.tenants import Principal, Tenant
-from services.gateway.delta import Delta
-from services.gateway.parsed_request import ParsedRequest, TextPrompt
-from services.gateway.pipeline import Pipeline
-from services.gateway.routing.routes_watcher import RoutesWatcher
-from services.gateway.run import Run
-from services.gateway.server import build_pipeline
-from services.gateway.settings import GatewaySettings
-from services.gateway.upstream.upstreams import Upstreams
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.tenants import Principal, Tenant
+from maas_services.gateway.delta import Delta
+from maas_services.gateway.parsed_request import ParsedRequest, TextPrompt
+from maas_services.gateway.pipeline import Pipeline
+from maas_services.gateway.routing.routes_watcher import RoutesWatcher
+from maas_services.gateway.run import Run
+from maas_services.gateway.server import build_pipeline
+from maas_services.gateway.settings import GatewaySettings
+from maas_services.gateway.upstream.upstreams import Upstreams
 from tests.integration.gateway.stubs import StubEngine, StubRouter, StubTokenizer, start
 
 MODEL = "stub-model"

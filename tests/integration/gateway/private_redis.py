@@ -9,10 +9,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
 
 
 @contextlib.asynccontextmanager

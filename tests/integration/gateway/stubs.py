@@ -26,7 +26,7 @@ from maas.v1 import (
     tokenizer_pb2,
     tokenizer_pb2_grpc,
 )
-from services.common.engine_metadata import SCHEDULED
+from maas_services.common.engine_metadata import SCHEDULED
 
 
 class StubEngine(engine_pb2_grpc.EngineServicer):

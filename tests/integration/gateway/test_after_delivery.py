@@ -3,9 +3,9 @@
 import asyncio
 import uuid
 
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM
-from services.gateway.admission.tenants import Tenant
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM
+from maas_services.gateway.admission.tenants import Tenant
 
 
 async def owed(cluster, redis, tenant: Tenant, request_id: str) -> tuple:

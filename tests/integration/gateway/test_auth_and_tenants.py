@@ -5,13 +5,13 @@ import uuid
 
 import pytest
 
-from services.common.redis_client import open_redis
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.tenants import TenantExistsError, TenantStore, hash_key
-from services.gateway.errors import APIError
-from services.local.ports import free_port
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.tenants import TenantExistsError, TenantStore, hash_key
+from maas_services.gateway.errors import APIError
+from maas_tools.local.ports import free_port
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
 
 
 @pytest.fixture

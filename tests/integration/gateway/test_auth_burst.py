@@ -3,9 +3,9 @@
 import asyncio
 import uuid
 
-from services.common.redis_client import open_redis
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.tenants import TenantStore
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.tenants import TenantStore
 
 
 async def key_reads(redis) -> int:

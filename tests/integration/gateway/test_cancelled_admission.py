@@ -5,8 +5,8 @@ the call took: the script may have run on Redis with its reply never read
 import asyncio
 import uuid
 
-from services.common.redis_client import open_redis
-from services.gateway.admission.tenants import Tenant
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.tenants import Tenant
 
 
 class HeldReplies:

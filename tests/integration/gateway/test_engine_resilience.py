@@ -7,9 +7,9 @@ import grpc
 import pytest
 
 from maas.v1 import engine_pb2_grpc
-from services.gateway.admission.tenants import Tenant
-from services.gateway.errors import APIError
-from services.local.ports import free_port
+from maas_services.gateway.admission.tenants import Tenant
+from maas_services.gateway.errors import APIError
+from maas_tools.local.ports import free_port
 from tests.integration.gateway.conftest import CHUNKS, MODEL
 from tests.integration.gateway.stubs import StubEngine, start
 

@@ -6,11 +6,11 @@ import httpx
 import pytest
 from opentelemetry.trace import SpanKind
 
-from services.common.redis_client import open_redis
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.tenants import TenantStore
-from services.gateway.http_api.http_app import create_app
-from services.gateway.http_api.routes.deps import Gateway
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_services.gateway.http_api.http_app import create_app
+from maas_services.gateway.http_api.routes.deps import Gateway
 from tests.integration.gateway.conftest import MODEL
 from tests.unit.common.span_capture import captured_spans
 

@@ -14,12 +14,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from maas.v1 import gateway_pb2, gateway_pb2_grpc
-from services.common.redis_client import open_redis
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.body_budget import BodyBudget, BudgetLimits
-from services.gateway.admission.tenants import TenantStore
-from services.gateway.grpc_api.grpc_front import start_grpc_front
-from services.gateway.settings import GatewaySettings
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.body_budget import BodyBudget, BudgetLimits
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_services.gateway.grpc_api.grpc_front import start_grpc_front
+from maas_services.gateway.settings import GatewaySettings
 from tests.integration.gateway.conftest import MODEL
 
 SLOTS = 2

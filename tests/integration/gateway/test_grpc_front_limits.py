@@ -12,18 +12,18 @@ import grpc
 import pytest
 
 from maas.v1 import engine_pb2_grpc, gateway_pb2, gateway_pb2_grpc, router_pb2_grpc
-from services.common.redis_client import open_redis
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.tenants import Principal, TenantStore
-from services.gateway.errors import APIError
-from services.gateway.grpc_api.grpc_front import start_grpc_front
-from services.gateway.pipeline import Pipeline
-from services.gateway.routing.routes_watcher import RoutesWatcher
-from services.gateway.server import build_pipeline
-from services.gateway.settings import GatewaySettings
-from services.gateway.upstream.upstreams import Upstreams
-from services.tokenizer.server import start_tokenizer
-from services.tokenizer.settings import TokenizerSettings
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.tenants import Principal, TenantStore
+from maas_services.gateway.errors import APIError
+from maas_services.gateway.grpc_api.grpc_front import start_grpc_front
+from maas_services.gateway.pipeline import Pipeline
+from maas_services.gateway.routing.routes_watcher import RoutesWatcher
+from maas_services.gateway.server import build_pipeline
+from maas_services.gateway.settings import GatewaySettings
+from maas_services.gateway.upstream.upstreams import Upstreams
+from maas_services.tokenizer.server import start_tokenizer
+from maas_services.tokenizer.settings import TokenizerSettings
 from tests.integration.gateway.conftest import parsed
 from tests.integration.gateway.stubs import StubEngine, StubRouter, start
 from tests.unit.common.conftest import model_path, tokenizer  # noqa: F401  (fixtures)

@@ -12,13 +12,13 @@ import uuid
 
 import pytest
 
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.tenants import TenantStore
-from services.gateway.http_api.routes.deps import Gateway
-from services.gateway.server import http_server
-from services.gateway.settings import GatewaySettings
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_services.gateway.http_api.routes.deps import Gateway
+from maas_services.gateway.server import http_server
+from maas_services.gateway.settings import GatewaySettings
 from tests.integration.gateway.conftest import MODEL
 from tests.integration.gateway.task_count import tasks_created
 

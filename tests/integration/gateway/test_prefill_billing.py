@@ -11,13 +11,13 @@ import uuid
 import pytest
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.common.grpc_client import open_channel
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.admission.tenants import Principal, Tenant
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
+from maas_services.common.grpc_client import open_channel
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_services.gateway.admission.tenants import Principal, Tenant
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
 from tests.integration.gateway.conftest import MODEL, parsed
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """The routing table's share_prefix_cache reaches the router and the engine with the tenant."""
 
-from services.gateway.admission.tenants import Tenant
+from maas_services.gateway.admission.tenants import Tenant
 from tests.integration.gateway.conftest import MODEL
 
 SHARED = f"""

@@ -15,14 +15,14 @@ import pytest
 from prometheus_client import REGISTRY
 
 from maas.v1 import gateway_pb2, gateway_pb2_grpc
-from services.common.redis_client import open_redis
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.tenants import TenantStore
-from services.gateway.errors import DROPPED_REASON_HEADER
-from services.gateway.grpc_api.grpc_front import start_grpc_front
-from services.gateway.http_api.http_app import create_app
-from services.gateway.http_api.routes.deps import Gateway
-from services.gateway.settings import GatewaySettings
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_services.gateway.errors import DROPPED_REASON_HEADER
+from maas_services.gateway.grpc_api.grpc_front import start_grpc_front
+from maas_services.gateway.http_api.http_app import create_app
+from maas_services.gateway.http_api.routes.deps import Gateway
+from maas_services.gateway.settings import GatewaySettings
 from tests.integration.gateway.conftest import MODEL, read_as_a_front
 
 ONE_SLOT = f"deployments:\n  {MODEL}: {{max_in_flight: 1}}\n"

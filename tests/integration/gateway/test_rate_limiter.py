@@ -5,11 +5,11 @@ import uuid
 
 import pytest
 
-from services.common.redis_client import open_redis
-from services.gateway.admission.rate_limiter import RateLimiter, format_duration
-from services.gateway.admission.tenants import Tenant
-from services.gateway.errors import APIError
-from services.local.ports import free_port
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.rate_limiter import RateLimiter, format_duration
+from maas_services.gateway.admission.tenants import Tenant
+from maas_services.gateway.errors import APIError
+from maas_tools.local.ports import free_port
 
 
 def tenant(**limits) -> Tenant:

@@ -5,11 +5,11 @@ import uuid
 import httpx
 from fastapi import FastAPI
 
-from services.common.redis_client import open_redis
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.tenants import TenantStore
-from services.gateway.http_api.routes import health, models
-from services.gateway.http_api.routes.deps import Gateway
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_services.gateway.http_api.routes import health, models
+from maas_services.gateway.http_api.routes.deps import Gateway
 from tests.integration.gateway.conftest import MODEL
 
 

@@ -11,9 +11,9 @@ import kmock
 import pytest
 import yaml
 
-from services.common.kubernetes_client import api_client
-from services.gateway.routing.routes_configmap import RoutesConfigMapWatch
-from services.gateway.routing.routes_watcher import RoutesWatcher
+from maas_services.common.kubernetes_client import api_client
+from maas_services.gateway.routing.routes_configmap import RoutesConfigMapWatch
+from maas_services.gateway.routing.routes_watcher import RoutesWatcher
 from tests.k8s.kubeconfig import write_kubeconfig
 
 NAMESPACE = "maas"

@@ -4,14 +4,14 @@ import uuid
 
 import pytest
 
-from services.common.billing_keys import balance_key
-from services.common.redis_client import open_redis
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.quota_gate import QuotaGate
-from services.gateway.admission.rate_limiter import RateLimiter
-from services.gateway.admission.tenants import Tenant, TenantStore, hash_key
-from services.gateway.errors import APIError
-from services.local.ports import free_port
+from maas_services.common.billing_keys import balance_key
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.quota_gate import QuotaGate
+from maas_services.gateway.admission.rate_limiter import RateLimiter
+from maas_services.gateway.admission.tenants import Tenant, TenantStore, hash_key
+from maas_services.gateway.errors import APIError
+from maas_tools.local.ports import free_port
 from tests.integration.gateway.private_redis import private_redis
 
 

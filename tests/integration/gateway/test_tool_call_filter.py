@@ -7,11 +7,11 @@ import uuid
 import httpx
 import pytest
 
-from services.common.redis_client import open_redis
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.tenants import TenantStore
-from services.gateway.http_api.http_app import create_app
-from services.gateway.http_api.routes.deps import Gateway
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_services.gateway.http_api.http_app import create_app
+from maas_services.gateway.http_api.routes.deps import Gateway
 from tests.integration.gateway.conftest import MODEL
 
 TOOL = {"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}

@@ -16,8 +16,8 @@ from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
 
 from maas.v1 import router_pb2, router_pb2_grpc
-from services.common.service_token import ENV, METADATA_KEY
-from services.gateway.upstream.upstreams import Upstreams
+from maas_services.common.service_token import ENV, METADATA_KEY
+from maas_services.gateway.upstream.upstreams import Upstreams
 from tests.integration.gateway.stubs import StubRouter, start
 from tests.integration.gateway.task_count import tasks_created
 from tests.unit.common.span_capture import captured_spans

@@ -16,13 +16,13 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from maas.v1 import tokenizer_pb2
-from services.common.tenant_labels import OTHER
-from services.gateway.admission.tenants import Tenant
-from services.gateway.errors import APIError
-from services.gateway.parsed_request import ChatPrompt
-from services.gateway.upstream.prompt_encoder import PromptEncoder
-from services.gateway.upstream.upstreams import Upstreams
-from services.local.ports import free_port
+from maas_services.common.tenant_labels import OTHER
+from maas_services.gateway.admission.tenants import Tenant
+from maas_services.gateway.errors import APIError
+from maas_services.gateway.parsed_request import ChatPrompt
+from maas_services.gateway.upstream.prompt_encoder import PromptEncoder
+from maas_services.gateway.upstream.upstreams import Upstreams
+from maas_tools.local.ports import free_port
 from tests.integration.gateway.conftest import CHUNKS, MODEL
 
 Samples = dict[tuple[str, frozenset], float]

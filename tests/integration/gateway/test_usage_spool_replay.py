@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.admission.rate_limiter import RateLimiter
-from services.gateway.admission.tenants import Tenant
-from services.gateway.usage.usage_emitter import REPLAY_BATCH, UsageEmitter
-from services.gateway.usage.usage_spool import UsageSpool
-from services.local.ports import free_port
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_services.gateway.admission.rate_limiter import RateLimiter
+from maas_services.gateway.admission.tenants import Tenant
+from maas_services.gateway.usage.usage_emitter import REPLAY_BATCH, UsageEmitter
+from maas_services.gateway.usage.usage_spool import UsageSpool
+from maas_tools.local.ports import free_port
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
 
 # More than one replay batch, so batching and offsets are exercised.
 EVENTS = 3 * REPLAY_BATCH + 7
@@ -136,8 +136,8 @@ async def test_shutdown_replays_the_whole_spool_when_redis_is_up(outage, tmp_pat
 SPOOL_AND_DIE = """
 import asyncio, os, signal, sys, time
 from pathlib import Path
-from services.common.usage_event import UsageEvent
-from services.gateway.usage.usage_spool import UsageSpool
+from maas_services.common.usage_event import UsageEvent
+from maas_services.gateway.usage.usage_spool import UsageSpool
 
 async def main():
     spool = UsageSpool.open(Path(sys.argv[1]))

@@ -9,12 +9,12 @@ import signal
 
 from structlog.testing import capture_logs
 
-from services.billing.health import LIVENESS_SERVICE
-from services.common.service_token import ENV as SERVICE_TOKEN_ENV
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import _grpc_serving, wait_ready
-from services.local.supervisor import RestartPolicy, supervise
+from maas_services.billing.health import LIVENESS_SERVICE
+from maas_services.common.service_token import ENV as SERVICE_TOKEN_ENV
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import _grpc_serving, wait_ready
+from maas_tools.local.supervisor import RestartPolicy, supervise
 from tests.integration.router.conftest import eventually
 
 # One failed start ends supervision: a restart that waited for readiness would.

@@ -5,9 +5,9 @@ then keeps reading whatever lands in it: here a reader holds the old file open
 while the key is written, and must see nothing of it.
 """
 
-from services.common.redis_client import open_redis
-from services.gateway.admission.tenants import TenantStore
-from services.local.dev_tenant import KEY_FILE, ensure_dev_key
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_tools.local.dev_tenant import KEY_FILE, ensure_dev_key
 
 
 async def test_the_key_file_is_born_private(redis_url, tmp_path):

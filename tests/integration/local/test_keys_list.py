@@ -4,8 +4,8 @@ import asyncio
 import json
 import uuid
 
-from services.common.redis_client import open_redis
-from services.gateway.admission.tenants import hash_key
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.tenants import hash_key
 from tests.integration.conftest import as_json
 
 

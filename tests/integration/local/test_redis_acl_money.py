@@ -3,7 +3,7 @@
 Billing publishes its price table and drops a request's hold as it charges it;
 the gateway reads the prices and reserves, settles and releases holds. Each
 runs as its own user through the real code, with the rules in
-services.common.redis_acl (test_redis_acl.py covers the rest of each user).
+maas_services.common.redis_acl (test_redis_acl.py covers the rest of each user).
 """
 
 import asyncio
@@ -11,14 +11,14 @@ import time
 import uuid
 from decimal import Decimal
 
-from services.billing.consumer import UsageConsumer
-from services.common.balance_reservations import reservation_keys
-from services.common.prices import PRICES_KEY, ModelPrice, PriceTable
-from services.common.quota import Quotas
-from services.common.usage_event import UsageEvent
-from services.gateway.admission.quota_gate import QuotaGate
-from services.gateway.usage.usage_emitter import UsageEmitter
-from services.gateway.usage.usage_spool import UsageSpool
+from maas_services.billing.consumer import UsageConsumer
+from maas_services.common.balance_reservations import reservation_keys
+from maas_services.common.prices import PRICES_KEY, ModelPrice, PriceTable
+from maas_services.common.quota import Quotas
+from maas_services.common.usage_event import UsageEvent
+from maas_services.gateway.admission.quota_gate import QuotaGate
+from maas_services.gateway.usage.usage_emitter import UsageEmitter
+from maas_services.gateway.usage.usage_spool import UsageSpool
 from tests.integration.local.test_redis_acl import clients, new_tenant, server  # noqa: F401
 
 PRICE = ModelPrice(input=Decimal(1), output=Decimal(2))

@@ -7,7 +7,7 @@ tenant on the replica through unlimited (services/common/redis_client.py).
 
 import asyncio
 
-from services.common.redis_client import MAX_CONNECTIONS, open_redis
+from maas_services.common.redis_client import MAX_CONNECTIONS, open_redis
 
 
 async def test_a_burst_past_the_pool_size_is_served_on_the_pools_connections(redis_url):

@@ -3,10 +3,10 @@
 import asyncio
 from pathlib import Path
 
-from services.common.redis_acl import USER_NAMES
-from services.local.ports import free_port
-from services.local.readiness import wait_ready
-from services.local.redis_server import redis_process
+from maas_services.common.redis_acl import USER_NAMES
+from maas_tools.local.ports import free_port
+from maas_tools.local.readiness import wait_ready
+from maas_tools.local.redis_server import redis_process
 
 
 def test_redis_starts_from_a_relative_state_dir(tmp_path, monkeypatch):

@@ -14,14 +14,14 @@ import socket
 import openai
 import pytest
 
-from services.billing.ledger import Ledger
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.common.prices import PriceTable
-from services.common.redis_client import open_redis
-from services.common.usage_event import USAGE_STREAM
-from services.local.ports import free_port
-from services.local.stack import Stack, StackConfig
-from services.local.supervisor import CrashLoop, RestartPolicy
+from maas_services.billing.ledger import Ledger
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.prices import PriceTable
+from maas_services.common.redis_client import open_redis
+from maas_services.common.usage_event import USAGE_STREAM
+from maas_tools.local.ports import free_port
+from maas_tools.local.stack import Stack, StackConfig
+from maas_tools.local.supervisor import CrashLoop, RestartPolicy
 from tests.e2e.tenants import new_tenant_key
 from tests.integration.router.conftest import eventually
 

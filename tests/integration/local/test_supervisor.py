@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess
-from services.local.supervisor import Backoff, CrashLoop, RestartPolicy, supervise
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess
+from maas_tools.local.supervisor import Backoff, CrashLoop, RestartPolicy, supervise
 from tests.integration.router.conftest import eventually
 
 FAST = RestartPolicy(initial_backoff=0.05, max_backoff=0.2, max_start_failures=3)

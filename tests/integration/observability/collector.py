@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from services.local.ports import free_port
+from maas_tools.local.ports import free_port
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
 
-from services.billing.consumer import UsageConsumer
-from services.billing.tenant_metrics import OTHER, TenantMetrics
-from services.common.redis_client import open_redis
-from services.common.tracing import current_traceparent
-from services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_services.billing.consumer import UsageConsumer
+from maas_services.billing.tenant_metrics import OTHER, TenantMetrics
+from maas_services.common.redis_client import open_redis
+from maas_services.common.tracing import current_traceparent
+from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
 from tests.unit.common.span_capture import captured_spans
 
 tracer = trace.get_tracer("test")

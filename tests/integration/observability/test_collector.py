@@ -11,9 +11,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.local.ports import free_port
-from services.local.stack import Stack, StackConfig
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_tools.local.ports import free_port
+from maas_tools.local.stack import Stack, StackConfig
 from tests.integration.observability.collector import Collector
 
 pytestmark = pytest.mark.slow

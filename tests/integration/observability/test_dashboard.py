@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.model_files import DEFAULT_MODEL_ID
 from tests.integration.observability.promql import dashboard_exprs, metric_names, series_names
 
 pytestmark = pytest.mark.slow
@@ -46,7 +46,7 @@ def exported(stack) -> dict[str, str]:
 
 
 def operator_families() -> dict[str, str]:
-    import operators.modeldeployment.metrics  # noqa: F401  (registers them)
+    import maas_operator.modeldeployment.metrics  # noqa: F401  (registers them)
 
     return {
         metric.name: metric.type

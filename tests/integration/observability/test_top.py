@@ -9,8 +9,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.local.dev_tenant import DEV_TENANT
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_tools.local.dev_tenant import DEV_TENANT
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def test_once_prints_replicas_gateway_and_tenants(stack):
         time.sleep(0.2)
 
     frame = subprocess.run(
-        [sys.executable, "-m", "services.cli", "top", "--once", "--interval", "0.5"]
+        [sys.executable, "-m", "maas_tools.cli", "top", "--once", "--interval", "0.5"]
         + ["--state-dir", str(stack.config.state_dir)],
         capture_output=True,
         text=True,

@@ -8,10 +8,10 @@ import grpc
 import pytest
 
 from maas.v1 import router_pb2, router_pb2_grpc
-from services.common.grpc_server import ServerHandle
-from services.router.pool import EnginePool
-from services.router.server import start
-from services.router.settings import RouterSettings
+from maas_services.common.grpc_server import ServerHandle
+from maas_services.router.pool import EnginePool
+from maas_services.router.server import start
+from maas_services.router.settings import RouterSettings
 from tests.integration.router.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.timeout(60)

@@ -5,7 +5,7 @@ import random
 import grpc
 import pytest
 
-from services.common.block_hash import prefix_block_hashes, request_salt
+from maas_services.common.block_hash import prefix_block_hashes, request_salt
 from tests.integration.router.conftest import TENANT, eventually
 
 

@@ -4,8 +4,8 @@ import grpc
 import pytest
 
 from maas.v1 import router_pb2
-from services.router import held as caps
-from services.router.held import HeldRequests
+from maas_services.router import held as caps
+from maas_services.router.held import HeldRequests
 
 
 async def test_held_requests_reach_the_pool_stats_of_a_model_with_no_replica(cluster):

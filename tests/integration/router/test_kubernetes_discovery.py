@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from kubernetes import client
 
-from services.common.grpc_client import open_channel
+from maas_services.common.grpc_client import open_channel
 from tests.integration.router.conftest import Router, eventually
 from tests.integration.router.fake_engine import FakeEngine
 from tests.k8s.chart_render import rendered

@@ -14,10 +14,10 @@ import openai
 import pytest
 
 from maas.v1 import router_pb2, router_pb2_grpc
-from services.common.grpc_client import open_channel
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.local.ports import free_port
-from services.local.stack import Stack, StackConfig
+from maas_services.common.grpc_client import open_channel
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_tools.local.ports import free_port
+from maas_tools.local.stack import Stack, StackConfig
 from tests.integration.router.conftest import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

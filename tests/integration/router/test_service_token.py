@@ -2,7 +2,7 @@
 
 A real router (in process, MAAS_SERVICE_TOKEN set as the chart and `maas up` set
 it) over a fake engine, called on loopback: without the token or with a wrong
-one, UNAUTHENTICATED; through services.common.grpc_client, which sends the
+one, UNAUTHENTICATED; through maas_services.common.grpc_client, which sends the
 process's token, the call goes through.
 """
 
@@ -12,8 +12,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from maas.v1 import router_pb2, router_pb2_grpc
-from services.common.grpc_client import open_channel
-from services.common.service_token import ENV, METADATA_KEY
+from maas_services.common.grpc_client import open_channel
+from maas_services.common.service_token import ENV, METADATA_KEY
 
 TOKEN = "release-token"
 PICK = router_pb2.PickRequest(request_id="r1", model="m", token_ids=[1, 2, 3], tenant="t")

@@ -3,7 +3,7 @@ own cached prefix and none of another tenant's, unless the engine shares."""
 
 import random
 
-from services.common.block_hash import prefix_block_hashes, request_salt
+from maas_services.common.block_hash import prefix_block_hashes, request_salt
 from tests.integration.router.conftest import eventually
 
 PROMPT = [random.Random(11).randrange(49152) for _ in range(160)]

@@ -7,15 +7,15 @@ import pytest
 from prometheus_client import REGISTRY
 
 from maas.v1 import common_pb2, tokenizer_pb2, tokenizer_pb2_grpc
-from services.common.tokenizer_loader import load_tokenizer
-from services.tokenizer.registry import (
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.tokenizer.registry import (
     Deployment,
     DeploymentLoadError,
     TokenizerRegistry,
     UnknownDeploymentError,
 )
-from services.tokenizer.server import start_tokenizer
-from services.tokenizer.settings import TokenizerSettings, TokenizerSource
+from maas_services.tokenizer.server import start_tokenizer
+from maas_services.tokenizer.settings import TokenizerSettings, TokenizerSource
 from tests.integration.tokenizer.test_tokenizer_limits import refused
 from tests.integration.tokenizer.toy_model import MAX_MODEL_LEN
 

@@ -11,18 +11,18 @@ import httpx
 import pytest
 
 from maas.v1 import engine_pb2_grpc, router_pb2_grpc
-from services.common.redis_client import open_redis
-from services.common.tokenizer_loader import load_tokenizer
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.tenants import TenantStore
-from services.gateway.http_api.http_app import create_app
-from services.gateway.http_api.routes.deps import Gateway
-from services.gateway.routing.routes_watcher import RoutesWatcher
-from services.gateway.server import build_pipeline
-from services.gateway.settings import GatewaySettings
-from services.gateway.upstream.upstreams import Upstreams
-from services.tokenizer.server import start_tokenizer
-from services.tokenizer.settings import TokenizerSettings, TokenizerSource
+from maas_services.common.redis_client import open_redis
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.tenants import TenantStore
+from maas_services.gateway.http_api.http_app import create_app
+from maas_services.gateway.http_api.routes.deps import Gateway
+from maas_services.gateway.routing.routes_watcher import RoutesWatcher
+from maas_services.gateway.server import build_pipeline
+from maas_services.gateway.settings import GatewaySettings
+from maas_services.gateway.upstream.upstreams import Upstreams
+from maas_services.tokenizer.server import start_tokenizer
+from maas_services.tokenizer.settings import TokenizerSettings, TokenizerSource
 from tests.integration.gateway.stubs import StubEngine, StubRouter, start
 from tests.integration.tokenizer.toy_model import MAX_MODEL_LEN
 

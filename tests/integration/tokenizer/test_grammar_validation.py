@@ -6,10 +6,10 @@ import grpc
 import pytest
 
 from maas.v1 import common_pb2, tokenizer_pb2, tokenizer_pb2_grpc
-from services.common.grammar.spec import MAX_SCHEMA_DEPTH
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.tokenizer.server import start_tokenizer
-from services.tokenizer.settings import TokenizerSettings
+from maas_services.common.grammar.spec import MAX_SCHEMA_DEPTH
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.tokenizer.server import start_tokenizer
+from maas_services.tokenizer.settings import TokenizerSettings
 from tests.integration.tokenizer.test_tokenizer_limits import refused
 
 Kind = common_pb2.Grammar

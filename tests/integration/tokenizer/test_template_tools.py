@@ -9,9 +9,9 @@ import grpc
 import pytest
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.tokenizer.server import start_tokenizer
-from services.tokenizer.settings import TokenizerSettings
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.tokenizer.server import start_tokenizer
+from maas_services.tokenizer.settings import TokenizerSettings
 
 QWEN_TEMPLATE = (
     Path(__file__).parents[2] / "unit" / "common" / "qwen2_5_chat_template.jinja"

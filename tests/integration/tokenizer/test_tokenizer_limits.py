@@ -7,10 +7,10 @@ import grpc
 import pytest
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
-from services.common.model_files import DEFAULT_MODEL_ID
-from services.tokenizer.server import start_tokenizer
-from services.tokenizer.servicer import INLINE_BYTES, INLINE_MESSAGES
-from services.tokenizer.settings import TokenizerSettings
+from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.tokenizer.server import start_tokenizer
+from maas_services.tokenizer.servicer import INLINE_BYTES, INLINE_MESSAGES
+from maas_services.tokenizer.settings import TokenizerSettings
 
 CONTEXT = "This model's maximum context length is 8192 tokens"
 LONG = "hello " * (INLINE_BYTES // 6 + 1)

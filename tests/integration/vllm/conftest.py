@@ -1,6 +1,6 @@
 """One real vLLM server (CPU build) for this package's tests, and the adapter in front of it.
 
-vLLM's python comes from services.peers (MAAS_VLLM_PYTHON, else the cached
+vLLM's python comes from maas_tools.peers (MAAS_VLLM_PYTHON, else the cached
 venv). Without one the tests skip, unless MAAS_REQUIRE_VLLM is set (CI sets it
 and installs vLLM first): then the venv is built, and a failure fails.
 """
@@ -14,13 +14,13 @@ import httpx
 import pytest
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.engine.vllm_backend.load import parse_metrics
-from services.local.ports import free_port
-from services.local.processes import ManagedProcess, serve_argv
-from services.local.readiness import wait_ready
-from services.peers.model_folder import hf_model_folder
-from services.peers.venv import VLLM, ensure, installed
-from services.peers.vllm_server import VllmConfig, VllmServer
+from maas_services.engine.vllm_backend.load import parse_metrics
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
+from maas_tools.peers.model_folder import hf_model_folder
+from maas_tools.peers.venv import VLLM, ensure, installed
+from maas_tools.peers.vllm_server import VllmConfig, VllmServer
 
 SERVED_MODEL = "smollm2-vllm"
 MODEL_ID = "smollm2-via-vllm"  # what our clients call it: not vLLM's name

@@ -5,7 +5,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.local.readiness import wait_ready
+from maas_tools.local.readiness import wait_ready
 from tests.integration.vllm.conftest import adapter_process, generate_request
 
 pytestmark = pytest.mark.slow

@@ -3,7 +3,7 @@
 import httpx
 import pytest
 
-from services.engine.vllm_backend.server import vllm_client
+from maas_services.engine.vllm_backend.server import vllm_client
 from tests.integration.vllm.conftest import PROMPT, SERVED_MODEL
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
-from services.local.readiness import wait_ready
+from maas_tools.local.readiness import wait_ready
 from tests.integration import load_report
 from tests.integration.vllm.conftest import adapter_process, generate_request
 

@@ -3,7 +3,7 @@
 import pytest
 
 from maas.v1 import router_pb2
-from services.common.block_hash import prefix_block_hashes, request_salt
+from maas_services.common.block_hash import prefix_block_hashes, request_salt
 from tests.integration.router.conftest import Cluster, eventually
 from tests.integration.vllm.conftest import BLOCK_SIZE, MODEL_ID, generate_request
 

@@ -12,11 +12,11 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from services.common.block_hash import prefix_block_hashes
-from services.engine.vllm_backend.cache_salt import SaltBook
-from services.engine.vllm_backend.kv_subscriber import KvSubscriber
-from services.engine.vllm_backend.kv_translation import KvTranslator
-from services.local.ports import free_port
+from maas_services.common.block_hash import prefix_block_hashes
+from maas_services.engine.vllm_backend.cache_salt import SaltBook
+from maas_services.engine.vllm_backend.kv_subscriber import KvSubscriber
+from maas_services.engine.vllm_backend.kv_translation import KvTranslator
+from maas_tools.local.ports import free_port
 
 TOKENS = list(range(100, 164))  # four blocks of 16
 SALT = "model\x00tenant"

@@ -1,10 +1,10 @@
 import random
 import statistics
 
-from services.bench import lengths
-from services.bench.client import RequestResult
-from services.bench.scenarios.chat import Chat
-from services.bench.scenarios.long_prefill_mix import LongPrefillMix
+from maas_tools.bench import lengths
+from maas_tools.bench.client import RequestResult
+from maas_tools.bench.scenarios.chat import Chat
+from maas_tools.bench.scenarios.long_prefill_mix import LongPrefillMix
 
 
 async def record(scenario) -> list[tuple[list[dict], int, str]]:

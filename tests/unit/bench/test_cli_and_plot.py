@@ -3,12 +3,12 @@ import json
 import httpx
 import pytest
 
-from services.bench.client import ChatClient
-from services.bench.main import build_parser, engine_variants, run_labels, size_kv_cache
-from services.bench.report import plot_inputs
-from services.bench.runner import sender
-from services.bench.scenarios import SCENARIOS
-from services.bench.stats import summarize
+from maas_tools.bench.client import ChatClient
+from maas_tools.bench.main import build_parser, engine_variants, run_labels, size_kv_cache
+from maas_tools.bench.report import plot_inputs
+from maas_tools.bench.runner import sender
+from maas_tools.bench.scenarios import SCENARIOS
+from maas_tools.bench.stats import summarize
 
 
 def scenario_for(*flags: str):
@@ -74,8 +74,8 @@ async def test_client_records_chunk_times_and_the_runner_per_request_max_tokens(
 
 def test_plot_writes_a_png_with_a_line_per_class(tmp_path):
     pytest.importorskip("matplotlib")
-    from services.bench.client import RequestResult
-    from services.bench.plot import plot_run
+    from maas_tools.bench.client import RequestResult
+    from maas_tools.bench.plot import plot_run
 
     results = [
         RequestResult(

@@ -1,9 +1,9 @@
 import pytest
 
-from services.bench.client import RequestResult
-from services.bench.goodput import Slo, goodput
-from services.bench.stats import summarize
-from services.bench.timeline import output_tokens_per_s
+from maas_tools.bench.client import RequestResult
+from maas_tools.bench.goodput import Slo, goodput
+from maas_tools.bench.stats import summarize
+from maas_tools.bench.timeline import output_tokens_per_s
 
 
 def timed(ttft: float, e2e: float, tokens: int = 11, **kw) -> RequestResult:

@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from services.bench import arrivals
-from services.bench.client import RequestResult
-from services.bench.loops import closed_loop, open_loop
-from services.bench.scenarios.concurrency import Concurrency
-from services.bench.scenarios.rate import Rate
+from maas_tools.bench import arrivals
+from maas_tools.bench.client import RequestResult
+from maas_tools.bench.loops import closed_loop, open_loop
+from maas_tools.bench.scenarios.concurrency import Concurrency
+from maas_tools.bench.scenarios.rate import Rate
 
 
 def test_poisson_gaps_average_one_over_the_rate_and_repeat_with_the_seed():

@@ -5,7 +5,7 @@ import pytest
 
 from benchmarks import peers_report
 from benchmarks.peers_bench import build_parser, measure_level, servers_from, story_prompts
-from services.bench.client import ChatClient
+from maas_tools.bench.client import ChatClient
 
 
 def row(tokens_per_s: float, succeeded: int = 2) -> dict:

@@ -1,6 +1,6 @@
-from services.bench.client import RequestResult
-from services.bench.scenarios.shared_prefix import SharedPrefix
-from services.bench.scenarios.uniform_random import UniformRandom
+from maas_tools.bench.client import RequestResult
+from maas_tools.bench.scenarios.shared_prefix import SharedPrefix
+from maas_tools.bench.scenarios.uniform_random import UniformRandom
 
 
 async def record(scenario) -> list[tuple[list[dict], str]]:

@@ -1,8 +1,8 @@
 import pytest
 
-from services.bench.client import RequestResult
-from services.bench.engine_metrics import hit_rates, parse
-from services.bench.stats import distribution, summarize
+from maas_tools.bench.client import RequestResult
+from maas_tools.bench.engine_metrics import hit_rates, parse
+from maas_tools.bench.stats import distribution, summarize
 
 
 def test_distribution_uses_nearest_observed_rank():

@@ -1,6 +1,6 @@
 """ConsumerHealth's rules, on a clock the test moves (no sleeping)."""
 
-from services.billing.health import ConsumerHealth
+from maas_services.billing.health import ConsumerHealth
 
 
 class Clock:

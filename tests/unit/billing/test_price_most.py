@@ -2,7 +2,7 @@
 
 from decimal import Decimal
 
-from services.common.prices import ModelPrice
+from maas_services.common.prices import ModelPrice
 
 
 def test_the_most_is_what_billing_charges_for_an_uncached_prompt_and_every_token():

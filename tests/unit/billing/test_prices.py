@@ -5,8 +5,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from services.common.canary import canary_deployment
-from services.common.prices import ModelPrice, PriceTable
+from maas_services.common.canary import canary_deployment
+from maas_services.common.prices import ModelPrice, PriceTable
 
 CHART_VALUES = Path(__file__).parents[3] / "charts" / "maas" / "values.yaml"
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from services.common.model_files import ModelNotFoundError, default_model_path
-from services.common.text_tokenizer import TextTokenizer
-from services.common.tokenizer_loader import load_tokenizer
+from maas_services.common.model_files import ModelNotFoundError, default_model_path
+from maas_services.common.text_tokenizer import TextTokenizer
+from maas_services.common.tokenizer_loader import load_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 from tokenizers import AddedToken, Tokenizer
 
-from services.common.text_tokenizer import TextTokenizer
+from maas_services.common.text_tokenizer import TextTokenizer
 from tests.unit.common.test_chat_tools import HISTORY, QWEN_TEMPLATE, WEATHER
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.common.block_hash import prefix_block_hashes, request_salt
+from maas_services.common.block_hash import prefix_block_hashes, request_salt
 
 TOKENS = list(range(64))
 

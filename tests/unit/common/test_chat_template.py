@@ -2,7 +2,11 @@ from datetime import datetime
 
 import pytest
 
-from services.common.chat_template import FALLBACK_CHAT_TEMPLATE, ChatTemplateError, render_chat
+from maas_services.common.chat_template import (
+    FALLBACK_CHAT_TEMPLATE,
+    ChatTemplateError,
+    render_chat,
+)
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Hi!"}],

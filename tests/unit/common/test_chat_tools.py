@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.chat_tools import template_tool_format
+from maas_services.common.chat_tools import template_tool_format
 
 QWEN_TEMPLATE = (Path(__file__).parent / "qwen2_5_chat_template.jinja").read_text()
 LLAMA_TEMPLATE = (Path(__file__).parent / "llama3_1_chat_template.jinja").read_text()

@@ -1,12 +1,16 @@
 """The names in services/common are the ones the router, the engine and the proto implement."""
 
 from maas.v1 import common_pb2
-from services.common.finish_reasons import FINISH_CODES, FINISH_NAMES
-from services.common.quantization_methods import QUANTIZATION_METHODS
-from services.common.routing_policies import DEFAULT_ROUTING_POLICY, ROUTING_POLICIES, SCORER_NAMES
-from services.engine.quantization.config import QuantizationConfig
-from services.router.policies import POLICIES, resolve
-from services.router.registry import SCORERS
+from maas_services.common.finish_reasons import FINISH_CODES, FINISH_NAMES
+from maas_services.common.quantization_methods import QUANTIZATION_METHODS
+from maas_services.common.routing_policies import (
+    DEFAULT_ROUTING_POLICY,
+    ROUTING_POLICIES,
+    SCORER_NAMES,
+)
+from maas_services.engine.quantization.config import QuantizationConfig
+from maas_services.router.policies import POLICIES, resolve
+from maas_services.router.registry import SCORERS
 
 
 def test_routing_policies_are_the_routers():

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.detokenizer import IncrementalDetokenizer
+from maas_services.common.detokenizer import IncrementalDetokenizer
 
 TEXTS = [
     "Hello, world! This is a plain English sentence.",

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from benchmarks.structured_schemas import SCHEMAS
-from services.common.grammar import cost
-from services.common.grammar.cache import TenantCache
-from services.common.grammar.spec import GrammarError, GrammarSpec
+from maas_services.common.grammar import cost
+from maas_services.common.grammar.cache import TenantCache
+from maas_services.common.grammar.spec import GrammarError, GrammarSpec
 from tests.e2e.test_structured_outputs import WEATHER, City
 
 # The attack: 287 characters that took 37 s and 564 MB to compile.

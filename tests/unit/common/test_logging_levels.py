@@ -4,7 +4,7 @@ import logging
 
 import structlog
 
-from services.common.logging import configure_logging
+from maas_services.common.logging import configure_logging
 
 
 def test_a_dropped_debug_line_runs_no_processor():

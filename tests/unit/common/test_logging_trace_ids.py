@@ -6,7 +6,7 @@ import logging
 import structlog
 from opentelemetry.sdk.trace import TracerProvider
 
-from services.common.logging import configure_logging
+from maas_services.common.logging import configure_logging
 
 
 def _lines(capsys) -> list[dict]:

@@ -1,6 +1,6 @@
 """Reading the machine: cores, flags and limits from /proc/cpuinfo and cgroup text."""
 
-from services.common.machine_profile import (
+from maas_services.common.machine_profile import (
     MachineProfile,
     machine_profile,
     parse_cpu_max,

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.common.block_hash import hash_block, prefix_block_hashes
+from maas_services.common.block_hash import hash_block, prefix_block_hashes
 
 
 def chained(token_ids: list[int], block_size: int, salt: str) -> list[int]:

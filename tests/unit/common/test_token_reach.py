@@ -3,7 +3,7 @@
 import pytest
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
 
-from services.common.token_reach import max_token_chars
+from maas_services.common.token_reach import max_token_chars
 
 
 def test_smollm2_bound_is_its_longest_vocabulary_entry(tokenizer):

@@ -4,7 +4,7 @@ import gguf
 import pytest
 from tokenizers import Tokenizer, pre_tokenizers
 
-from services.common.tokenizer_loader import TokenizerLoadError, load_tokenizer
+from maas_services.common.tokenizer_loader import TokenizerLoadError, load_tokenizer
 
 TEXTS = [
     "Hello, world!",

@@ -9,8 +9,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
-from services.common.grpc_interceptors import ServerInterceptor, client_interceptors
-from services.common.tracing import (
+from maas_services.common.grpc_interceptors import ServerInterceptor, client_interceptors
+from maas_services.common.tracing import (
     context_from_traceparent,
     current_traceparent,
     tracer_provider,

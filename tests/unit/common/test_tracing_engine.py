@@ -8,9 +8,9 @@ import pytest
 from opentelemetry import trace
 
 from maas.v1 import engine_pb2
-from services.engine.request import SeqOutput
-from services.engine.servicer import EngineServicer
-from services.engine.span_events import record_timeline
+from maas_services.engine.request import SeqOutput
+from maas_services.engine.servicer import EngineServicer
+from maas_services.engine.span_events import record_timeline
 from tests.unit.common.span_capture import captured_spans
 
 tracer = trace.get_tracer("test")

@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from services.gateway.http_api.tracing_middleware import TracingMiddleware
+from maas_services.gateway.http_api.tracing_middleware import TracingMiddleware
 from tests.unit.common.span_capture import captured_spans
 
 CALLER_TRACE, CALLER_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"

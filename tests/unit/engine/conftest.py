@@ -6,10 +6,10 @@ And the engine's native library as a machine without a C++ compiler has it.
 import pytest
 import torch
 
-from services.engine.model import LlamaForCausalLM
-from services.engine.model_config import ModelConfig
-from services.engine.native import bindings
-from services.engine.native import library as native
+from maas_kernels.native import bindings
+from maas_kernels.native import library as native
+from maas_services.engine.model import LlamaForCausalLM
+from maas_services.engine.model_config import ModelConfig
 
 
 @pytest.fixture

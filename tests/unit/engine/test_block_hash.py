@@ -3,7 +3,7 @@ import struct
 
 import pytest
 
-from services.common.block_hash import hash_block, prefix_block_hashes
+from maas_services.common.block_hash import hash_block, prefix_block_hashes
 
 
 def test_known_value_is_pinned():

@@ -12,8 +12,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from services.common.block_hash import prefix_block_hashes
-from services.engine.block_manager import BlockManager, NoFreeBlocksError
+from maas_services.common.block_hash import prefix_block_hashes
+from maas_services.engine.block_manager import BlockManager, NoFreeBlocksError
 
 
 @dataclass

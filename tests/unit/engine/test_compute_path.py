@@ -5,11 +5,11 @@ import ctypes
 import pytest
 import torch
 
-from services.engine.compute_path import ComputePath
-from services.engine.kv_cache import PagedKVCache
-from services.engine.model_runner import ModelRunner, choose_path
-from services.engine.native import bindings
-from services.engine.native_layers import Native
+from maas_kernels.native import bindings
+from maas_services.engine.compute_path import ComputePath
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.model_runner import ModelRunner, choose_path
+from maas_services.engine.native_layers import Native
 
 needs_library = pytest.mark.skipif(
     bindings.library() is None, reason="no native library (not AVX2, or no compiler)"

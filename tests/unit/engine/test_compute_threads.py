@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from services.engine.core.compute_threads import ComputeThreads
+from maas_services.engine.core.compute_threads import ComputeThreads
 
 
 def test_a_narrow_step_leaves_a_core_and_a_wide_one_takes_them_all():

@@ -1,10 +1,10 @@
 """The core's messages carry the engine's dataclasses whole, whatever fields they have."""
 
-from services.common.grammar.spec import GrammarSpec
-from services.engine.core import protocol
-from services.engine.logprobs import TokenLogprob
-from services.engine.request import SeqOutput
-from services.engine.sampling_params import SamplingParams
+from maas_services.common.grammar.spec import GrammarSpec
+from maas_services.engine.core import protocol
+from maas_services.engine.logprobs import TokenLogprob
+from maas_services.engine.request import SeqOutput
+from maas_services.engine.sampling_params import SamplingParams
 
 
 def test_every_sampling_field_crosses():

@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from services.engine import cpu_linear
-from services.engine.native import bindings
+from maas_kernels.native import bindings
+from maas_services.engine import cpu_linear
 
 
 def _case(rows: int, with_bias: bool):

@@ -2,8 +2,8 @@
 
 import torch
 
-from services.distill.student import StudentShape, init_student, student_config
-from services.distill.train import TrainConfig, agreement, pack, train
+from maas_tools.distill.student import StudentShape, init_student, student_config
+from maas_tools.distill.train import TrainConfig, agreement, pack, train
 
 SHAPE = StudentShape(layers=1, hidden_size=16, heads=2, kv_heads=1, intermediate_size=32)
 

@@ -5,14 +5,14 @@ import json
 import pytest
 import torch
 
-from services.engine.checkpoint import save_model
-from services.engine.dense_forward import dense_logits
-from services.engine.kv_cache import PagedKVCache
-from services.engine.loader import load_model
-from services.engine.model_runner import ModelRunner
-from services.engine.spec.config import SpecConfig
-from services.engine.spec.draft_model import BLOCK_SIZE, DraftModelProposer
-from services.engine.spec.proposer import DraftRequest, TargetInfo, make_proposer
+from maas_services.engine.checkpoint import save_model
+from maas_services.engine.dense_forward import dense_logits
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.loader import load_model
+from maas_services.engine.model_runner import ModelRunner
+from maas_services.engine.spec.config import SpecConfig
+from maas_services.engine.spec.draft_model import BLOCK_SIZE, DraftModelProposer
+from maas_services.engine.spec.proposer import DraftRequest, TargetInfo, make_proposer
 
 
 def greedy(model, token_ids: list[int], count: int) -> list[int]:

@@ -2,12 +2,12 @@
 
 import dataclasses
 
-from services.common.block_hash import BLOCK_SIZE
-from services.engine.engine_config import build_configs
-from services.engine.scheduler import SchedulerConfig
-from services.engine.settings import EngineSettings
-from services.engine.spec.config import SpecConfig
-from services.router.endpoints import Endpoint
+from maas_services.common.block_hash import BLOCK_SIZE
+from maas_services.engine.engine_config import build_configs
+from maas_services.engine.scheduler import SchedulerConfig
+from maas_services.engine.settings import EngineSettings
+from maas_services.engine.spec.config import SpecConfig
+from maas_services.router.endpoints import Endpoint
 
 
 def test_every_setting_lands_in_its_config_and_the_context_is_capped(tiny_config):

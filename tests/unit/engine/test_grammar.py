@@ -4,11 +4,11 @@ import pytest
 import torch
 import xgrammar
 
-from services.common.grammar.compiler import GrammarCompiler
-from services.common.grammar.spec import GrammarSpec
-from services.engine.grammar.bitmask import apply_grammars
-from services.engine.grammar.draft import constrain_draft
-from services.engine.grammar.matcher import GrammarState
+from maas_services.common.grammar.compiler import GrammarCompiler
+from maas_services.common.grammar.spec import GrammarSpec
+from maas_services.engine.grammar.bitmask import apply_grammars
+from maas_services.engine.grammar.draft import constrain_draft
+from maas_services.engine.grammar.matcher import GrammarState
 
 # Id 0 is the end of sequence (empty: never text).
 VOCAB = ["", "a", "b", "c", "ab", "-", "x"]

@@ -2,8 +2,8 @@
 
 from prometheus_client import REGISTRY
 
-from services.engine.known_answer_gauge import KNOWN_ANSWER_FAILED
-from services.engine.server import stay_not_serving
+from maas_services.engine.known_answer_gauge import KNOWN_ANSWER_FAILED
+from maas_services.engine.server import stay_not_serving
 
 
 class Handle:

@@ -5,9 +5,9 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from services.engine.known_answer import SANITY_BOUND, Score, judge
-from services.engine.known_answer_check import judge_score
-from services.engine.settings import EngineSettings
+from maas_services.engine.known_answer import SANITY_BOUND, Score, judge
+from maas_services.engine.known_answer_check import judge_score
+from maas_services.engine.settings import EngineSettings
 
 
 def test_within_the_tolerance_passes_either_way():

@@ -5,10 +5,10 @@ import json
 import pytest
 from structlog.testing import capture_logs
 
-from services.common.machine_profile import MachineProfile
-from services.common.settings import parse_settings
-from services.engine.core.launcher import resolve_for_core
-from services.engine.machine_defaults import (
+from maas_services.common.machine_profile import MachineProfile
+from maas_services.common.settings import parse_settings
+from maas_services.engine.core.launcher import resolve_for_core
+from maas_services.engine.machine_defaults import (
     DTYPE_BY_CPU_CLASS,
     WIDE_ROWS,
     cpu_class,
@@ -16,8 +16,8 @@ from services.engine.machine_defaults import (
     resolve,
     use_core_omp,
 )
-from services.engine.settings import EngineSettings
-from services.local.up import machine_defaults
+from maas_services.engine.settings import EngineSettings
+from maas_tools.local.up import machine_defaults
 
 # The CI machine: 2 cores, AVX2, no AVX-512, no AMX.
 EPYC = MachineProfile(

@@ -3,11 +3,11 @@ import dataclasses
 import pytest
 import torch
 
-from services.engine.attention_metadata import AttentionMetadata
-from services.engine.dense_forward import dense_logits
-from services.engine.gguf_loader import _unpermute_rotary_rows
-from services.engine.kv_cache import PagedKVCache
-from services.engine.model import LlamaForCausalLM
+from maas_services.engine.attention_metadata import AttentionMetadata
+from maas_services.engine.dense_forward import dense_logits
+from maas_services.engine.gguf_loader import _unpermute_rotary_rows
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.model import LlamaForCausalLM
 
 TOKENS = [3, 17, 42, 8, 8, 60, 5, 21, 33, 9]
 BLOCK_SIZE = 4

@@ -1,4 +1,4 @@
-"""The model's CUDA kernels (maas_kernels/ wired in) against its torch twins, on the CPU.
+"""The model's CUDA kernels (kernels/ wired in) against its torch twins, on the CPU.
 
 The model has one path: every op goes through maas_kernels.ops, which takes the
 Triton kernel for a CUDA tensor and the torch twin elsewhere.
@@ -21,13 +21,13 @@ import torch  # noqa: E402
 pytest.importorskip("triton", reason="triton is not installed")
 
 from maas_kernels.ops import force_triton  # noqa: E402
-from services.engine.attention_metadata import AttentionMetadata  # noqa: E402
-from services.engine.kv_cache import PagedKVCache  # noqa: E402
-from services.engine.model import LlamaForCausalLM  # noqa: E402
-from services.engine.quantization.config import QuantizationConfig  # noqa: E402
-from services.engine.quantization.int4 import Int4Linear  # noqa: E402
-from services.engine.quantization.int8 import Int8Linear  # noqa: E402
-from services.engine.quantization.quantize import quantize_model  # noqa: E402
+from maas_services.engine.attention_metadata import AttentionMetadata  # noqa: E402
+from maas_services.engine.kv_cache import PagedKVCache  # noqa: E402
+from maas_services.engine.model import LlamaForCausalLM  # noqa: E402
+from maas_services.engine.quantization.config import QuantizationConfig  # noqa: E402
+from maas_services.engine.quantization.int4 import Int4Linear  # noqa: E402
+from maas_services.engine.quantization.int8 import Int8Linear  # noqa: E402
+from maas_services.engine.quantization.quantize import quantize_model  # noqa: E402
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 12

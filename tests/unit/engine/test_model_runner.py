@@ -5,13 +5,13 @@ import random
 import pytest
 import torch
 
-from services.engine.dense_forward import dense_logits
-from services.engine.kv_cache import PagedKVCache
-from services.engine.model_runner import ModelRunner
-from services.engine.sampler import make_generator
-from services.engine.sampling_params import SamplingParams
-from services.engine.scheduler import ScheduledSeq
-from services.engine.sequence import Sequence
+from maas_services.engine.dense_forward import dense_logits
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.model_runner import ModelRunner
+from maas_services.engine.sampler import make_generator
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.scheduler import ScheduledSeq
+from maas_services.engine.sequence import Sequence
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 32

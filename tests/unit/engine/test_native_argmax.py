@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from services.engine import native_argmax
-from services.engine.native import bindings
+from maas_kernels.native import bindings
+from maas_services.engine import native_argmax
 
 needs_library = pytest.mark.skipif(
     bindings.library() is None, reason="no native library (not AVX2, or no compiler)"

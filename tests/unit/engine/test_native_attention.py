@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from services.engine import native_attention
-from services.engine.attention import paged_attention
-from services.engine.attention_metadata import AttentionMetadata
-from services.engine.native import bindings
+from maas_kernels.native import bindings
+from maas_services.engine import native_attention
+from maas_services.engine.attention import paged_attention
+from maas_services.engine.attention_metadata import AttentionMetadata
 
-BLOCK_SIZE = 16  # the engine's (services.common.block_hash.BLOCK_SIZE)
+BLOCK_SIZE = 16  # the engine's (maas_services.common.block_hash.BLOCK_SIZE)
 # Around the block edges, a long one and the shortest.
 CONTEXTS = [1, 15, 16, 17, 300, 2000]
 

@@ -5,15 +5,15 @@ import copy
 import pytest
 import torch
 
+from maas_kernels.native import bindings
 from maas_kernels.rotary_ref import rotary_cos_sin_reference
-from services.engine import native_attention, native_layers
-from services.engine.attention_metadata import AttentionMetadata
-from services.engine.kv_cache import PagedKVCache
-from services.engine.model import DecoderLayer, LlamaForCausalLM
-from services.engine.model_config import ModelConfig
-from services.engine.native import bindings
-from services.engine.quantization.int4 import Int4Linear, Int4Weight
-from services.engine.quantization.int8 import Int8Linear
+from maas_services.engine import native_attention, native_layers
+from maas_services.engine.attention_metadata import AttentionMetadata
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.model import DecoderLayer, LlamaForCausalLM
+from maas_services.engine.model_config import ModelConfig
+from maas_services.engine.quantization.int4 import Int4Linear, Int4Weight
+from maas_services.engine.quantization.int8 import Int8Linear
 
 pytestmark = pytest.mark.skipif(
     bindings.library() is None, reason="no native library (not AVX2, or no compiler)"

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from maas_kernels.native import bindings
+from maas_kernels.native import library as native
 from maas_kernels.quant_int4_ref import quantize_int4
 from maas_kernels.quant_int8_ref import quantize_int8
-from services.common.machine_profile import machine_profile
-from services.engine import cpu_linear
-from services.engine.native import bindings
-from services.engine.native import library as native
-from services.engine.quantization import cpu_kernel
+from maas_services.common.machine_profile import machine_profile
+from maas_services.engine import cpu_linear
+from maas_services.engine.quantization import cpu_kernel
 
 needs_avx2 = pytest.mark.skipif(
     torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.engine.attention import paged_attention
-from services.engine.attention_metadata import AttentionMetadata
+from maas_services.engine.attention import paged_attention
+from maas_services.engine.attention_metadata import AttentionMetadata
 
 HEADS, KV_HEADS, HEAD_DIM = 6, 2, 8
 BLOCK_SIZE = 4

@@ -10,18 +10,18 @@ import copy
 import pytest
 import torch
 
+from maas_kernels.native import bindings
 from maas_kernels.quant_int4_ref import dequantize_int4, quantize_int4, unpack_int4
 from maas_kernels.quant_int8_ref import dequantize_int8, quantize_int8
-from services.common.settings import parse_settings
-from services.engine import native_layers
-from services.engine.native import bindings
-from services.engine.quantization import cpu_kernel
-from services.engine.quantization.config import QuantizationConfig
-from services.engine.quantization.int4 import Int4Linear, Int4Weight
-from services.engine.quantization.int8 import Int8Linear
-from services.engine.quantization.linear import QuantizedLinear
-from services.engine.quantization.quantize import quantize_model
-from services.engine.settings import EngineSettings
+from maas_services.common.settings import parse_settings
+from maas_services.engine import native_layers
+from maas_services.engine.quantization import cpu_kernel
+from maas_services.engine.quantization.config import QuantizationConfig
+from maas_services.engine.quantization.int4 import Int4Linear, Int4Weight
+from maas_services.engine.quantization.int8 import Int8Linear
+from maas_services.engine.quantization.linear import QuantizedLinear
+from maas_services.engine.quantization.quantize import quantize_model
+from maas_services.engine.settings import EngineSettings
 from tests.unit.engine.test_native_layers import PROJECTIONS, layer, relative_error
 
 needs_kernels = pytest.mark.skipif(

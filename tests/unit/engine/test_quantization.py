@@ -10,24 +10,24 @@ from torch import nn
 
 from maas_kernels.quant_int4_ref import dequantize_int4
 from maas_kernels.quant_int8_ref import dequantize_int8
-from services.common.settings import parse_settings
-from services.engine.kv_budget import model_bytes
-from services.engine.model import LlamaForCausalLM
-from services.engine.model_config import ModelConfig
-from services.engine.quantization.config import QuantizationConfig
-from services.engine.quantization.int4 import (
+from maas_services.common.settings import parse_settings
+from maas_services.engine.kv_budget import model_bytes
+from maas_services.engine.model import LlamaForCausalLM
+from maas_services.engine.model_config import ModelConfig
+from maas_services.engine.quantization.config import QuantizationConfig
+from maas_services.engine.quantization.int4 import (
     CpuInt4Linear,
     Int4Linear,
     Int4Weight,
     int4_group_size,
     make_int4_linear,
 )
-from services.engine.quantization.int8 import CPU_KERNEL_MAX_ROWS, Int8Linear
-from services.engine.quantization.linear import QuantizedLinear
-from services.engine.quantization.memory import quantized_weight_memory
-from services.engine.quantization.quantize import TARGETS, quantize_model
-from services.engine.settings import EngineSettings
-from services.eval.perplexity import window_logits
+from maas_services.engine.quantization.int8 import CPU_KERNEL_MAX_ROWS, Int8Linear
+from maas_services.engine.quantization.linear import QuantizedLinear
+from maas_services.engine.quantization.memory import quantized_weight_memory
+from maas_services.engine.quantization.quantize import TARGETS, quantize_model
+from maas_services.engine.settings import EngineSettings
+from maas_tools.eval.perplexity import window_logits
 from tests.unit.engine.test_model import TOKENS
 
 # bf16 rounds outputs to 8 significant bits; the float32 path only reorders sums.

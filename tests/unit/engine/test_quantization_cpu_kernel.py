@@ -4,17 +4,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from maas_kernels.native import bindings
 from maas_kernels.quant_int4_ref import dequantize_int4
 from maas_kernels.quant_int8_ref import dequantize_int8
-from services.engine.native import bindings
-from services.engine.quantization import cpu_kernel
-from services.engine.quantization.int4 import (
+from maas_services.engine.quantization import cpu_kernel
+from maas_services.engine.quantization.int4 import (
     Int4Linear,
     Int4Weight,
     int4_group_size,
     make_int4_linear,
 )
-from services.engine.quantization.int8 import Int8Linear
+from maas_services.engine.quantization.int8 import Int8Linear
 from tests.unit.engine.test_quantization import assert_close_relative, random_weight
 
 AVX2 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")

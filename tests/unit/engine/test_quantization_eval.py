@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from services.engine.dense_forward import dense_logits
-from services.eval import cli
-from services.eval.perplexity import DEFAULT_TEXT, perplexity
+from maas_services.engine.dense_forward import dense_logits
+from maas_tools.eval import cli
+from maas_tools.eval.perplexity import DEFAULT_TEXT, perplexity
 
 TOKENS = [3, 17, 42, 8, 8, 60, 5, 21, 33, 9, 11, 2, 50, 7]
 

@@ -4,8 +4,8 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from services.engine.sampler import Sampler, make_generator
-from services.engine.sampling_params import SamplingParams
+from maas_services.engine.sampler import Sampler, make_generator
+from maas_services.engine.sampling_params import SamplingParams
 
 EOS = 2
 VOCAB = 50

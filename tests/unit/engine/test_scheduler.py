@@ -2,10 +2,10 @@
 
 import torch
 
-from services.engine.block_manager import BlockManager
-from services.engine.sampling_params import SamplingParams
-from services.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from services.engine.sequence import Sequence, SequenceStatus
+from maas_services.engine.block_manager import BlockManager
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from maas_services.engine.sequence import Sequence, SequenceStatus
 
 BLOCK = 4
 

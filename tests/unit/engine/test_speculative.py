@@ -2,8 +2,8 @@
 
 import torch
 
-from services.engine.spec.ngram import NgramProposer
-from services.engine.spec.verify import verify
+from maas_services.engine.spec.ngram import NgramProposer
+from maas_services.engine.spec.verify import verify
 
 
 def test_ngram_proposes_what_followed_the_latest_match():

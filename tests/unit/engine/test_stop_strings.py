@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.engine.stop_strings import StopStringMatcher
+from maas_services.engine.stop_strings import StopStringMatcher
 
 
 def feed(stops: list[str], deltas: list[str]) -> tuple[str, bool]:

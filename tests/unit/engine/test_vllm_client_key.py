@@ -1,7 +1,7 @@
 """The vLLM adapter's HTTP client shows vLLM's key from its environment, and none without one.
 (Against a real vLLM that demands it: tests/integration/vllm/test_vllm_api_key.py.)"""
 
-from services.engine.vllm_backend.server import vllm_client
+from maas_services.engine.vllm_backend.server import vllm_client
 
 
 async def test_the_key_in_the_environment_is_the_bearer_of_every_call(monkeypatch):

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from services.gateway.errors import APIError
-from services.gateway.http_api.body_shape import MAX_ITEMS, check_shape, json_items
+from maas_services.gateway.errors import APIError
+from maas_services.gateway.http_api.body_shape import MAX_ITEMS, check_shape, json_items
 
 
 def many(item: bytes, count: int) -> bytes:

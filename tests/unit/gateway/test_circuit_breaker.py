@@ -2,7 +2,7 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from services.gateway.upstream.circuit_breaker import Breakers
+from maas_services.gateway.upstream.circuit_breaker import Breakers
 
 
 class Clock:

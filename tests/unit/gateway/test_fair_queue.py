@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from services.gateway.admission.fair_queue import FairQueue, QueueFullError, QueueTimeoutError
+from maas_services.gateway.admission.fair_queue import FairQueue, QueueFullError, QueueTimeoutError
 
 
 def p95(values: list[float]) -> float:

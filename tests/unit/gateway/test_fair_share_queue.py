@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from prometheus_client import REGISTRY
 
-from services.gateway.admission.fair_queue import FairQueue, FairShareError, QueueFullError
+from maas_services.gateway.admission.fair_queue import FairQueue, FairShareError, QueueFullError
 
 
 def shed(reason: str) -> float:

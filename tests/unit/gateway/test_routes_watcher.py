@@ -1,6 +1,6 @@
 import asyncio
 
-from services.gateway.routing.routes_watcher import RoutesWatcher
+from maas_services.gateway.routing.routes_watcher import RoutesWatcher
 
 ALIAS = "models:\n  small:\n    routes: [{deployment: %s}]\n"
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from services.gateway.routing.routing_table import NoDeploymentUpError, RoutingTable
+from maas_services.gateway.routing.routing_table import NoDeploymentUpError, RoutingTable
 
 CANARY = """
 tiers:
@@ -81,7 +81,7 @@ def test_typos_in_the_file_are_errors():
 def test_the_charts_routing_table_is_what_the_gateway_reads():
     import yaml
 
-    from services.gateway.routing.routing_table import RoutingTable
+    from maas_services.gateway.routing.routing_table import RoutingTable
 
     values = Path(__file__).parents[3] / "charts" / "maas" / "values.yaml"
     text = yaml.safe_dump(yaml.safe_load(values.read_text())["routingTable"])

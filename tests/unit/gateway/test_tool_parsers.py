@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from services.common.chat_tools import FALLBACK_FORMAT, TEMPLATE_FORMATS
-from services.gateway.delta import Delta
-from services.gateway.output.openai_format import Choices, ResponseShape
-from services.gateway.output.tool_parsers import PARSERS, parser_for
-from services.gateway.output.tool_parsers.llama3_json import PYTHON_TAG
+from maas_services.common.chat_tools import FALLBACK_FORMAT, TEMPLATE_FORMATS
+from maas_services.gateway.delta import Delta
+from maas_services.gateway.output.openai_format import Choices, ResponseShape
+from maas_services.gateway.output.tool_parsers import PARSERS, parser_for
+from maas_services.gateway.output.tool_parsers.llama3_json import PYTHON_TAG
 
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 # Qwen2.5's template asks for the call on lines of its own inside the tags.

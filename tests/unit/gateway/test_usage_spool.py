@@ -5,8 +5,8 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from services.common.usage_event import UsageEvent
-from services.gateway.usage.usage_spool import SpoolInUseError, UsageSpool
+from maas_services.common.usage_event import UsageEvent
+from maas_services.gateway.usage.usage_spool import SpoolInUseError, UsageSpool
 
 
 def event(i: int) -> UsageEvent:

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from maas_kernels.activation_ref import silu_and_mul_reference
-from services.engine.model import MLP
-from services.engine.model_config import ModelConfig
+from maas_services.engine.model import MLP
+from maas_services.engine.model_config import ModelConfig
 from tests.unit.kernels.tolerances import assert_close, assert_rounds_like
 from tests.unit.kernels.triton_import import import_kernel
 

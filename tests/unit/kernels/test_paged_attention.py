@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from maas_kernels.paged_attention_ref import paged_attention_decode_reference
-from services.engine.attention import paged_attention
-from services.engine.attention_metadata import AttentionMetadata
+from maas_services.engine.attention import paged_attention
+from maas_services.engine.attention_metadata import AttentionMetadata
 from tests.unit.kernels.tolerances import assert_close
 from tests.unit.kernels.triton_import import import_kernel
 

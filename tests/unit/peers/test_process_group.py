@@ -4,7 +4,7 @@ import os
 import sys
 import time
 
-from services.local.processes import ManagedProcess
+from maas_tools.local.processes import ManagedProcess
 
 # Prints its own child's pid, then waits: the shape of vLLM's API server.
 PARENT = (

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from services.peers import venv
-from services.peers.venv import Peer, ensure, installed, llama_cmake_args, venv_dir
+from maas_tools.peers import venv
+from maas_tools.peers.venv import Peer, ensure, installed, llama_cmake_args, venv_dir
 
 # Small wheels pip already has; idna stands in for vLLM's broken torchvision.
 DEMO = Peer(

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from services.peers.vllm_server import ENTRYPOINT, VllmConfig, vllm_process
+from maas_tools.peers.vllm_server import ENTRYPOINT, VllmConfig, vllm_process
 
 
 def test_command_line_and_environment(tmp_path):

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from operators.modeldeployment import resources
-from operators.modeldeployment.defaults import defaulted_spec
-from services.common.vllm_cpu_mode import vllm_cpu_mode
-from services.peers.vllm_server import VllmConfig
+from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_services.common.vllm_cpu_mode import vllm_cpu_mode
+from maas_tools.peers.vllm_server import VllmConfig
 
 # lscpu's flags, abridged to what decides: an AMX Xeon (family 6 model 207), a
 # Zen 5 (AVX512-BF16, no AMX), and this machine's Zen 3 (AVX2 only).

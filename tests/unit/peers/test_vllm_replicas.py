@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from services.local.stack import Stack, StackConfig
-from services.local.vllm_replicas import (
+from maas_tools.local.stack import Stack, StackConfig
+from maas_tools.local.vllm_replicas import (
     VllmOptions,
     VllmRuntime,
     engine_env,

@@ -1,11 +1,11 @@
 """Endpoints and pick contexts for plugin tests, without engines."""
 
-from services.common.block_hash import prefix_block_hashes, request_salt
-from services.router.endpoints import Endpoint
-from services.router.pick_history import PickHistory
-from services.router.plugin import PickContext, PluginDeps
-from services.router.prefix_index import PrefixIndex
-from services.router.settings import RouterSettings
+from maas_services.common.block_hash import prefix_block_hashes, request_salt
+from maas_services.router.endpoints import Endpoint
+from maas_services.router.pick_history import PickHistory
+from maas_services.router.plugin import PickContext, PluginDeps
+from maas_services.router.prefix_index import PrefixIndex
+from maas_services.router.settings import RouterSettings
 
 MODEL = "m"
 TENANT = "t"

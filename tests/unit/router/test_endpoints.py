@@ -1,6 +1,6 @@
 import pytest
 
-from services.router.endpoints import parse_static
+from maas_services.router.endpoints import parse_static
 from tests.unit.router.helpers import endpoint
 
 

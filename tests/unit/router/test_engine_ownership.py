@@ -4,8 +4,8 @@ in the Service's namespace, which is the model id's first claimant."""
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
-from services.common.model_claims import Claimant, conflicts
-from services.router.discovery.ownership import OwnerCheck, refusal
+from maas_services.common.model_claims import Claimant, conflicts
+from maas_services.router.discovery.ownership import OwnerCheck, refusal
 
 
 def deployment(name: str, uid: str, model: str = "", namespace: str = "ns", created="") -> dict:

@@ -1,7 +1,7 @@
-from services.router.filters.available import AvailableFilter
-from services.router.filters.overload import OverloadFilter
-from services.router.pickers.max_score import MaxScorePicker
-from services.router.pickers.round_robin import RoundRobinPicker
+from maas_services.router.filters.available import AvailableFilter
+from maas_services.router.filters.overload import OverloadFilter
+from maas_services.router.pickers.max_score import MaxScorePicker
+from maas_services.router.pickers.round_robin import RoundRobinPicker
 from tests.unit.router.helpers import context, endpoint
 
 

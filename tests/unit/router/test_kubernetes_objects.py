@@ -1,5 +1,5 @@
-from services.router.discovery import Routing, Target
-from services.router.discovery.kubernetes_objects import snapshot_of
+from maas_services.router.discovery import Routing, Target
+from maas_services.router.discovery.kubernetes_objects import snapshot_of
 
 
 def service(name: str, model: str, **annotations) -> dict:

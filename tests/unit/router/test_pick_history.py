@@ -1,4 +1,4 @@
-from services.router.pick_history import PickHistory
+from maas_services.router.pick_history import PickHistory
 
 
 def test_recorded_blocks_are_held_until_their_ttl():

@@ -1,10 +1,10 @@
 import pytest
 
-from services.router.discovery import Routing
-from services.router.policies import POLICIES, resolve
-from services.router.pool import EnginePool
-from services.router.registry import FILTERS, PICKERS, SCORERS
-from services.router.scheduler import Profile, Scheduler
+from maas_services.router.discovery import Routing
+from maas_services.router.policies import POLICIES, resolve
+from maas_services.router.pool import EnginePool
+from maas_services.router.registry import FILTERS, PICKERS, SCORERS
+from maas_services.router.scheduler import Profile, Scheduler
 from tests.unit.router.helpers import blocks, context, deps, endpoint
 
 PROMPT = list(range(1000, 1200))

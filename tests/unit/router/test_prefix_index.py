@@ -4,11 +4,11 @@ import random
 from dataclasses import dataclass, field
 
 from maas.v1 import engine_pb2
-from services.engine.block_manager import BlockManager
-from services.router.kv_events import apply_batch
-from services.router.pick_history import PickHistory
-from services.router.prefix_index import PrefixIndex
-from services.router.scorers.prefix import PrefixScorer
+from maas_services.engine.block_manager import BlockManager
+from maas_services.router.kv_events import apply_batch
+from maas_services.router.pick_history import PickHistory
+from maas_services.router.prefix_index import PrefixIndex
+from maas_services.router.scorers.prefix import PrefixScorer
 from tests.unit.router.helpers import blocks, context, endpoint
 
 KIND = engine_pb2.KvEvent.Kind

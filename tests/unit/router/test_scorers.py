@@ -1,11 +1,11 @@
 import pytest
 
-from services.router.scorers import lower_is_better
-from services.router.scorers.kv_cache import KvCacheScorer
-from services.router.scorers.least_requests import LeastRequestsScorer
-from services.router.scorers.prefix import PrefixScorer
-from services.router.scorers.queue import QueueScorer
-from services.router.scorers.session import SessionScorer
+from maas_services.router.scorers import lower_is_better
+from maas_services.router.scorers.kv_cache import KvCacheScorer
+from maas_services.router.scorers.least_requests import LeastRequestsScorer
+from maas_services.router.scorers.prefix import PrefixScorer
+from maas_services.router.scorers.queue import QueueScorer
+from maas_services.router.scorers.session import SessionScorer
 from tests.unit.router.helpers import blocks, context, deps, endpoint
 
 PROMPT = list(range(100))  # 6 full blocks of 16 and a partial one

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.tokenizer.compile_admission import CompileAdmission, CompileRefused
+from maas_services.tokenizer.compile_admission import CompileAdmission, CompileRefused
 
 
 class Clock:

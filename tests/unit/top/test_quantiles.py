@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from services.top.quantiles import histogram_quantile, window
+from maas_tools.top.quantiles import histogram_quantile, window
 
 # 10 observations: 4 under 0.1 s, 4 more under 0.5 s, 2 over 1 s.
 BUCKETS = {0.1: 4.0, 0.5: 8.0, 1.0: 8.0, math.inf: 10.0}

@@ -4,9 +4,9 @@ import json
 
 from rich.console import Console
 
-from services.top.snapshot import Snapshot
-from services.top.targets import Targets
-from services.top.view import Frame, render
+from maas_tools.top.snapshot import Snapshot
+from maas_tools.top.targets import Targets
+from maas_tools.top.view import Frame, render
 
 
 def text(frame: Frame) -> str:

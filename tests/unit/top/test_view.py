@@ -3,10 +3,10 @@
 from rich.console import Console
 
 from maas.v1 import router_pb2
-from services.top.scrape import Metrics
-from services.top.snapshot import ENGINE, Snapshot
-from services.top.targets import Targets
-from services.top.view import Frame, render
+from maas_tools.top.scrape import Metrics
+from maas_tools.top.snapshot import ENGINE, Snapshot
+from maas_tools.top.targets import Targets
+from maas_tools.top.view import Frame, render
 
 
 def engine_page(tokens: int, ttft_fast: int, ttft_slow: int) -> Metrics:

@@ -12,11 +12,11 @@ from fastapi import Depends, Request
 from redis.asyncio import Redis
 
 from maas.v1 import billing_pb2_grpc
-from services.gateway.admission.auth import Authenticator
-from services.gateway.admission.body_budget import BodyBudget
-from services.gateway.admission.tenants import Principal
-from services.gateway.http_api.body_guard import LEASE
-from services.gateway.pipeline import Pipeline
+from maas_services.gateway.admission.auth import Authenticator
+from maas_services.gateway.admission.body_budget import BodyBudget
+from maas_services.gateway.admission.tenants import Principal
+from maas_services.gateway.http_api.body_guard import LEASE
+from maas_services.gateway.pipeline import Pipeline
 
 
 @dataclass

@@ -5,9 +5,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from services.common.logging import get_logger
-from services.gateway.errors import APIError
-from services.gateway.http_api.routes.deps import GatewayDep
+from maas_services.common.logging import get_logger
+from maas_services.gateway.errors import APIError
+from maas_services.gateway.http_api.routes.deps import GatewayDep
 
 log = get_logger(__name__)
 router = APIRouter()

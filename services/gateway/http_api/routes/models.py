@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from services.gateway.http_api.routes.deps import PipelineDep, PrincipalDep
+from maas_services.gateway.http_api.routes.deps import PipelineDep, PrincipalDep
 
 router = APIRouter()
 

@@ -2,8 +2,8 @@
 
 from fastapi import APIRouter
 
-from services.gateway.http_api.routes.deps import GatewayDep, PrincipalDep
-from services.gateway.usage.usage_api import usage_report
+from maas_services.gateway.http_api.routes.deps import GatewayDep, PrincipalDep
+from maas_services.gateway.usage.usage_api import usage_report
 
 router = APIRouter()
 

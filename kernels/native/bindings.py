@@ -1,0 +1,140 @@
+"""The one ctypes binding of the engine's native library: every exported function by name.
+
+library.py builds and loads the shared object; this module declares, once, each
+exported function's argument and result types (SIGNATURES, in the C++
+declarations' order) and the two structures the layer kernels read (Weight:
+matmul.h's NativeWeight; Layer: layer.cpp's NativeLayer). library() binds them
+all and, before any caller can pass a structure, compares the ctypes layout
+with the one the C++ compiler chose (layer.cpp's native_layout()): a field
+added on one side only fails the load instead of corrupting a step. Every
+caller (cpu_linear, native_argmax, native_attention, native_layers,
+quantization/cpu_kernel) calls `library().<name>(...)` positionally: at batch
+1 a whole attention call is ~20 us of kernel, so each wrapper microsecond shows.
+"""
+
+import ctypes
+from functools import cache
+
+from maas_kernels.native import library as native
+
+PTR = ctypes.c_void_p
+INT = ctypes.c_int64
+THREADS = ctypes.c_int
+FLOAT = ctypes.c_float
+
+# matmul.h's WEIGHT_* formats.
+FLOAT32, INT8, INT4 = 0, 1, 2
+
+
+class Weight(ctypes.Structure):
+    """matmul.h's NativeWeight."""
+
+    _fields_ = [
+        ("format", ctypes.c_int64),
+        ("data", ctypes.c_void_p),
+        ("scales", ctypes.c_void_p),
+        ("mins", ctypes.c_void_p),
+        ("group", ctypes.c_int64),
+        ("bias", ctypes.c_void_p),
+        ("n", ctypes.c_int64),
+        ("k", ctypes.c_int64),
+        ("integer_rows", ctypes.c_int64),
+    ]
+
+
+class Layer(ctypes.Structure):
+    """layer.cpp's NativeLayer."""
+
+    _fields_ = [
+        ("qkv", Weight),
+        ("o", Weight),
+        ("gate_up", Weight),
+        ("down", Weight),
+        ("input_norm", ctypes.c_void_p),
+        ("post_norm", ctypes.c_void_p),
+        ("eps", ctypes.c_double),
+        ("hidden", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("intermediate", ctypes.c_int64),
+        ("row_kernel_rows", ctypes.c_int64),
+        ("panel_bytes", ctypes.c_int64),
+    ]
+
+
+# name -> (argument types, result type), each function as its .cpp declares it.
+SIGNATURES: dict[str, tuple[list, type | None]] = {
+    # argmax.cpp: logits, rows, vocab, row stride, out.
+    "argmax_rows_f32": ([PTR, INT, INT, INT, PTR, THREADS], None),
+    "paged_attention_decode_f32": (
+        [
+            *(PTR, INT, INT) * 3,  # q, k, v and their token and head strides
+            PTR,  # slot_mapping
+            INT,  # tokens
+            PTR,  # k_cache
+            PTR,  # v_cache
+            PTR,  # block_tables
+            INT,  # table width
+            PTR,  # context_lens
+            *(INT,) * 5,  # decodes, heads, kv_heads, head_dim, block_size
+            FLOAT,  # scale
+            PTR,  # out
+            THREADS,
+        ],
+        None,
+    ),
+    # linear.cpp: x, m, x stride, w, bias, n, k, out, row kernel rows, panel bytes.
+    "f32_linear": ([PTR, INT, INT, PTR, PTR, INT, INT, PTR, INT, INT, THREADS], None),
+    # matmul.cpp and qdot.cpp: x, m, x stride, the weight's arrays, n, k, out.
+    "int8_matmul_f32": ([PTR, INT, INT, PTR, PTR, INT, INT, PTR, THREADS], None),
+    "int4_matmul_f32": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
+    "int8_matmul_q8": ([PTR, INT, INT, PTR, PTR, INT, INT, PTR, THREADS], None),
+    "int4_matmul_q8": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
+    "int8_gemm_f32": ([PTR, INT, INT, PTR, PTR, INT, INT, PTR, INT, THREADS], None),
+    "int4_gemm_f32": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, INT, THREADS], None),
+    "int8_dequantize_f32": ([PTR, PTR, INT, INT, PTR, THREADS], None),
+    "int4_dequantize_f32": ([PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
+    # layer.cpp: a Layer's address first.
+    "layer_inputs_f32": ([PTR, PTR, PTR, INT, PTR, PTR, PTR, PTR, PTR, PTR, THREADS], None),
+    "layer_outputs_f32": ([PTR, PTR, INT, PTR, INT, PTR, PTR, THREADS], None),
+    # layers, count, x, tokens, cos, sin, pools and their layer stride, the metadata's
+    # slots, tables, table width, lengths and block size, out, stream.
+    "decode_layers_f32": (
+        [PTR, INT, PTR, INT, PTR, PTR, PTR, PTR, INT, PTR, PTR, INT, PTR, INT, PTR, PTR, THREADS],
+        None,
+    ),
+    "native_layout": ([PTR, INT], ctypes.c_int64),
+}
+
+
+def expected_layout() -> list[int]:
+    """What native_layout() must report: each structure's size, then its fields' offsets."""
+    values = []
+    for structure in (Weight, Layer):
+        values.append(ctypes.sizeof(structure))
+        values += [getattr(structure, name).offset for name, _ in structure._fields_]
+    return values
+
+
+def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """lib with every signature set and its structures' layout checked (idempotent)."""
+    for name, (argtypes, restype) in SIGNATURES.items():
+        function = getattr(lib, name)
+        function.argtypes, function.restype = argtypes, restype
+    expected = expected_layout()
+    reported = (ctypes.c_int64 * len(expected))()
+    count = lib.native_layout(ctypes.addressof(reported), len(expected))
+    if count != len(expected) or list(reported) != expected:
+        raise RuntimeError(
+            f"{lib._name}: the native structures' layout {list(reported)[:count]} "
+            f"(count {count}) is not bindings.py's {expected}"
+        )
+    return lib
+
+
+@cache
+def library() -> ctypes.CDLL | None:
+    """The engine's native library, bound and checked, or None where it cannot run."""
+    lib = native.library()
+    return None if lib is None else bind(lib)
