@@ -26,7 +26,8 @@ $(TEST_STAMP): $(STAMP)
 	$(PIP_INSTALL) -e '.[test]'
 	touch $@
 
-# Re-resolve constraints.txt from pyproject.toml in a scratch venv (CPU torch first).
+# Re-resolve constraints.txt from pyproject.toml in a scratch venv (CPU torch first),
+# then raise pyproject's floors to the new pins.
 LOCK_VENV := .lock-venv
 lock:
 	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
@@ -36,6 +37,8 @@ lock:
 	{ sed -n '/^#/p' constraints.txt; $(LOCK_VENV)/bin/pip freeze --exclude-editable \
 		| grep -v '^#' | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf $(LOCK_VENV)
+	# Floors follow the pins: only the pinned versions are tested.
+	$(BIN)/python deploy/lock_floors.py
 
 install: $(STAMP)
 install-test: $(TEST_STAMP)
@@ -84,6 +87,8 @@ chart-template: $(BIN)/helm
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	# An import no dependency declares, or a dependency nothing imports, fails.
+	$(BIN)/deptry .
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
