@@ -25,7 +25,11 @@ VERSION = "v1alpha1"
 KIND = "ModelDeployment"
 PLURAL = "modeldeployments"
 SINGULAR = "modeldeployment"
-SHORT_NAMES = ["md", "mdep"]
+# Not `md`: Cluster API's MachineDeployment has it, and a cluster with both would
+# answer `kubectl get md` with whichever CRD the discovery cache lists first.
+# `mdep` is not a short name of Cluster API, Knative, KServe, Istio, Seldon (`sdep`),
+# KubeRay, Kubeflow or Argo.
+SHORT_NAMES = ["mdep"]
 
 Schema = dict[str, Any]
 
@@ -354,7 +358,14 @@ CONDITION = {
     "properties": {
         "type": {
             "type": "string",
-            "enum": ["Ready", "Available", "Progressing", "ScalingLimited", "ModelIdConflict"],
+            "enum": [
+                "Ready",
+                "Available",
+                "Progressing",
+                "ScalingLimited",
+                "ModelIdConflict",
+                "Synced",
+            ],
         },
         "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
         "reason": {"type": "string"},

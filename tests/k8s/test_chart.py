@@ -21,9 +21,14 @@ from maas_operator.modeldeployment.validation import validate as validate_model_
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "maas"
 KUBERNETES_VERSION = "1.35.0"  # what the pinned helm's client speaks
-VALUES = {"default": [], "gpu": ["-f", str(CHART / "ci" / "gpu-values.yaml")]}
-# Custom kinds kubernetes-validate has no schema for, and who checks them here.
-CUSTOM_KINDS = {"ModelDeployment", "ServiceMonitor"}
+VALUES = {
+    "default": [],
+    "gpu": ["-f", str(CHART / "ci" / "gpu-values.yaml")],
+    "platform": ["-f", str(CHART / "ci" / "platform-values.yaml")],
+}
+# Custom kinds kubernetes-validate has no schema for, and who checks them here
+# (HTTPRoute: test_chart_ingress.py, against Gateway API's schema).
+CUSTOM_KINDS = {"ModelDeployment", "ServiceMonitor", "PrometheusRule", "HTTPRoute"}
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +103,8 @@ def _workloads(rendered):
 def test_components_are_all_there(rendered):
     names = {d["metadata"]["name"] for d in _workloads(rendered)}
     assert names == {
-        f"maas-{c}" for c in ("gateway", "router", "tokenizer", "billing", "operator", "redis")
+        f"maas-{c}"
+        for c in ("gateway", "router", "tokenizer", "billing", "operator", "redis", "postgres")
     }
 
 
@@ -143,7 +149,7 @@ def test_grpc_services_use_grpc_probes_and_the_gateway_http(rendered):
 
 
 def test_redis_keeps_an_append_only_file_on_a_volume(rendered):
-    (redis,) = [d for d in rendered if d["kind"] == "StatefulSet"]
+    (redis,) = [d for d in _workloads(rendered) if d["metadata"]["name"] == "maas-redis"]
     args = redis["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--appendonly") + 1] == "yes"
     assert redis["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
@@ -337,7 +343,7 @@ def test_every_service_gets_the_token(helm):
         name = workload["metadata"]["name"].removeprefix("maas-")
         (container,) = workload["spec"]["template"]["spec"]["containers"]
         token = _secret_ref(container, "MAAS_SERVICE_TOKEN")
-        if name == "redis":
+        if name in ("redis", "postgres"):
             assert token is None
             continue
         assert token == {"name": secret, "key": "service-token"}, name
@@ -345,7 +351,7 @@ def test_every_service_gets_the_token(helm):
 
 def test_engine_namespaces_get_a_copy_of_the_token_and_vllm_key_only(helm):
     docs = render_set(helm, "operator.watchNamespaces={team-a}")
-    secrets = _by_kind(docs, "Secret")
+    secrets = _by_kind(docs, "Secret", "maas-internal-auth")
     assert set(secrets) == {"maas", "team-a"}
     assert set(secrets["team-a"]["data"]) == {"service-token", "vllm-api-key"}
     for key in ("service-token", "vllm-api-key"):
@@ -359,3 +365,24 @@ def test_engine_namespaces_get_a_copy_of_the_token_and_vllm_key_only(helm):
 
 def test_the_operator_names_the_token_secret_to_its_engines(helm):
     assert _operator_env(render_set(helm))["MAAS_SERVICE_TOKEN_SECRET"] == "maas-internal-auth"
+
+
+# Short names of well-known CRDs and built-in kinds a cluster running maas may also run:
+# Cluster API, Knative Serving, KServe, Istio, Seldon Core, Argo, and the built-ins
+# nearest to ours. Two kinds sharing a short name make `kubectl get` pick either.
+KNOWN_SHORT_NAMES = {
+    *("cl", "md", "ms", "ma", "mhc", "mp", "cc"),  # Cluster API
+    *("ksvc", "kservice", "rt", "rev", "config", "cfg"),  # Knative Serving
+    *("isvc", "ig", "tm"),  # KServe
+    *("vs", "dr", "gw", "se", "pa", "ap", "ra", "we"),  # Istio
+    "sdep",  # Seldon Core's SeldonDeployment
+    *("app", "apps", "wf"),  # Argo CD, Argo Workflows
+    *("deploy", "rs", "sts", "ds", "po", "svc", "cm", "pv", "pvc", "hpa", "pdb"),
+}
+
+
+def test_the_crd_short_names_collide_with_nothing_known():
+    crd = yaml.safe_load((CHART / "crds" / "modeldeployments.maas.io.yaml").read_text())
+    short = set(crd["spec"]["names"]["shortNames"])
+    assert short == {"mdep"}
+    assert not short & KNOWN_SHORT_NAMES

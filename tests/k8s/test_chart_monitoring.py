@@ -15,7 +15,9 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def redis_args(docs) -> list[str]:
-    (redis,) = [d for d in docs if d["kind"] == "StatefulSet"]
+    (redis,) = [
+        d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "maas-redis"
+    ]
     kubernetes_validate.validate(redis, KUBERNETES_VERSION, strict=True)
     return redis["spec"]["template"]["spec"]["containers"][0]["args"]
 
@@ -52,3 +54,25 @@ def test_prometheus_rule_alerts_on_redis_memory_against_its_maxmemory(helm):
     exported = {m.name for m in REGISTRY.collect()}
     assert used <= exported
     assert all(f"`{name}`" in DOCS.read_text() for name in used)
+
+
+def test_prometheus_rule_alerts_when_billing_lags_behind_the_usage_stream(helm):
+    docs = render_set(
+        helm,
+        "prometheusRule.enabled=true",
+        "prometheusRule.billingLagSeconds=120",
+        "prometheusRule.billingLagFor=5m",
+    )
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    lag = alerts["MaasBillingLagHigh"]
+    assert lag["expr"] == "max by (namespace) (maas_billing_lag_seconds) > 120"
+    assert lag["for"] == "5m"
+    # Billing's trimmer exports the lag of the oldest event not yet committed.
+    assert metric_names(lag["expr"]) <= {m.name for m in REGISTRY.collect()}
+    defaults = render_set(helm, "prometheusRule.enabled=true")
+    (rule,) = [d for d in defaults if d["kind"] == "PrometheusRule"]
+    lag = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}[
+        "MaasBillingLagHigh"
+    ]
+    assert lag["expr"].endswith("> 300") and lag["for"] == "10m"

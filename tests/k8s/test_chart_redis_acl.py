@@ -41,6 +41,10 @@ def containers(docs) -> dict[str, dict]:
     }
 
 
+def redis_statefulsets(docs) -> list[dict]:
+    return [d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "maas-redis"]
+
+
 def redis_refs(container: dict) -> dict[str, dict]:
     """Env entries that carry Redis credentials, by name."""
     return {
@@ -90,7 +94,7 @@ def test_each_service_gets_only_its_own_users_password(docs):
 
 
 def test_redis_loads_the_secrets_acl_file(docs):
-    (statefulset,) = [d for d in docs if d["kind"] == "StatefulSet"]
+    (statefulset,) = redis_statefulsets(docs)
     kubernetes_validate.validate(statefulset, KUBERNETES_VERSION, strict=True)
     pod = statefulset["spec"]["template"]["spec"]
     args = pod["containers"][0]["args"]
@@ -108,7 +112,7 @@ def test_a_changed_password_rolls_redis(helm, docs):  # noqa: F811
     changed = render_set(helm, "internalAuth.redisPasswords.gateway=another")
 
     def checksum(rendered) -> str:
-        (statefulset,) = [d for d in rendered if d["kind"] == "StatefulSet"]
+        (statefulset,) = redis_statefulsets(rendered)
         return statefulset["spec"]["template"]["metadata"]["annotations"]["checksum/acl"]
 
     assert checksum(changed) != checksum(docs)

@@ -31,6 +31,7 @@ spec:
       serviceAccountName: {{ include "maas.name" $ctx }}
       automountServiceAccountToken: {{ .apiAccess | default false }}
       {{- include "maas.podSpecCommon" $root | nindent 6 }}
+      {{- with include "maas.placement" (dict "root" $root "component" .component "v" .v) | trim }}{{ . | nindent 6 }}{{ end }}
       containers:
         - name: {{ .component }}
           image: {{ include "maas.image" $root }}

@@ -28,8 +28,28 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* Redis as services reach it: redis.external.url, else the chart's StatefulSet. */}}
 {{- define "maas.redisUrl" -}}
+{{- if .Values.redis.external.url -}}
+{{- .Values.redis.external.url -}}
+{{- else -}}
 {{- printf "redis://%s:%d/0" (include "maas.name" (dict "root" . "component" "redis")) (int .Values.redis.port) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the chart runs Redis itself (no redis.external.url), else "". */}}
+{{- define "maas.chartRedis" -}}
+{{- if not .Values.redis.external.url }}true{{ end -}}
+{{- end -}}
+
+{{/* The Secret with the chart's PostgreSQL password (postgres.yaml). */}}
+{{- define "maas.postgresSecret" -}}
+{{- include "maas.name" (dict "root" . "component" "postgres") -}}
+{{- end -}}
+
+{{/* "true" when the chart runs PostgreSQL itself (no billing.database.external.url), else "". */}}
+{{- define "maas.chartPostgres" -}}
+{{- if not .Values.billing.database.external.url }}true{{ end -}}
 {{- end -}}
 
 {{/* The Secret with the service token and the Redis password (internal-auth.yaml). */}}
@@ -39,14 +59,29 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 
 {{/*
 A Redis ACL user's name and password (maas_services.common.redis_acl), for the one
-service that logs in as it. Params: root, user.
+service that logs in as it. Params: root, user. With redis.external every service
+logs in as redis.external.username (if any) with the existingSecret's password
+(if any): an external Redis has its own users, which the chart cannot create.
 */}}
 {{- define "maas.redisCredentialsEnv" -}}
+{{- $external := .root.Values.redis.external }}
+{{- if not $external.url }}
 - name: MAAS_REDIS_USERNAME
   value: {{ .user }}
 - name: MAAS_REDIS_PASSWORD
   valueFrom:
     secretKeyRef: {name: {{ include "maas.internalAuthSecret" .root }}, key: redis-password-{{ .user }}}
+{{- else }}
+{{- with $external.username }}
+- name: MAAS_REDIS_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- with $external.existingSecret }}
+- name: MAAS_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ . }}, key: {{ $external.existingSecretPasswordKey }}}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* Pod-level settings every maas pod shares. */}}
