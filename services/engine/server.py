@@ -2,7 +2,8 @@
 
 build_engine (load the model, size the KV cache) runs in the core process
 (services/engine/core); serve() starts that process, waits for it to be
-ready, and serves gRPC, the proto conversion and the metrics in this one.
+ready, and serves gRPC, the proto conversion and the metrics in this one,
+and, when http_port is set, the OpenAI HTTP front (http_front/, docs/gie.md).
 If the core dies, serve() reports NOT_SERVING and exits non-zero. If the core's
 start-up known-answer check failed (services/engine/known_answer.py), the
 server runs but stays NOT_SERVING, with the reason in its log and in GetLoad
@@ -30,7 +31,10 @@ from maas_services.engine.async_engine import AsyncEngine, CoreDied
 from maas_services.engine.core.addresses import CoreAddresses
 from maas_services.engine.core.launcher import CoreProcess
 from maas_services.engine.core.metrics_relay import RelayedMetrics
+from maas_services.engine.http_front.completion import EngineFront
+from maas_services.engine.http_front.http_server import HttpFront, start_http_front
 from maas_services.engine.known_answer_gauge import KNOWN_ANSWER_FAILED
+from maas_services.engine.model_server_metrics import ModelServerMetrics
 from maas_services.engine.servicer import EngineServicer
 from maas_services.engine.settings import EngineSettings
 
@@ -46,6 +50,8 @@ async def serve(settings: EngineSettings) -> None:
     REGISTRY.register(relay)
     with tempfile.TemporaryDirectory(prefix="maas-engine-") as directory:
         engine = AsyncEngine(CoreAddresses.under(directory), on_metrics=relay.update)
+        # The series an InferencePool's endpoint picker reads (docs/gie.md).
+        REGISTRY.register(ModelServerMetrics(engine, settings.model_id))
         core = await CoreProcess.start(settings, directory)
         try:
             await engine.start(core.wait())
@@ -59,6 +65,13 @@ async def serve(settings: EngineSettings) -> None:
         not_ready = engine.info.known_answer_failure
         # Refuses every Generate (UNAVAILABLE); GetLoad says why.
         servicer.draining = bool(not_ready)
+        # The OpenAI HTTP front (http_front/), through the same engine; up
+        # before gRPC health says SERVING, so a ready pod serves both, and it
+        # refuses new requests once the servicer drains.
+        http: HttpFront | None = None
+        if settings.http_port:
+            front = EngineFront(settings.model_id, engine, tokenizer, lambda: servicer.draining)
+            http = await start_http_front(settings, front)
         handle = await start_server(
             "engine",
             settings,
@@ -66,9 +79,13 @@ async def serve(settings: EngineSettings) -> None:
         )
         if not_ready:
             await stay_not_serving(handle, not_ready)
+        http_stopped: list[asyncio.Task] = []
 
         async def drain() -> None:
             servicer.draining = True
+            if http is not None:
+                # Its streams' grace runs beside the gRPC server's, not after it.
+                http_stopped.append(asyncio.create_task(http.stop()))
 
         signalled = asyncio.create_task(
             run_until_signalled(handle, settings.shutdown_grace_seconds, on_stop=drain)
@@ -83,6 +100,7 @@ async def serve(settings: EngineSettings) -> None:
             await handle.server.stop(CORE_DEATH_GRACE_SECONDS)
             raise SystemExit(1)
         died.cancel()
+        await asyncio.gather(*http_stopped)
         await engine.stop()
         await core.stop(settings.shutdown_grace_seconds)
 

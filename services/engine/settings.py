@@ -128,6 +128,21 @@ class EngineSettings(ServiceSettings):
         "per machine, where verifying the drafts stops being bound by reading the weights",
     )
 
+    http_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="OpenAI HTTP front (/v1/completions, /v1/chat/completions, /v1/models, "
+        "/metrics) on this port, for a Gateway API Inference Extension gateway "
+        "(docs/gie.md); 0 = off. The operator sets 8000 in every native engine pod",
+    )
+    http_max_body_bytes: int = Field(
+        4 * 1024 * 1024, gt=0, description="HTTP front: larger request bodies get 413"
+    )
+    http_body_timeout_seconds: float = Field(
+        30.0, gt=0, description="HTTP front: to send a body once its headers are in; slower get 408"
+    )
+
     @field_validator("known_answer")
     @classmethod
     def _known_answer_source(cls, value: str) -> str:
