@@ -12,12 +12,11 @@ from the tick that asked for it, so to within one tick interval.
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from urllib.parse import quote
 
 from maas_operator.modeldeployment import metrics, resources
 from maas_operator.modeldeployment.drain import DrainState, DrainStep, choose_victim, next_step
 from maas_operator.modeldeployment.grpc_clients import PoolStatsUnavailable, replicas_of
-from maas_operator.modeldeployment.kube import KubeApi, object_path
+from maas_operator.modeldeployment.kube import AUTOSCALER_MANAGER, KubeApi
 from maas_operator.modeldeployment.policy import Action, AutoscalerState, Observation, decide
 from maas_operator.modeldeployment.spec import autoscaling_config, drain_timeout_seconds, model_id
 from maas_operator.modeldeployment.status import (
@@ -88,14 +87,12 @@ def _limited_reason(status: dict) -> str:
 
 async def find_pod(api: KubeApi, namespace: str, owner: str, endpoint_id: str, address: str):
     """The engine pod behind a router endpoint: by name, else by pod IP."""
-    pod = await api.get(object_path("Pod", namespace, endpoint_id))
+    pod = await api.get("Pod", namespace, endpoint_id)
     labels = (pod or {}).get("metadata", {}).get("labels") or {}
     if labels.get(resources.OWNER_LABEL) == owner:
         return pod["metadata"]["name"]
     host = address.rsplit(":", 1)[0]
-    selector = quote(resources.selector_string(owner))
-    listing = await api.get(f"{object_path('Pod', namespace)}?labelSelector={selector}")
-    for item in (listing or {}).get("items", []):
+    for item in await api.list("Pod", namespace, resources.selector(owner)):
         owned = (item["metadata"].get("labels") or {}).get(resources.OWNER_LABEL) == owner
         if owned and (item.get("status") or {}).get("podIP") == host:
             return item["metadata"]["name"]
@@ -119,8 +116,9 @@ class _Tick:
         return self.body["metadata"]["name"]
 
     async def set_replicas(self, replicas: int) -> None:
-        path = object_path("Deployment", self.namespace, resources.names(self.name)["deployment"])
-        await self.deps.api.merge_patch(path, {"spec": {"replicas": replicas}})
+        await self.deps.api.apply(
+            resources.replicas_only(self.body, replicas), manager=AUTOSCALER_MANAGER
+        )
 
     async def finish_drain(self, drain: DrainState, replicas, asked: int) -> bool:
         """Lower replicas once the drained replica is idle; True when it is gone."""
@@ -145,7 +143,9 @@ class _Tick:
             return None
         # Mark the pod first, so whatever lowers replicas next removes this one.
         await self.deps.api.merge_patch(
-            object_path("Pod", self.namespace, pod),
+            "Pod",
+            self.namespace,
+            pod,
             {"metadata": {"annotations": {resources.DELETION_COST: VICTIM_DELETION_COST}}},
         )
         in_flight = await self.deps.drain_engine(victim.address)
@@ -184,8 +184,9 @@ async def tick(deps: Dependencies, body: dict, spec: dict, now: float) -> TickRe
     """None when there is nothing to scale yet (the Deployment does not exist)."""
     t = _Tick(deps, body, spec, now)
     previous = body.get("status") or {}
-    deploy_path = object_path("Deployment", t.namespace, resources.names(t.name)["deployment"])
-    deployment = await deps.api.get(deploy_path)
+    deployment = await deps.api.get(
+        "Deployment", t.namespace, resources.names(t.name)["deployment"]
+    )
     if deployment is None:
         return None
     asked = deployment["spec"].get("replicas", 0)

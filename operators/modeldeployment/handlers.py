@@ -10,10 +10,21 @@ model id an earlier one holds (maas_services.common.model_claims) is reconciled,
 gets ModelIdConflict=True and Ready=False: the router pools none of its
 engines. kopf's index of every watched ModelDeployment by claimed id answers
 that without an API call.
+
+Drift: every engine Deployment the operator owns is watched too (drift.py).
+When one is edited or deleted, what was last applied for its ModelDeployment
+is applied again (server-side apply restores what the operator sets and
+recreates what is gone), with a DriftRepaired or Recreated Event and the
+Synced condition saying so. The autoscaler's timer is the safety net for what
+the watch can miss (a delete while the watch was down): a Deployment it finds
+gone is recreated the same way.
 """
 
+import asyncio
+import copy
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,10 +35,11 @@ from maas_operator.modeldeployment import metrics
 from maas_operator.modeldeployment.admission import AdmissionPolicy, Refusal
 from maas_operator.modeldeployment.autoscale import Dependencies, tick
 from maas_operator.modeldeployment.defaults import defaulted_spec
+from maas_operator.modeldeployment.drift import DriftWatch, Repair, synced
 from maas_operator.modeldeployment.kube import Credentials
 from maas_operator.modeldeployment.model_store import CLAIM_REASONS, claim_refusal
 from maas_operator.modeldeployment.reconcile import delete_owned, reconcile
-from maas_operator.modeldeployment.resources import selector_string
+from maas_operator.modeldeployment.resources import OWNER_LABEL, selector_string
 from maas_operator.modeldeployment.routes import RoutesConfigMap
 from maas_operator.modeldeployment.status import (
     conflict_refusal,
@@ -58,6 +70,10 @@ class OperatorContext:
     routes: RoutesConfigMap | None = None
     login: Callable[..., kopf.ConnectionInfo | None] = kopf.login_via_client
     clock: Callable[[], float] = field(default=time.time)
+    # By ModelDeployment uid: the owner and defaulted spec last applied, and the Synced
+    # verdict of the last apply.
+    applied: dict[str, tuple[dict, dict]] = field(default_factory=dict)
+    synced: dict[str, Repair] = field(default_factory=dict)
 
 
 def _initial_replicas(spec: dict, status: dict) -> int:
@@ -113,9 +129,62 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         namespace = body["metadata"]["namespace"]
         return ctx.admission.refusal(spec) or await claim_refusal(ctx.deps.api, namespace, spec)
 
-    def verdicts(refusal, conflict, available) -> list:
+    def verdicts(body, refusal, conflict, available) -> list:
         summary = ready(refusal or conflict_refusal(conflict), available)
-        return [model_id_conflict(conflict), summary]
+        repaired = ctx.synced.get(body["metadata"]["uid"])
+        return [model_id_conflict(conflict), summary, *synced(repaired)]
+
+    async def reconcile_owned(body, spec: dict, status: dict) -> dict[str, str]:
+        """Apply every owned object of a (defaulted, admitted) spec; name -> outcome."""
+        image = spec.get("image") or ctx.engine_image
+        return await reconcile(
+            ctx.deps.api,
+            body,
+            spec,
+            image,
+            _initial_replicas(spec, status),
+            ctx.service_token_secret,
+            ctx.vllm_image,
+        )
+
+    # One apply at a time per ModelDeployment (by uid): a repair reads, then applies,
+    # and a spec rollout between the two would look like drift.
+    applying: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+    drift = DriftWatch()
+
+    async def repair(uid: str, status: dict, logger) -> None:
+        """Apply again what was last applied for a ModelDeployment; Events for what changed.
+
+        What was last applied, not the latest spec: a spec change is apply_spec's to
+        roll out (and to announce), and a spec refused since keeps what it runs.
+        """
+        async with applying[uid]:
+            # Read under the lock: a rollout that held it has just changed what this is.
+            if uid not in ctx.applied:
+                return  # never applied (refused), or being deleted
+            owner, spec = ctx.applied[uid]
+            result = await drift.repaired(lambda: reconcile_owned(owner, spec, status))
+        if result is None:
+            return  # nothing had drifted (the event was the operator's own apply)
+        ctx.synced[uid] = result
+        for kind, reason, message in result.events:
+            kopf.event(owner, type=kind, reason=reason, message=message)
+            logger.info("%s: %s", reason, message)
+
+    # Every watched ModelDeployment's status by uid: the autoscaler's count, which a
+    # recreated Deployment starts from (kopf keeps it current, no API call).
+    @kopf.index(**resource, id="statuses")
+    def statuses(body, status, **_):
+        return {body["metadata"]["uid"]: dict(status)}
+
+    @kopf.on.event(
+        "apps", "v1", "deployments", labels={OWNER_LABEL: kopf.PRESENT}, registry=registry
+    )
+    async def owned_deployment_changed(event, body, logger, statuses: kopf.Index, **_):
+        owner_uid = drift.owner_to_repair(event.get("type"), dict(body))
+        if owner_uid is not None:
+            known = list(statuses.get(owner_uid, []))
+            await repair(owner_uid, known[0] if known else {}, logger)
 
     # Every watched ModelDeployment by the model ids it claims (kopf keeps it current);
     # the id names the handlers' kwarg (a nested function's would be its qualname).
@@ -124,9 +193,10 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         claimant = Claimant.of(dict(body))
         return {model: claimant for model in claimant.ids}
 
-    @kopf.on.create(**resource)
-    @kopf.on.update(**resource)
-    @kopf.on.resume(**resource)
+    # A failed apply (the API server answering 500) is tried again within seconds.
+    @kopf.on.create(**resource, backoff=ctx.interval_seconds * 5)
+    @kopf.on.update(**resource, backoff=ctx.interval_seconds * 5)
+    @kopf.on.resume(**resource, backoff=ctx.interval_seconds * 5)
     async def apply_spec(body, spec, status, patch, logger, model_claims: kopf.Index, **_):
         spec = defaulted_spec(dict(spec))
 
@@ -135,7 +205,7 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         previous = status.get("conditions") or []
         patch.status["conditions"] = merge_conditions(
             previous,
-            verdicts(refusal, conflict, _available(previous)),
+            verdicts(body, refusal, conflict, _available(previous)),
             body["metadata"].get("generation", 0),
             ctx.clock(),
         )
@@ -153,16 +223,11 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         if conflict is not None:
             message = conflict_refusal(conflict).message
             kopf.event(body, type="Warning", reason="ModelIdConflict", message=message)
-        image = spec.get("image") or ctx.engine_image
-        outcomes = await reconcile(
-            ctx.deps.api,
-            dict(body),
-            spec,
-            image,
-            _initial_replicas(spec, dict(status)),
-            ctx.service_token_secret,
-            ctx.vllm_image,
-        )
+        uid = body["metadata"]["uid"]
+        async with applying[uid]:
+            outcomes = await reconcile_owned(dict(body), spec, dict(status))
+            ctx.applied[uid] = (copy.deepcopy(dict(body)), spec)
+        ctx.synced[uid] = Repair.applied()
         changed = {k: v for k, v in outcomes.items() if v != "unchanged"}
         if changed:
             message = ", ".join(f"{k} {v}" for k, v in sorted(changed.items()))
@@ -176,6 +241,10 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     @kopf.on.delete(**resource)
     async def cleanup(body, logger, **_):
         meta = body["metadata"]
+        # First, so the deletes below are not taken for drift.
+        ctx.applied.pop(meta["uid"], None)
+        ctx.synced.pop(meta["uid"], None)
+        applying.pop(meta["uid"], None)
         if ctx.routes is not None:
             await ctx.routes.withdraw(ctx.deps.api, meta["namespace"], meta["name"])
         deleted = await delete_owned(ctx.deps.api, meta["namespace"], meta["name"])
@@ -188,11 +257,15 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         spec = defaulted_spec(dict(spec))
         result = await tick(ctx.deps, dict(body), spec, ctx.clock())
         if result is None:
+            # Gone although it was made: recreate it.
+            if not body["metadata"].get("deletionTimestamp"):
+                await repair(body["metadata"]["uid"], dict(body.get("status") or {}), logger)
             return
         conditions = result.status["conditions"]
         result.status["conditions"] = merge_conditions(
             conditions,
             verdicts(
+                body,
                 await refusal_of(body, spec),
                 _conflict(body, model_claims),
                 _available(conditions),

@@ -1,31 +1,38 @@
-"""A small async client for the few Kubernetes calls the operator makes.
+"""The operator's Kubernetes calls, through lightkube's AsyncClient.
 
-kopf watches and patches the ModelDeployments; the owned objects go through
-here, over aiohttp, with the same credentials kopf logged in with. The full
-`kubernetes` client is only used to find those credentials (kopf's
-login_via_client), not for calls: it is synchronous.
+kopf watches and patches the ModelDeployments; everything else (the owned
+objects, pods, claims, the routes ConfigMap) goes through one lightkube
+client logged in with the credentials kopf found (kopf.login_via_client), and
+replaced when kopf logs in again.
+
+Owned objects are written with server-side apply under the field manager
+`maas-operator`, forced: the operator must win over a hand edit of a field it
+sets. It never sends a field it does not own (docs/operator.md, "Drift").
+The replicas the autoscaler decides go under a manager of their own,
+`maas-operator-autoscaler`, so the spec's apply can leave them out.
 """
 
-import ssl
 from dataclasses import dataclass
-from urllib.parse import quote
 
-import aiohttp
+import httpx2
+from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube.config.models import Cluster, User
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Pod, Service
+from lightkube.resources.policy_v1 import PodDisruptionBudget
+from lightkube.types import PatchType
 
-BASE_PATHS = {
-    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
-    "Service": "/api/v1/namespaces/{ns}/services",
-    "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
-    "Pod": "/api/v1/namespaces/{ns}/pods",
-    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
-    "PersistentVolumeClaim": "/api/v1/namespaces/{ns}/persistentvolumeclaims",
+FIELD_MANAGER = "maas-operator"
+AUTOSCALER_MANAGER = "maas-operator-autoscaler"
+RESOURCES = {
+    "Deployment": Deployment,
+    "Service": Service,
+    "PodDisruptionBudget": PodDisruptionBudget,
+    "Pod": Pod,
+    "ConfigMap": ConfigMap,
+    "PersistentVolumeClaim": PersistentVolumeClaim,
 }
-
-
-class KubeError(RuntimeError):
-    def __init__(self, status: int, method: str, path: str, body: str):
-        super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
-        self.status = status
+TIMEOUT_SECONDS = 30.0
 
 
 @dataclass
@@ -50,80 +57,93 @@ class Credentials:
             private_key_path=info.private_key_path,
         )
 
-    def ssl_context(self) -> ssl.SSLContext | bool:
-        if not self.server.startswith("https") or self.insecure:
-            return False
-        context = ssl.create_default_context(cafile=self.ca_path)
-        if self.certificate_path and self.private_key_path:
-            context.load_cert_chain(self.certificate_path, self.private_key_path)
-        return context
-
-
-def object_path(kind: str, namespace: str, name: str | None = None) -> str:
-    base = BASE_PATHS[kind].format(ns=quote(namespace))
-    return f"{base}/{quote(name)}" if name else base
+    def config(self) -> KubeConfig:
+        return KubeConfig.from_one(
+            cluster=Cluster(
+                server=self.server, certificate_auth=self.ca_path, insecure=self.insecure
+            ),
+            user=User(
+                token=self.token,
+                client_cert=self.certificate_path,
+                client_key=self.private_key_path,
+            ),
+        )
 
 
 class KubeApi:
+    """One lightkube client, rebuilt when kopf logs in again; dicts in and out."""
+
     def __init__(self, credentials: Credentials):
         self._credentials = credentials
-        self._session: aiohttp.ClientSession | None = None
+        self._client: AsyncClient | None = None
+        self._retired: list[AsyncClient] = []
 
     def update(self, credentials: Credentials) -> None:
-        """New credentials (kopf logged in again); the next call reconnects."""
+        """New credentials (kopf logged in again); the next call uses them."""
         self._credentials = credentials
-        self._session = None
+        if self._client is not None:
+            self._retired.append(self._client)  # calls in flight may still use it
+        self._client = None
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            headers = {"Accept": "application/json"}
-            if self._credentials.token:
-                headers["Authorization"] = f"Bearer {self._credentials.token}"
-            self._session = aiohttp.ClientSession(
-                base_url=self._credentials.server.rstrip("/") + "/",
-                headers=headers,
-                connector=aiohttp.TCPConnector(ssl=self._credentials.ssl_context()),
-                timeout=aiohttp.ClientTimeout(total=30),
+    @property
+    def client(self) -> AsyncClient:
+        if self._client is None:
+            self._client = AsyncClient(
+                self._credentials.config(),
+                timeout=httpx2.Timeout(TIMEOUT_SECONDS),
+                field_manager=FIELD_MANAGER,
+                trust_env=False,
             )
-        return self._session
+        return self._client
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for client in [*self._retired, *([self._client] if self._client else [])]:
+            await client.close()
 
-    async def _call(self, method: str, path: str, body=None, content_type: str | None = None):
-        headers = {"Content-Type": content_type} if content_type else {}
-        async with self._client().request(
-            method, path.lstrip("/"), json=body, headers=headers
-        ) as response:
-            text = await response.text()
-            if response.status >= 400:
-                raise KubeError(response.status, method, path, text)
-            return await response.json(content_type=None) if text else None
-
-    async def get(self, path: str) -> dict | None:
+    async def get(self, kind: str, namespace: str, name: str) -> dict | None:
         try:
-            return await self._call("GET", path)
-        except KubeError as exc:
-            if exc.status == 404:
+            found = await self.client.get(RESOURCES[kind], name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
                 return None
             raise
+        return found.to_dict()
 
-    async def create(self, path: str, body: dict) -> dict:
-        return await self._call("POST", path, body)
+    async def list(self, kind: str, namespace: str, labels: dict[str, str]) -> list[dict]:
+        listing = self.client.list(RESOURCES[kind], namespace=namespace, labels=labels)
+        return [item.to_dict() async for item in listing]
 
-    async def merge_patch(self, path: str, body: dict) -> dict:
-        return await self._call("PATCH", path, body, "application/merge-patch+json")
+    async def apply(self, obj: dict, manager: str = FIELD_MANAGER) -> dict:
+        """Server-side apply, forced: obj holds exactly the fields this manager owns."""
+        meta = obj["metadata"]
+        applied = await self.client.patch(
+            RESOURCES[obj["kind"]],
+            meta["name"],
+            obj,
+            namespace=meta["namespace"],
+            patch_type=PatchType.APPLY,
+            field_manager=manager,
+            force=True,
+        )
+        return applied.to_dict()
 
-    async def json_patch(self, path: str, ops: list[dict]) -> dict:
-        return await self._call("PATCH", path, ops, "application/json-patch+json")
+    async def merge_patch(self, kind: str, namespace: str, name: str, body: dict) -> dict:
+        patched = await self.client.patch(
+            RESOURCES[kind], name, body, namespace=namespace, patch_type=PatchType.MERGE
+        )
+        return patched.to_dict()
 
-    async def delete(self, path: str) -> bool:
+    async def create(self, obj: dict) -> dict:
+        resource = RESOURCES[obj["kind"]]
+        created = await self.client.create(resource.from_dict(obj))
+        return created.to_dict()
+
+    async def delete(self, kind: str, namespace: str, name: str) -> bool:
         """True when something was deleted; a missing object is not an error."""
         try:
-            await self._call("DELETE", path, {"propagationPolicy": "Background"})
-        except KubeError as exc:
-            if exc.status == 404:
+            await self.client.delete(RESOURCES[kind], name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
                 return False
             raise
         return True

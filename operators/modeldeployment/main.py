@@ -11,7 +11,7 @@ from maas_operator.modeldeployment.handlers import OperatorContext, build_regist
 from maas_operator.modeldeployment.kube import Credentials, KubeApi
 from maas_operator.modeldeployment.routes import RoutesConfigMap
 from maas_operator.modeldeployment.settings import OperatorSettings
-from maas_services.common.kubernetes_client import own_namespace
+from maas_services.common.kube_client import own_namespace
 from maas_services.common.metrics import start_metrics_server
 
 

@@ -19,7 +19,7 @@ keep their mount until replaced).
 from urllib.parse import urlparse
 
 from maas_operator.modeldeployment.admission import Refusal
-from maas_operator.modeldeployment.kube import KubeApi, object_path
+from maas_operator.modeldeployment.kube import KubeApi
 
 STORE_LABEL = "maas.io/model-store"
 CLAIM_REASONS = ("ClaimNotFound", "ClaimNotAllowed")
@@ -32,7 +32,7 @@ async def claim_refusal(api: KubeApi, namespace: str, spec: dict) -> Refusal | N
     if parsed.scheme != "pvc":
         return None
     claim = parsed.netloc
-    found = await api.get(object_path("PersistentVolumeClaim", namespace, claim))
+    found = await api.get("PersistentVolumeClaim", namespace, claim)
     if found is None:
         return Refusal(
             "ClaimNotFound",

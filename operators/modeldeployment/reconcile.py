@@ -1,69 +1,78 @@
-"""Create, update and delete the objects a ModelDeployment owns.
+"""Create, update and delete the objects a ModelDeployment owns, by server-side apply.
 
-Each owned object carries a hash of what the operator last wanted it to be;
-an object whose hash matches is left alone, so a resume or an unrelated edit
-costs a GET, not a rollout.
+Every owned object is applied whole, forced, under the field manager
+`maas-operator` (kube.py): the API server restores any field a person or a
+controller changed that the operator sets, recreates a deleted object, and
+removes a field the spec no longer asks for, while leaving alone fields the
+operator does not set (a controller's annotations, an HPA's replicas). The
+outcome (created, updated: drift repaired or spec rolled out, or unchanged)
+is told by comparing the object read before the apply with the one the apply
+returns, less what the server keeps for itself. Not by the resourceVersion:
+the API server also writes an object when only its managedFields change.
+
+The main Deployment's replicas are the autoscaler's: the first apply, which
+creates the Deployment, carries the starting count and hands it at once to
+the autoscaler's own field manager; later applies leave replicas out, so they
+never undo a scale.
 """
 
-import hashlib
-import json
-
 from maas_operator.modeldeployment import resources
-from maas_operator.modeldeployment.kube import KubeApi, object_path
+from maas_operator.modeldeployment.kube import AUTOSCALER_MANAGER, KubeApi
 from maas_operator.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
 
-HASH_ANNOTATION = "maas.io/desired-hash"
-# The autoscaler owns Deployment replicas; selectors are immutable.
-UNMANAGED_SPEC_KEYS = {"Deployment": {"replicas", "selector"}}
+# Written by the server on its own account (a status, a new version, the field managers).
+SERVER_METADATA = ("resourceVersion", "generation", "managedFields")
 
 
-def desired_hash(obj: dict) -> str:
-    unmanaged = UNMANAGED_SPEC_KEYS.get(obj["kind"], set())
-    managed = {
-        "metadata": obj["metadata"],
-        "spec": {k: v for k, v in obj["spec"].items() if k not in unmanaged},
-    }
-    return hashlib.sha256(json.dumps(managed, sort_keys=True).encode()).hexdigest()[:16]
+def content(obj: dict) -> dict:
+    """An object less its status and the metadata the server keeps."""
+    meta = {k: v for k, v in obj["metadata"].items() if k not in SERVER_METADATA}
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
 
 
-def _pointer(key: str) -> str:
-    """A map key as one JSON-pointer segment (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")
-
-
-async def apply(api: KubeApi, obj: dict) -> str:
-    """'created', 'updated' or 'unchanged'."""
+async def apply(api: KubeApi, obj: dict, autoscaled: bool = False) -> str:
+    """'created', 'updated' or 'unchanged'. autoscaled: replicas belong to the autoscaler."""
     meta = obj["metadata"]
-    digest = desired_hash(obj)
-    meta.setdefault("annotations", {})[HASH_ANNOTATION] = digest
-    current = await api.get(object_path(obj["kind"], meta["namespace"], meta["name"]))
+    current = await api.get(obj["kind"], meta["namespace"], meta["name"])
+    if current is not None and autoscaled:
+        obj = {**obj, "spec": {k: v for k, v in obj["spec"].items() if k != "replicas"}}
+    applied = await api.apply(obj)
     if current is None:
-        await api.create(object_path(obj["kind"], meta["namespace"]), obj)
+        if autoscaled:
+            replicas = {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "spec": {"replicas": obj["spec"]["replicas"]},
+            }
+            await api.apply(replicas, manager=AUTOSCALER_MANAGER)
         return "created"
-    if (current["metadata"].get("annotations") or {}).get(HASH_ANNOTATION) == digest:
-        return "unchanged"
-    unmanaged = UNMANAGED_SPEC_KEYS.get(obj["kind"], set())
-    # JSON-patch `add` replaces whole members, so fields the spec dropped
-    # (a nodeSelector key, a toleration) really go away; a merge patch would keep them.
-    ops = [
-        {"op": "add", "path": f"/metadata/{key}", "value": meta[key]}
-        for key in ("labels", "ownerReferences")
+    return "unchanged" if content(current) == content(applied) else "updated"
+
+
+def owned_objects(
+    owner: dict,
+    spec: dict,
+    image: str,
+    initial_replicas: int,
+    token_secret: str = "",
+    vllm_image: str = DEFAULT_VLLM_IMAGE,
+) -> list[tuple[dict, bool]]:
+    """Every object spec asks for, each with whether the autoscaler owns its replicas."""
+    objects = [
+        (
+            resources.deployment(
+                owner, spec, image, initial_replicas, "main", token_secret, vllm_image
+            ),
+            True,
+        ),
+        (resources.service(owner, spec), False),
+        (resources.pod_disruption_budget(owner, spec), False),
     ]
-    # Annotations one by one: controllers keep their own there (a Deployment's revision).
-    if current["metadata"].get("annotations"):
-        ops += [
-            {"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
-            for key, value in meta["annotations"].items()
-        ]
-    else:
-        ops.append({"op": "add", "path": "/metadata/annotations", "value": meta["annotations"]})
-    ops += [
-        {"op": "add", "path": f"/spec/{key}", "value": value}
-        for key, value in obj["spec"].items()
-        if key not in unmanaged
-    ]
-    await api.json_patch(object_path(obj["kind"], meta["namespace"], meta["name"]), ops)
-    return "updated"
+    if resources.canary_wanted(spec):
+        canary = resources.deployment(owner, spec, image, 1, "canary", token_secret, vllm_image)
+        objects += [(canary, False), (resources.service(owner, spec, "canary"), False)]
+    return objects
 
 
 async def reconcile(
@@ -77,25 +86,15 @@ async def reconcile(
 ) -> dict[str, str]:
     """Bring every owned object to what spec asks; returns object name -> outcome."""
     name, namespace = owner["metadata"]["name"], owner["metadata"]["namespace"]
-    objects = [
-        resources.deployment(
-            owner, spec, image, initial_replicas, "main", token_secret, vllm_image
-        ),
-        resources.service(owner, spec),
-        resources.pod_disruption_budget(owner, spec),
-    ]
-    if resources.canary_wanted(spec):
-        objects.append(
-            resources.deployment(owner, spec, image, 1, "canary", token_secret, vllm_image)
-        )
-        objects.append(resources.service(owner, spec, "canary"))
     outcomes = {}
-    for obj in objects:
-        outcomes[f"{obj['kind']}/{obj['metadata']['name']}"] = await apply(api, obj)
+    for obj, autoscaled in owned_objects(
+        owner, spec, image, initial_replicas, token_secret, vllm_image
+    ):
+        outcomes[f"{obj['kind']}/{obj['metadata']['name']}"] = await apply(api, obj, autoscaled)
     if not resources.canary_wanted(spec):
         n = resources.names(name)
         for kind, obj_name in (("Deployment", n["canary"]), ("Service", n["canary_service"])):
-            if await api.delete(object_path(kind, namespace, obj_name)):
+            if await api.delete(kind, namespace, obj_name):
                 outcomes[f"{kind}/{obj_name}"] = "deleted"
     return outcomes
 
@@ -112,6 +111,6 @@ async def delete_owned(api: KubeApi, namespace: str, name: str) -> list[str]:
     ]
     deleted = []
     for kind, obj_name in targets:
-        if await api.delete(object_path(kind, namespace, obj_name)):
+        if await api.delete(kind, namespace, obj_name):
             deleted.append(f"{kind}/{obj_name}")
     return deleted

@@ -5,7 +5,8 @@ headless Service and so router pool, so the gateway splits traffic between
 the two by weight (routes.py) and billing prices each.
 
 Pure builders from the owner's metadata and its defaulted spec; the handlers
-apply them. Replica counts are not here: the autoscaler owns them.
+apply them. The main Deployment's replicas are the autoscaler's
+(replicas_only, applied under a field manager of its own).
 """
 
 import json
@@ -33,6 +34,9 @@ RUN_AS = 10001
 EXIT_MARGIN_SECONDS = 15
 # Writable in every engine container (the root is read-only): MAAS_CACHE_DIR, vLLM's caches.
 CACHE_DIR = "/var/cache/maas"
+# A native engine's OpenAI HTTP front (services/engine/http_front), where an
+# InferencePool points (docs/gie.md): vLLM's port, which a vLLM pod's server also uses.
+ENGINE_HTTP_PORT = 8000
 
 
 def names(name: str) -> dict[str, str]:
@@ -143,10 +147,12 @@ def _containers(
             {"name": "MAAS_CACHE_DIR", "value": CACHE_DIR},
             *_service_token_env(token_secret),
             *(api_key_env(token_secret) if vllm else []),
+            *([] if vllm else [{"name": "MAAS_HTTP_PORT", "value": str(ENGINE_HTTP_PORT)}]),
         ],
         "ports": [
             {"name": "grpc", "containerPort": ENGINE_PORT},
             {"name": "metrics", "containerPort": METRICS_PORT},
+            *([] if vllm else [{"name": "http", "containerPort": ENGINE_HTTP_PORT}]),
         ],
         # Loading weights takes minutes: the startup probe allows 20 (a vLLM
         # server's start more) before liveness applies.
@@ -268,6 +274,17 @@ def deployment(
             },
             "template": pod_template(owner, spec, image, track, version, token_secret, vllm_image),
         },
+    }
+
+
+def replicas_only(owner: dict, replicas: int) -> dict:
+    """The autoscaler's applied configuration: the main Deployment's replicas, nothing else."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": names(meta["name"])["deployment"], "namespace": meta["namespace"]},
+        "spec": {"replicas": replicas},
     }
 
 

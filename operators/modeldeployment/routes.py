@@ -21,8 +21,9 @@ traffic within seconds.
 from dataclasses import dataclass
 
 import yaml
+from lightkube import ApiError
 
-from maas_operator.modeldeployment.kube import KubeApi, KubeError, object_path
+from maas_operator.modeldeployment.kube import KubeApi
 from maas_operator.modeldeployment.resources import canary_wanted
 from maas_operator.modeldeployment.spec import canary_model_id, model_id
 
@@ -55,10 +56,6 @@ class RoutesConfigMap:
     namespace: str
     name: str
 
-    @property
-    def path(self) -> str:
-        return object_path("ConfigMap", self.namespace, self.name)
-
     async def publish(self, api: KubeApi, owner_namespace: str, owner: str, spec: dict) -> None:
         text = yaml.safe_dump(fragment(owner, spec), sort_keys=True)
         await self._patch(api, {key(owner_namespace, owner): text})
@@ -68,9 +65,9 @@ class RoutesConfigMap:
 
     async def _patch(self, api: KubeApi, data: dict) -> None:
         try:
-            await api.merge_patch(self.path, {"data": data})
-        except KubeError as exc:
-            if exc.status != 404:
+            await api.merge_patch("ConfigMap", self.namespace, self.name, {"data": data})
+        except ApiError as exc:
+            if exc.status.code != 404:
                 raise
             if all(v is None for v in data.values()):
                 return  # nothing to withdraw from a ConfigMap that is not there
@@ -85,8 +82,8 @@ class RoutesConfigMap:
                 "data": {k: v for k, v in data.items() if v is not None},
             }
             try:
-                await api.create(object_path("ConfigMap", self.namespace), body)
-            except KubeError as race:
-                if race.status != 409:  # another writer created it first: patch that one
+                await api.create(body)
+            except ApiError as race:
+                if race.status.code != 409:  # another writer created it first: patch that one
                     raise
-                await api.merge_patch(self.path, {"data": data})
+                await api.merge_patch("ConfigMap", self.namespace, self.name, {"data": data})

@@ -24,7 +24,7 @@ import pytest
 from maas_operator.modeldeployment.resources import OWNER_LABEL, TRACK_LABEL
 from maas_operator.modeldeployment.routes import RoutesConfigMap
 from maas_services.billing.ledger import Ledger
-from maas_services.common.kubernetes_client import api_client
+from maas_services.common.kube_client import async_client
 from maas_services.common.model_files import DEFAULT_MODEL_ID
 from maas_services.common.prices import PriceTable
 from maas_services.common.redis_client import open_redis
@@ -195,7 +195,7 @@ async def test_a_model_deployment_routes_splits_scales_to_zero_and_holds(
         table = RoutesWatcher(
             "",
             configmap=RoutesConfigMapWatch(
-                api_client(str(gateway_kubeconfig)), NAMESPACE, ROUTES.name
+                async_client(str(gateway_kubeconfig)), NAMESPACE, ROUTES.name
             ),
         )
         started = [engine, router, gateway]

@@ -20,8 +20,8 @@ from maas_operator.modeldeployment.grpc_clients import RouterClient, drain_engin
 from maas_operator.modeldeployment.handlers import FINALIZER, OperatorContext, build_registry
 from maas_operator.modeldeployment.kube import Credentials, KubeApi
 from maas_operator.modeldeployment.resources import DELETION_COST
+from tests.k8s.apply_emulator import ApplyingEmulator
 from tests.k8s.chart_render import rendered
-from tests.k8s.emulator import StampingEmulator
 from tests.k8s.fake_pool import FakePool
 from tests.k8s.rbac import Grants, calls_by
 from tests.k8s.written_objects import check_writes
@@ -130,8 +130,8 @@ async def _operator(
 
 @contextlib.asynccontextmanager
 async def emulated_api():
-    """kmock over HTTP, serving ModelDeployments too."""
-    async with StampingEmulator() as emulator, kmock.Server(emulator) as server:
+    """kmock over HTTP, with server-side apply, serving ModelDeployments too."""
+    async with ApplyingEmulator() as emulator, kmock.Server(emulator) as server:
         emulator.resources.load_bundled()
         emulator.resources[MDS] = kmock.ResourceInfo(
             kind="ModelDeployment",

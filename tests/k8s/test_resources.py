@@ -13,7 +13,7 @@ from maas_operator.modeldeployment.drain import (
 )
 from maas_operator.modeldeployment.engine_args import quantity_bytes
 from maas_operator.modeldeployment.model_source import model_mount
-from maas_operator.modeldeployment.reconcile import desired_hash
+from maas_operator.modeldeployment.reconcile import owned_objects
 from maas_services.common.settings import parse_settings
 from maas_services.engine.settings import EngineSettings
 
@@ -128,12 +128,17 @@ def test_the_canary_is_a_deployment_of_its_own_with_its_own_service():
     assert main["spec"]["selector"][resources.TRACK_LABEL] == "main"
 
 
-def test_hash_ignores_replicas_but_not_the_template():
-    spec = defaulted_spec({})
-    one, two = (resources.deployment(OWNER, spec, "i", n) for n in (1, 2))
-    assert desired_hash(one) == desired_hash(two)
-    other = resources.deployment(OWNER, defaulted_spec({"engine": {"maxNumSeqs": 8}}), "i", 1)
-    assert desired_hash(other) != desired_hash(one)
+def test_only_the_main_deployment_leaves_its_replicas_to_the_autoscaler():
+    spec = defaulted_spec({"canary": {"version": "v2", "weight": 10}})
+    objects = owned_objects(OWNER, spec, "i", 3)
+    autoscaled = [obj["metadata"]["name"] for obj, mine in objects if mine]
+    assert autoscaled == ["m-engine"]
+    assert resources.replicas_only(OWNER, 3) == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "m-engine", "namespace": OWNER["metadata"]["namespace"]},
+        "spec": {"replicas": 3},
+    }
 
 
 def replica(name, busy=0, ready=True, draining=False):

@@ -3,7 +3,8 @@
 The emulator stores whatever it is sent; the API server checks each write
 against Kubernetes' OpenAPI schemas (kubernetes-validate here, strict: an
 unknown field is an error) or, for a ModelDeployment, the CRD's schema and CEL
-rules. Every version of every object the client created is checked, including
+rules. Every version of every object the client created (or applied: a
+server-side apply sends the whole object) is checked, including
 the versions other writers (the fake kubelet) patched in between.
 """
 
@@ -56,8 +57,13 @@ def check_writes(emulator: kmock.KubernetesEmulator, token: str) -> tuple[list[s
             continue
         if request.resource is None or request.method.value not in WRITES:
             continue
-        if request.method.value == "POST":
+        applied = request.headers.get("Content-Type", "").startswith("application/apply-patch")
+        if applied:  # the whole object as this client wants it
+            created.add((request.resource, request.namespace, request.name))
+        elif request.method.value == "POST":
             meta = request.data.get("metadata", {})
+            if "name" not in meta:
+                continue  # refused before the server named it (generateName): nothing stored
             created.add(
                 (request.resource, request.namespace or meta.get("namespace"), meta["name"])
             )

@@ -103,7 +103,7 @@ class RoutesWatcher:
 
     async def stop(self) -> None:
         if self._configmap is not None:
-            self._configmap.stop()
+            await self._configmap.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,6 +1,6 @@
 """The gateway's routing table follows the operator's routes ConfigMap through the API (#17).
 
-kmock's emulator over HTTP, the real `kubernetes` client in the watch thread.
+kmock's emulator over HTTP, the gateway's informer on lightkube's async client.
 """
 
 import asyncio
@@ -11,7 +11,7 @@ import kmock
 import pytest
 import yaml
 
-from maas_services.common.kubernetes_client import api_client
+from maas_services.common.kube_client import async_client
 from maas_services.gateway.routing.routes_configmap import RoutesConfigMapWatch
 from maas_services.gateway.routing.routes_watcher import RoutesWatcher
 from tests.k8s.kubeconfig import write_kubeconfig
@@ -65,7 +65,7 @@ async def test_weights_the_operator_writes_reach_the_table_and_a_delete_removes_
             tmp_path / "kubeconfig", server.url, "gateway-token", NAMESPACE
         )
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        watch = RoutesConfigMapWatch(api_client(str(kubeconfig)), NAMESPACE, NAME)
+        watch = RoutesConfigMapWatch(async_client(str(kubeconfig)), NAMESPACE, NAME)
         watcher = RoutesWatcher(str(routes_file), configmap=watch)
         watcher.start()
         try:

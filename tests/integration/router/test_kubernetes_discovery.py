@@ -10,8 +10,10 @@ import asyncio
 
 import pytest
 from kubernetes import client
+from lightkube.core.selector import build_selector
 
 from maas_services.common.grpc_client import open_channel
+from maas_services.router.discovery.kubernetes import label_selector
 from tests.integration.router.conftest import Router, eventually
 from tests.integration.router.fake_engine import FakeEngine
 from tests.k8s.chart_render import rendered
@@ -208,6 +210,29 @@ async def test_cluster_wide_router_finds_engines_in_every_namespace(api_server, 
     assert_within_chart_rbac(emulator, "operator.clusterWide=true")
 
 
+async def test_a_slice_deleted_while_the_watch_expires_is_dropped_by_the_relist(
+    api_server, cluster
+):
+    kubeconfig, api, emulator = api_server
+    core, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+    e0, e1 = await cluster.engine("e0"), await cluster.engine("e1")
+    demo = await model_deployment(api, "demo", "m")
+    await call(core.create_namespaced_service, NAMESPACE, engine_service("", owner=demo))
+    for engine in (e0, e1):
+        body = endpoint_slice(f"s-{engine.engine_id}", f"pod-{engine.engine_id}", engine.port)
+        await call(discovery.create_namespaced_endpoint_slice, NAMESPACE, body)
+    router: Router = await cluster.router(
+        discovery="kubernetes", kubeconfig=str(kubeconfig), kubernetes_namespaces=[NAMESPACE]
+    )
+    await eventually(lambda: {"pod-e0", "pod-e1"} <= set(router.pool.endpoints))
+    # Every watch ends with 410 Gone in place of the DELETED event it would carry.
+    emulator.expire_watches()
+    await call(discovery.delete_namespaced_endpoint_slice, "s-e0", NAMESPACE)
+    await eventually(lambda: "pod-e0" not in router.pool.endpoints, what="e0 dropped")
+    assert "pod-e1" in router.pool.endpoints
+    assert_within_chart_rbac(emulator)
+
+
 class CountingEngine(FakeEngine):
     """A fake engine that remembers every call it got and the metadata it came with."""
 
@@ -279,3 +304,11 @@ async def test_only_engines_a_model_deployment_of_that_model_owns_are_pooled(
     await eventually(lambda: set(router.pool.endpoints) == {"pod-late"}, what="late pooled")
     assert engines["unowned"].calls == [] and engines["foreign"].calls == []
     assert_within_chart_rbac(emulator)
+
+
+def test_the_service_selector_reaches_lightkube_as_the_api_reads_it():
+    labels = label_selector("app.kubernetes.io/name=maas-engine, tier!=canary,maas.io/model,!old")
+    assert build_selector(labels) == (
+        "app.kubernetes.io/name=maas-engine,tier!=canary,maas.io/model,!old"
+    )
+    assert label_selector("") is None
