@@ -137,8 +137,13 @@ def main(argv: list[str] | None = None) -> None:
     operator.add_argument("flags", nargs=argparse.REMAINDER, help="the tool's flags")
     for admin in ("tenants", "keys"):
         sub.add_parser(admin, help=f"manage {admin} (see maas {admin} --help)", add_help=False)
-    sub.add_parser("billing", help="usage, charges and reconciliation", add_help=False)
+    sub.add_parser(
+        "billing", help="usage, line items, charges and reconciliation", add_help=False
+    )
     sub.add_parser("bench", help="load-test an OpenAI-compatible server", add_help=False)
+    sub.add_parser(
+        "conformance", help="hold an OpenAI-compatible server to the API", add_help=False
+    )
     sub.add_parser("top", help="live view of a running stack", add_help=False)
     sub.add_parser("eval", help="model quality checks (maas eval perplexity)", add_help=False)
     sub.add_parser(
@@ -165,6 +170,10 @@ def main(argv: list[str] | None = None) -> None:
         from maas_tools.distill.main import main as distill
 
         sys.exit(distill(rest))
+    if args.command == "conformance":
+        from maas_tools.conformance.main import main as conformance
+
+        sys.exit(conformance(rest))
     if args.command == "bench":
         from maas_tools.bench.main import main as bench
 

@@ -1,16 +1,32 @@
-"""GET /v1/models: the names this key may send now."""
+"""GET /v1/models and GET /v1/models/{id}: the names this key may send now.
+
+Both answer from one list (Pipeline.models, filtered by the tenant's tier and
+allowed models), so a name a key cannot list is a name it cannot retrieve:
+another tenant's private alias is a 404 `model_not_found`, as OpenAI answers
+for a model the key has no access to, never a hint that it exists.
+"""
 
 from fastapi import APIRouter
 
+from maas_services.gateway.errors import model_not_found
 from maas_services.gateway.http_api.routes.deps import PipelineDep, PrincipalDep
 
 router = APIRouter()
 
 
+def model_object(name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "maas"}
+
+
 @router.get("/v1/models")
 async def list_models(who: PrincipalDep, pipe: PipelineDep):
     models = await pipe.models(who.tenant)
-    return {
-        "object": "list",
-        "data": [{"id": m, "object": "model", "created": 0, "owned_by": "maas"} for m in models],
-    }
+    return {"object": "list", "data": [model_object(m) for m in models]}
+
+
+# :path, since a model id may hold a slash ("org/name"), as Hugging Face ids do.
+@router.get("/v1/models/{model_id:path}")
+async def retrieve_model(model_id: str, who: PrincipalDep, pipe: PipelineDep):
+    if model_id not in await pipe.models(who.tenant):
+        raise model_not_found(model_id)
+    return model_object(model_id)

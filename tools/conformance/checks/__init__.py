@@ -1,0 +1,1 @@
+"""One module per group of checks; each registers its checks with registry.check."""
