@@ -107,7 +107,8 @@ bench: $(BENCH_STAMP)
 bench-billing: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.billing_bench --output benchmarks/results/billing.json
 
-# 200,000 usage events through the real billing service on a real Redis (minutes).
+# 1,000,000 usage events through the real billing service into PostgreSQL, with a
+# kill -9 of billing and of PostgreSQL on the way (minutes; --events for fewer).
 bench-billing-soak: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.billing_soak --output benchmarks/results/billing_soak.json
 

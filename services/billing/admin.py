@@ -1,8 +1,17 @@
-"""`maas billing usage` and `maas billing reconcile`: the ledger for operators.
+"""`maas billing usage|line-items|reconcile|quota|topup`: the ledger for operators.
 
-Both read Redis directly with the billing service's own Ledger code, so they
-work while billing is down. Redis is found like every admin command does
-(--redis-url, MAAS_REDIS_URL, or the local stack in .maas/).
+They read Redis and billing's database directly with the billing service's
+own Ledger code, so they work while billing is down. Redis is found like every
+admin command does (--redis-url, MAAS_REDIS_URL, or the local stack in
+.maas/); the database by --database-url, then MAAS_BILLING_DATABASE_URL, then the
+local stack's SQLite file (<state dir>/billing.db).
+
+`reconcile --from --to` checks the ledger against itself and the engines:
+the hourly totals recomputed from the line items against the hourly rollups
+GetUsage answers from; each of those tenants' running totals in Redis against
+the database's daily rollups (equal once the outbox is empty); and, where the
+engines' /metrics are known, the ledger's token totals against the engines'
+counters.
 """
 
 import argparse
@@ -10,6 +19,7 @@ import asyncio
 import csv
 import io
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -18,8 +28,11 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
 
 from maas_services.billing.ledger import DAY, HOUR, PREFIX, Ledger, Totals
+from maas_services.billing.store.line_items import LineItemStore
+from maas_services.common.billing_keys import tenant_key
 from maas_services.common.prices import PriceTable
 from maas_services.common.quota import Quotas, QuotaState
 from maas_services.common.redis_client import open_redis
@@ -111,40 +124,117 @@ def engine_counters(metrics_urls: list[str]) -> dict[str, float]:
     return counters
 
 
-async def reconcile(redis, args: argparse.Namespace) -> dict:
+async def reconcile_ledger(
+    redis, store: LineItemStore, start: int, end: int, tenants: list[str] | None = None
+) -> dict:
+    """The ledger against itself: line items vs hourly rollups for the hours in
+    [start, end), and the running totals in Redis of `tenants` (default: every
+    tenant billed since `start`) vs the daily rollups (all time). `match` when
+    nothing differs."""
+    start = start // HOUR * HOUR
+    recomputed = await store.hours_from_items(start, end)
+    rolled_up = await store.hours_rolled_up(start, end)
+    hours = [
+        {
+            "tenant": tenant,
+            "start": datetime.fromtimestamp(hour, UTC).isoformat(),
+            "line_items": vars(recomputed.get((tenant, hour), Totals())),
+            "rollup": vars(rolled_up.get((tenant, hour), Totals())),
+        }
+        for tenant, hour in sorted(recomputed.keys() | rolled_up.keys())
+        if recomputed.get((tenant, hour)) != rolled_up.get((tenant, hour))
+    ]
+    if tenants is None:
+        tenants = await store.tenants_since(start)
+    database = await store.tenant_sums(tenants)
+    async with redis.pipeline(transaction=False) as pipe:
+        for tenant in tenants:
+            pipe.hgetall(tenant_key(tenant))
+        in_redis_all = await pipe.execute()
+    running = []
+    for tenant, raw in zip(tenants, in_redis_all, strict=True):
+        in_redis = Totals.from_hash(raw)
+        in_database = database.get(tenant, Totals())
+        if in_redis != in_database:
+            running.append(
+                {"tenant": tenant, "redis": vars(in_redis), "database": vars(in_database)}
+            )
+    unapplied = await store.unapplied()
+    return {
+        "from": datetime.fromtimestamp(start, UTC).isoformat(),
+        "to": datetime.fromtimestamp(end, UTC).isoformat(),
+        "tenants": len(tenants),
+        "hours_differing": hours,
+        "running_totals_differing": running,
+        # Committed batches Redis does not have yet: running totals lag by them.
+        "unapplied_batches": unapplied,
+        "match": not hours and not running,
+    }
+
+
+async def reconcile(redis, store: LineItemStore, args: argparse.Namespace) -> dict:
+    report = {"ledger_check": await reconcile_ledger(redis, store, args.start, args.end)}
     urls = args.engine_metrics or _stack_engine_metrics(args.state_dir)
     ledger = await ledger_grand_total(redis)
-    engines = engine_counters(urls)
-    pending = (await redis.xlen(USAGE_STREAM)) if await redis.exists(USAGE_STREAM) else 0
-    report = {
-        "ledger": {
-            "prompt_tokens": ledger.prompt_tokens,
-            "completion_tokens": ledger.completion_tokens,
-        },
-        "engines": {k: int(v) for k, v in engines.items()},
-        "stream_length": pending,
-        "engine_metrics": urls,
+    report["ledger"] = {
+        "prompt_tokens": ledger.prompt_tokens,
+        "completion_tokens": ledger.completion_tokens,
     }
-    report["difference"] = {k: report["engines"][k] - report["ledger"][k] for k in engines}
-    report["match"] = not any(report["difference"].values())
+    report["stream_length"] = (
+        (await redis.xlen(USAGE_STREAM)) if await redis.exists(USAGE_STREAM) else 0
+    )
+    report["engine_metrics"] = urls
+    report["match"] = report["ledger_check"]["match"]
+    if urls:
+        engines = engine_counters(urls)
+        report["engines"] = {k: int(v) for k, v in engines.items()}
+        report["difference"] = {k: report["engines"][k] - report["ledger"][k] for k in engines}
+        report["match"] = report["match"] and not any(report["difference"].values())
     return report
 
 
 def _stack_engine_metrics(state_dir: str | None) -> list[str]:
+    """The local stack's engines' /metrics; none (and no engine check) without one."""
     path = Path(state_dir or ".maas") / "stack.json"
     try:
         metrics = json.loads(path.read_text())["metrics"]
     except (OSError, ValueError, KeyError):
-        raise RedisNotFoundError(
-            f"no engine metrics: pass --engine-metrics URL... or run a local stack ({path})"
-        ) from None
+        return []
     return [url for name, url in sorted(metrics.items()) if name.startswith("engine")]
+
+
+def locate_database(flag: str | None, state_dir: str | None) -> str:
+    if flag:
+        return flag
+    if os.environ.get("MAAS_BILLING_DATABASE_URL"):
+        return os.environ["MAAS_BILLING_DATABASE_URL"]
+    path = Path(state_dir or os.environ.get("MAAS_STATE_DIR", ".maas")) / "billing.db"
+    if not path.exists():
+        raise RedisNotFoundError(
+            f"no billing database: {path} is missing and MAAS_BILLING_DATABASE_URL is not set; "
+            "pass --database-url"
+        )
+    return f"sqlite:///{path.resolve()}"
+
+
+async def line_items(store: LineItemStore, args: argparse.Namespace) -> list[dict]:
+    return await store.items(args.tenant, args.start, args.end)
+
+
+def line_items_csv(items: list[dict]) -> str:
+    out = io.StringIO()
+    columns = list(items[0]) if items else ["request_id"]
+    writer = csv.DictWriter(out, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(items)
+    return out.getvalue()
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="maas billing", description=__doc__)
     parser.add_argument("--redis-url", default=None)
     parser.add_argument("--state-dir", default=None)
+    parser.add_argument("--database-url", default=None, help="billing's database")
     sub = parser.add_subparsers(dest="action", required=True)
     use = sub.add_parser("usage", help="a tenant's usage and charges")
     use.add_argument("--tenant", required=True)
@@ -163,16 +253,51 @@ def _parser() -> argparse.ArgumentParser:
     top = sub.add_parser("topup", help="add prepaid balance (makes the tenant prepaid)")
     top.add_argument("--tenant", required=True)
     top.add_argument("--usd", type=Decimal, required=True)
-    rec = sub.add_parser("reconcile", help="ledger totals vs the engines' token counters")
+    items = sub.add_parser("line-items", help="a tenant's line items, from the database")
+    items.add_argument("--tenant", required=True)
+    items.add_argument("--format", choices=["json", "csv"], default="json")
+    _time_range(items)
+    rec = sub.add_parser(
+        "reconcile", help="line items vs rollups vs Redis's running totals vs the engines"
+    )
     rec.add_argument("--engine-metrics", nargs="*", default=None, help="engine /metrics URLs")
+    _time_range(rec)
     return parser
 
 
+def _time_range(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from", dest="start", type=parse_timestamp, default=0, help="Unix seconds or ISO 8601"
+    )
+    parser.add_argument("--to", dest="end", type=parse_timestamp, default=None)
+
+
+async def _with_store(args: argparse.Namespace, work) -> str:
+    store = LineItemStore(locate_database(args.database_url, args.state_dir))
+    try:
+        return await work(store)
+    finally:
+        await store.close()
+
+
 async def _main(args: argparse.Namespace) -> str:
+    if getattr(args, "end", 0) is None:
+        args.end = int(datetime.now(UTC).timestamp()) + 1
+    if args.action == "line-items":
+
+        async def listed(store: LineItemStore) -> str:
+            items = await line_items(store, args)
+            return line_items_csv(items) if args.format == "csv" else json.dumps(items, indent=2)
+
+        return await _with_store(args, listed)
     redis = open_redis(locate_redis(args.redis_url, args.state_dir))
     try:
         if args.action == "reconcile":
-            return json.dumps(await reconcile(redis, args), indent=2)
+
+            async def checked(store: LineItemStore) -> str:
+                return json.dumps(await reconcile(redis, store, args), indent=2)
+
+            return await _with_store(args, checked)
         quotas = Quotas(redis)
         if args.action == "quota":
             await quotas.set_monthly_budget(args.tenant, args.monthly_tokens)
@@ -182,9 +307,15 @@ async def _main(args: argparse.Namespace) -> str:
                 raise ValueError("--usd must be positive")
             await quotas.top_up(args.tenant, int(args.usd * Decimal(10**9)))
             return json.dumps(quota_dict(await quotas.state(args.tenant)), indent=2)
-        if args.end is None:
-            args.end = int(datetime.now(UTC).timestamp()) + 1
-        report = await usage(Ledger(redis, USAGE_STREAM, "billing", PriceTable()), args)
+
+        async def used(store: LineItemStore) -> dict:
+            ledger = Ledger(redis, USAGE_STREAM, "billing", PriceTable(), store=store)
+            return await usage(ledger, args)
+
+        if args.granularity:
+            report = await _with_store(args, used)
+        else:  # totals only: Redis has them, no database needed
+            report = await usage(Ledger(redis, USAGE_STREAM, "billing", PriceTable()), args)
         report["quota"] = quota_dict(await quotas.state(args.tenant))
         return usage_csv(report) if args.format == "csv" else json.dumps(report, indent=2)
     finally:
@@ -195,7 +326,14 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         print(asyncio.run(_main(args)))
-    except (RedisNotFoundError, RedisError, httpx.HTTPError, ValueError) as exc:
+    except (
+        RedisNotFoundError,
+        RedisError,
+        SQLAlchemyError,
+        OSError,
+        httpx.HTTPError,
+        ValueError,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -1,21 +1,26 @@
-"""Reads usage events from the Redis stream through a consumer group.
+"""Reads usage events from the Redis stream through a consumer group, a batch at a time.
 
-On start it publishes its price table for the gateway (PRICES_KEY), and
-re-reads this consumer's own pending entries (delivered before a
-crash, never acked), then follows new ones; every claim_idle_ms it also takes
-over entries another consumer left pending that long (XAUTOCLAIM), so a
-billing replica that died mid-batch loses nothing. Entries commit one by one,
-atomically (ledger.py), so two replicas can share the group safely.
+On start (and after any failure) it creates the database schema, moves an
+older release's Redis line items into the database (migration.py), applies
+any committed batch Redis does not have yet (the outbox, ledger.py), publishes
+its price table for the gateway (PRICES_KEY), and re-reads this consumer's
+own pending entries (delivered before a crash, never acked); then it follows
+new ones. Every claim_idle_ms it also takes over entries another consumer left
+pending that long (XAUTOCLAIM), so a billing replica that died mid-batch
+loses nothing. Each read (up to `batch` entries) is one ledger commit: one
+database transaction, one Redis script that also acks; a redelivered entry
+inserts nothing, so two replicas can share the group safely.
 A malformed entry is logged, counted and acked so it cannot wedge the group.
 
-`run` is supervised: any failure of a pass (Redis down, OOM, READONLY after a
-failover, a vanished group) is logged and retried with capped exponential
-backoff, forever, and the next pass starts again from ensure_group and this
-consumer's own pending entries, so an entry read but not committed before the
-failure is committed once Redis recovers. ConsumerHealth (health.py) turns the
-passes into readiness, liveness and metrics.
+`run` is supervised: any failure of a pass (Redis or the database down, OOM,
+READONLY after a failover, a vanished group) is logged and retried with capped
+exponential backoff, forever, and the next pass starts again from the sync
+above, so an entry read but not committed before the failure is committed
+once both recover. ConsumerHealth (health.py) turns the passes into
+readiness, liveness and metrics.
 """
 
+import collections
 import time
 
 from opentelemetry import trace
@@ -28,6 +33,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from maas_services.billing.health import ConsumerHealth
 from maas_services.billing.ledger import PREFIX, Ledger, Retention
+from maas_services.billing.migration import migrate_redis_ledger
+from maas_services.billing.store.line_items import LineItemStore
 from maas_services.billing.tenant_metrics import TenantMetrics
 from maas_services.common.logging import get_logger
 from maas_services.common.prices import PRICES_KEY, PriceTable
@@ -63,6 +70,7 @@ class UsageConsumer:
         tenant_labels: int = 100,
         retention: Retention | None = None,
         health: ConsumerHealth | None = None,
+        store: LineItemStore | None = None,
     ):
         self._redis = redis
         self._group = group
@@ -72,10 +80,15 @@ class UsageConsumer:
         self._claim_idle_ms = claim_idle_ms
         self._last_claim = 0.0
         self._prices = prices or PriceTable()
-        self.ledger = Ledger(redis, USAGE_STREAM, group, self._prices, retention)
+        # No store given: an in-memory SQLite, for tests and embedding; the
+        # service passes the one its settings name.
+        self.ledger = Ledger(
+            redis, USAGE_STREAM, group, self._prices, retention, store or LineItemStore(), consumer
+        )
         self._tenants = TenantMetrics(tenant_labels)
         self.health = health or ConsumerHealth()
         self._synced = False
+        self._migrated = False
         self._probe_key = f"{PREFIX}consumer:{group}:{consumer}"
 
     async def ensure_group(self) -> None:
@@ -104,6 +117,11 @@ class UsageConsumer:
         self.health.beat()
         if not self._synced:
             await self.ensure_group()
+            await self.ledger.store.start()
+            if not self._migrated:  # once per process: it scans every tenant's keys
+                await migrate_redis_ledger(self._redis, self.ledger)
+                self._migrated = True
+            await self.ledger.recover()
             await self._publish_prices()
             await self._drain_own_pending()
             self._synced = True
@@ -155,9 +173,8 @@ class UsageConsumer:
                 count=self._batch,
             )
             start, entries = reply[0], reply[1]
-            for entry_id, fields in entries:
-                if fields:
-                    await self._handle(entry_id, fields)
+            # An entry deleted from the stream while pending comes back empty.
+            await self._commit([(entry_id, fields) for entry_id, fields in entries if fields])
             if start == "0-0":
                 break
         PENDING.set((await self._redis.xpending(USAGE_STREAM, self._group))["pending"])
@@ -170,41 +187,55 @@ class UsageConsumer:
             count=self._batch,
             block=self._block_ms if block else None,
         )
-        handled = 0
-        for _stream, entries in response or []:
-            for entry_id, fields in entries:
-                await self._handle(entry_id, fields)
-                handled += 1
-        return handled
+        entries = [entry for _stream, batch in response or [] for entry in batch]
+        await self._commit(entries)
+        return len(entries)
 
-    async def _handle(self, entry_id: str, fields: dict[str, str]) -> None:
-        try:
-            event = UsageEvent.from_fields(fields)
-        except ValidationError as exc:
-            log.error("usage_event_rejected", entry_id=entry_id, error=str(exc))
-            await self._redis.xack(USAGE_STREAM, self._group, entry_id)
-            EVENTS.labels("rejected").inc()
+    async def _commit(self, entries: list[tuple[str, dict[str, str]]]) -> None:
+        """Bill a read's entries in one ledger commit, then trace and count them."""
+        if not entries:
             return
+        parsed, rejected = [], []
+        for entry_id, fields in entries:
+            try:
+                parsed.append((entry_id, UsageEvent.from_fields(fields)))
+            except ValidationError as exc:
+                log.error("usage_event_rejected", entry_id=entry_id, error=str(exc))
+                rejected.append(entry_id)
+        started_ns = time.time_ns()
+        outcomes = await self.ledger.commit(parsed, rejected)
+        EVENTS.labels("rejected").inc(len(rejected))
+        oldest_ms = min(int(entry_id.split("-", 1)[0]) for entry_id, _ in entries)
+        lag = max(0.0, time.time() - oldest_ms / 1000)
+        for (entry_id, event), outcome in zip(parsed, outcomes, strict=True):
+            self._trace(entry_id, event, outcome, started_ns, lag)
+        for outcome, count in collections.Counter(outcomes).items():
+            EVENTS.labels(outcome).inc(count)
+        self._tenants.record(
+            [
+                event
+                for (_, event), outcome in zip(parsed, outcomes, strict=True)
+                if outcome == "applied"
+            ]
+        )
+        self.health.committed(lag)
+
+    def _trace(self, entry_id: str, event: UsageEvent, outcome: str, start_ns: int, lag: float):
         # A child of the request's gateway span: one trace runs from the HTTP
         # request to the bill, however late the commit comes.
-        with tracer.start_as_current_span(
+        span = tracer.start_span(
             "billing commit",
             context=context_from_traceparent(event.traceparent),
             kind=SpanKind.CONSUMER,
+            start_time=start_ns,
             attributes={
                 "messaging.system": "redis",
                 "messaging.destination.name": USAGE_STREAM,
                 "messaging.message.id": entry_id,
                 "maas.request_id": event.request_id,
                 "maas.tenant": event.tenant,
+                "maas.billing.outcome": outcome,
+                "maas.billing.lag_seconds": lag,
             },
-        ) as span:
-            applied = await self.ledger.apply(entry_id, event)
-            outcome = "applied" if applied else "duplicate"
-            stream_ms = int(entry_id.split("-", 1)[0])
-            lag = max(0.0, time.time() - stream_ms / 1000)
-            span.set_attributes({"maas.billing.outcome": outcome, "maas.billing.lag_seconds": lag})
-        EVENTS.labels(outcome).inc()
-        if applied:
-            self._tenants.record(event)
-        self.health.committed(lag)
+        )
+        span.end()

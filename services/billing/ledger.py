@@ -1,52 +1,53 @@
-"""The per-tenant ledger in Redis, written exactly once per request.
+"""The ledger: each usage event billed exactly once, in the database and in Redis.
 
-One Lua script applies an event: the dedup mark, running totals, the hour and
-day buckets, the line item, the monthly token counter and the prepaid balance;
-it drops the gateway's reservation on that balance and XACKs the stream entry.
-A crash at any point either applied all of it or nothing, and a redelivered or
-duplicated event is acked without counting twice.
+A batch of stream entries commits in three steps (docs/billing.md, "Storage"):
+  1. one database transaction inserts the batch's line items (unique on
+     request id and day: a duplicate inserts nothing), the rollups of the new
+     ones and an outbox row with what they add to Redis (store/line_items.py);
+  2. one Lua script applies that outbox row to Redis's running totals, month
+     counters, balances and reservations, unless its batch is marked applied,
+     and XACKs every entry of the batch (running_totals.py);
+  3. the outbox row is deleted.
+A crash after 1 leaves the entries pending (redelivered, inserting nothing)
+and the outbox row (applied by `recover`); a crash after 2 leaves a row whose
+batch Redis has marked. Nothing is acked before it is committed.
 
-Keys (all under maas:billing:):
-  seen:<hour start>               request ids that started in that hour (dedup)
+Which events are billed at all: one that started before the dedup window (its
+line item, the dedup key, may have been dropped by retention, so billing it
+could bill it twice) or more than a day in the future is refused: acked,
+logged and counted, never billed.
+
+Redis, all under maas:billing:
   tenant:<t>                      running totals, also per model (the name the client sent)
-  tenant:<t>:hour:<unix start>    hourly bucket
-  tenant:<t>:day:<unix start>     daily bucket
-  tenant:<t>:items                line items, a sorted set scored by time
   tenant:<t>:month:<YYYYMM>       tokens used this month (quotas)
   balance:<t>                     prepaid balance in nano-USD, if the tenant has one
-  reserved:{<t>}:*                the gateway's holds on the balance, the request's
-                                  dropped as it is charged (common/balance_reservations.py)
-
-Retention. Everything but the running totals and balances expires with the
-age of the data, reckoned from the request's start (see Retention): buckets by
-EXPIREAT, line items by pruning the sorted set on every write and by a TTL on
-the whole set (a tenant that stops sending lets it expire). The dedup marks
-are one set per hour of start time rather than a key per request (about half
-the bytes, docs/billing.md), kept dedup_window past their hour. An event that
-started longer ago than the window is acked and not billed: its mark may be
-gone, and billing it could bill it twice, which a ledger must never do. The
-window therefore has to outlast the oldest event that can still arrive (the
-stream's backlog and the gateway's spool), which the trimmer keeps short.
+  reserved:{<t>}:*                the gateway's holds on the balance (balance_reservations.py)
+  batch:<id>                      a batch applied, for an hour (running_totals.py)
 """
 
-import json
-import time
+import uuid
 from dataclasses import dataclass
 
 from prometheus_client import Counter
 from redis.asyncio import Redis
 
-from maas_services.common.balance_reservations import RELEASE_FUNCTION, reservation_keys
-from maas_services.common.billing_keys import PREFIX, balance_key, month_key, tenant_key
+from maas_services.billing.running_totals import RunningTotals, effects
+from maas_services.billing.store.line_items import HOUR, LineItem, LineItemStore, Totals
+from maas_services.billing.store.partitions import DAY, Window
+from maas_services.common.billing_keys import PREFIX, tenant_key
 from maas_services.common.logging import get_logger
 from maas_services.common.prices import PriceTable
 from maas_services.common.usage_event import UsageEvent
 
+__all__ = ["DAY", "HOUR", "PREFIX", "Ledger", "Retention", "Totals", "bucket_start"]
+
 log = get_logger(__name__)
 
-PAST_WINDOW = Counter(
-    "maas_billing_events_past_dedup_window",
-    "Usage events acked unbilled because they started before the dedup window",
+REFUSED = Counter(
+    "maas_billing_events_refused",
+    "Usage events acked unbilled: they started before the dedup window or more than "
+    "a day in the future",
+    ["reason"],
 )
 UNPRICED = Counter(
     "maas_billing_unpriced_events",
@@ -55,73 +56,25 @@ UNPRICED = Counter(
     ["deployment"],
 )
 
-HOUR, DAY = 3600, 86400
-FIELDS = ("requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nano_usd")
-
-_APPLY = (
-    RELEASE_FUNCTION
-    + """
-local fresh = ARGV[16] == '1' and redis.call('SADD', KEYS[1], ARGV[15]) == 1
-if fresh then
-  redis.call('EXPIREAT', KEYS[1], ARGV[1])
-  local model = ARGV[4]
-  local values = {requests = 1, prompt_tokens = ARGV[5], cached_prompt_tokens = ARGV[6],
-                  completion_tokens = ARGV[7], cost_nano_usd = ARGV[8]}
-  for i = 2, 4 do
-    for field, value in pairs(values) do
-      redis.call('HINCRBY', KEYS[i], field, value)
-      redis.call('HINCRBY', KEYS[i], 'model:' .. model .. ':' .. field, value)
-    end
-  end
-  redis.call('EXPIREAT', KEYS[3], ARGV[11])
-  redis.call('EXPIREAT', KEYS[4], ARGV[12])
-  redis.call('ZADD', KEYS[5], ARGV[9], ARGV[10])
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[13])
-  redis.call('EXPIRE', KEYS[5], ARGV[14])
-  redis.call('HINCRBY', KEYS[7], 'tokens', ARGV[5] + ARGV[7])
-  redis.call('EXPIREAT', KEYS[7], ARGV[12])
-  if redis.call('EXISTS', KEYS[8]) == 1 then
-    redis.call('DECRBY', KEYS[8], ARGV[8])
-  end
-end
--- Charged (or charged before): the gateway's hold on the balance has done its work.
-release_reservation(KEYS[9], KEYS[10], KEYS[11], ARGV[15])
-redis.call('XACK', KEYS[6], ARGV[2], ARGV[3])
-if fresh then return 1 end
-return 0
-"""
-)
-
 
 @dataclass(frozen=True)
 class Retention:
-    """How long the ledger keeps each kind of key, in seconds of data age."""
+    """How long billing keeps each kind of record, in seconds of data age."""
 
     line_items: int = 90 * DAY
     hourly: int = 30 * DAY
     daily: int = 400 * DAY
+    # Events that started longer ago are refused (at most the line items' keep:
+    # the line item is the dedup key).
     dedup_window: int = 7 * DAY
+
+    @property
+    def billable(self) -> Window:
+        return Window(min(self.dedup_window, self.line_items))
 
 
 def bucket_start(when: float, size: int) -> int:
     return int(when // size) * size
-
-
-@dataclass
-class Totals:
-    requests: int = 0
-    prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_nano_usd: int = 0
-
-    @classmethod
-    def from_hash(cls, raw: dict[str, str], prefix: str = "") -> "Totals":
-        return cls(**{f: int(raw.get(prefix + f, 0)) for f in FIELDS})
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
 
 
 class Ledger:
@@ -132,81 +85,91 @@ class Ledger:
         group: str,
         prices: PriceTable,
         retention: Retention | None = None,
+        store: LineItemStore | None = None,
+        consumer: str = "billing",
     ):
         self._redis = redis
-        self._stream = stream
-        self._group = group
         self._prices = prices
-        self._retention = retention or Retention()
-        self._apply = redis.register_script(_APPLY)
+        self.retention = retention or Retention()
+        self.store = store or LineItemStore()
+        self._consumer = consumer
+        self._totals = RunningTotals(redis, stream, group)
 
-    async def apply(self, entry_id: str, event: UsageEvent) -> bool:
-        """Commit the event and ack its entry; False when it was already counted
-        or started before the dedup window."""
-        now = time.time()
-        keep = self._retention
-        in_window = event.started_at > now - keep.dedup_window
-        finished = event.started_at + event.duration_seconds
-        hour, day = bucket_start(finished, HOUR), bucket_start(finished, DAY)
-        seen_hour = bucket_start(event.started_at, HOUR)
+    def line_item(self, event: UsageEvent) -> LineItem:
         deployment = event.served_by
-        cost = self._prices.for_deployment(deployment).cost_nano_usd(
-            event.prompt_tokens, event.cached_prompt_tokens, event.completion_tokens
+        return LineItem(
+            request_id=event.request_id,
+            tenant=event.tenant,
+            key_id=event.key_id,
+            model=event.model,
+            deployment=deployment,
+            started_at=event.started_at,
+            finished_at=event.started_at + event.duration_seconds,
+            prompt_tokens=event.prompt_tokens,
+            cached_prompt_tokens=event.cached_prompt_tokens,
+            completion_tokens=event.completion_tokens,
+            cost_nano_usd=self._prices.for_deployment(deployment).cost_nano_usd(
+                event.prompt_tokens, event.cached_prompt_tokens, event.completion_tokens
+            ),
+            finish_reason=event.finish_reason,
         )
-        item = {
-            "request_id": event.request_id,
-            "model": event.model,
-            "deployment": deployment,
-            "key_id": event.key_id,
-            "time": event.started_at,
-            "prompt_tokens": event.prompt_tokens,
-            "cached_prompt_tokens": event.cached_prompt_tokens,
-            "completion_tokens": event.completion_tokens,
-            "cost_nano_usd": cost,
-        }
-        t = event.tenant
-        applied = await self._apply(
-            keys=[
-                f"{PREFIX}seen:{seen_hour}",
-                tenant_key(t),
-                tenant_key(t, f":hour:{hour}"),
-                tenant_key(t, f":day:{day}"),
-                tenant_key(t, ":items"),
-                self._stream,
-                month_key(t, finished),
-                balance_key(t),
-                *reservation_keys(t),
-            ],
-            args=[
-                seen_hour + HOUR + keep.dedup_window,
-                self._group,
-                entry_id,
-                event.model,
-                event.prompt_tokens,
-                event.cached_prompt_tokens,
-                event.completion_tokens,
-                cost,
-                event.started_at,
-                json.dumps(item, sort_keys=True),
-                hour + HOUR + keep.hourly,
-                day + DAY + keep.daily,
-                now - keep.line_items,
-                keep.line_items,
-                event.request_id,
-                int(in_window),
-            ],
+
+    async def commit(
+        self, entries: list[tuple[str, UsageEvent]], also_ack: list[str] = ()
+    ) -> list[str]:
+        """Bill a batch of stream entries exactly once and ack them (with
+        `also_ack`, entries that bill nothing); each entry's outcome: applied,
+        duplicate (billed before, or earlier in this batch) or refused."""
+        window = self.retention.billable
+        items: dict[tuple[str, int], LineItem] = {}
+        keys: list[tuple[str, int] | None] = []
+        for entry_id, event in entries:
+            refusal = window.refusal(event.started_at)
+            if refusal:
+                REFUSED.labels(refusal).inc()
+                log.error(
+                    "usage_event_refused",
+                    reason=refusal,
+                    entry_id=entry_id,
+                    request_id=event.request_id,
+                    tenant=event.tenant,
+                    started_at=event.started_at,
+                )
+                keys.append(None)
+                continue
+            item = self.line_item(event)
+            key = (item.request_id, item.day)
+            items.setdefault(key, item)
+            keys.append(key)
+        batch_id = uuid.uuid4().hex
+        daily = self.retention.daily
+        inserted, change = await self.store.commit(
+            batch_id, self._consumer, list(items.values()), lambda new: effects(new, daily)
         )
-        if not in_window:
-            PAST_WINDOW.inc()
-            log.error(
-                "usage_event_past_dedup_window",
-                entry_id=entry_id,
-                request_id=event.request_id,
-                started_at=event.started_at,
-            )
-        if applied and not self._prices.lists(deployment):
-            UNPRICED.labels(deployment).inc()
-        return bool(applied)
+        # Counted at the commit that bills them, before anything else can fail.
+        for item in inserted:
+            if not self._prices.lists(item.deployment):
+                UNPRICED.labels(item.deployment).inc()
+        acks = [entry_id for entry_id, _ in entries] + list(also_ack)
+        await self._totals.apply(batch_id, change, acks)
+        if inserted:
+            await self.store.forget(batch_id)
+        new = {(item.request_id, item.day) for item in inserted}
+        outcomes = []
+        for key in keys:
+            outcomes.append("refused" if key is None else "applied" if key in new else "duplicate")
+            new.discard(key)
+        return outcomes
+
+    async def recover(self, older_than: float = 0.0) -> int:
+        """Apply the outbox rows older than `older_than` seconds: batches committed
+        by a replica that died before Redis had them; how many."""
+
+        async def apply(batch_id: str, change: str) -> None:
+            if await self._totals.apply(batch_id, change, []):
+                log.warning("billing_batch_recovered", batch_id=batch_id)
+
+        return await self.store.claim_unapplied(older_than, apply)
 
     async def totals(self, tenant: str) -> tuple[Totals, dict[str, Totals]]:
         raw = await self._redis.hgetall(tenant_key(tenant))
@@ -218,18 +181,24 @@ class Ledger:
     async def buckets(
         self, tenant: str, start: int, end: int, size: int
     ) -> list[tuple[int, Totals]]:
-        starts = list(range(bucket_start(start, size), end, size))
-        suffix = "hour" if size == HOUR else "day"
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for s in starts:
-                pipe.hgetall(tenant_key(tenant, f":{suffix}:{s}"))
-            raws = await pipe.execute()
-        return [(s, Totals.from_hash(raw)) for s, raw in zip(starts, raws, strict=True) if raw]
+        return await self.store.buckets(tenant, start, end, size)
 
     async def line_items(
         self, tenant: str, start: float, end: float, offset: int, limit: int
     ) -> list[dict]:
-        members = await self._redis.zrangebyscore(
-            tenant_key(tenant, ":items"), start, f"({end}", start=offset, num=limit
-        )
-        return [json.loads(m) for m in members]
+        """ListLineItems' page: the proto's fields, oldest first."""
+        rows = await self.store.items(tenant, start, end, offset, limit)
+        return [
+            {
+                "request_id": r["request_id"],
+                "model": r["model"],
+                "deployment": r["deployment"],
+                "key_id": r["key_id"],
+                "time": r["started_at"],
+                "prompt_tokens": r["prompt_tokens"],
+                "cached_prompt_tokens": r["cached_prompt_tokens"],
+                "completion_tokens": r["completion_tokens"],
+                "cost_nano_usd": r["cost_nano_usd"],
+            }
+            for r in rows
+        ]

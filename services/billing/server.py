@@ -10,6 +10,8 @@ from maas_services.billing.health import ConsumerHealth, publish_health
 from maas_services.billing.retention import StreamTrimmer
 from maas_services.billing.servicer import BillingServicer
 from maas_services.billing.settings import BillingSettings
+from maas_services.billing.store.line_items import LineItemStore
+from maas_services.billing.upkeep import Upkeep
 from maas_services.common.grpc_server import GrpcService, run_until_signalled, start_server
 from maas_services.common.prices import PriceTable
 from maas_services.common.redis_client import open_redis
@@ -20,6 +22,8 @@ SERVICE_NAME = billing_pb2.DESCRIPTOR.services_by_name["Billing"].full_name
 
 async def serve(settings: BillingSettings) -> None:
     redis = open_redis(settings.redis_url)
+    # Opening connects to nothing: a database that is down fails passes, not the start.
+    store = LineItemStore(settings.billing_database_url)
     consumer = UsageConsumer(
         redis,
         settings.consumer_group,
@@ -33,6 +37,7 @@ async def serve(settings: BillingSettings) -> None:
         health=ConsumerHealth(
             settings.unready_after_seconds, settings.max_lag_seconds, settings.stuck_after_seconds
         ),
+        store=store,
     )
     # No ensure_group here: run() does it under supervision, so billing starts
     # (live, not ready) while Redis is down instead of crash-looping.
@@ -40,6 +45,7 @@ async def serve(settings: BillingSettings) -> None:
     trimming = asyncio.create_task(
         StreamTrimmer(redis, USAGE_STREAM, settings.trim_interval_seconds).run()
     )
+    upkeep = asyncio.create_task(Upkeep(consumer.ledger, settings.upkeep_interval_seconds).run())
     handle = await start_server(
         "billing",
         settings,
@@ -54,15 +60,18 @@ async def serve(settings: BillingSettings) -> None:
     publishing = asyncio.create_task(publish_health(handle, consumer.health, interval=1.0))
 
     async def stop_consuming() -> None:
-        # Each entry commits atomically, so cancelling between entries is safe.
+        # Cancelling anywhere is safe: what was committed but not acked is
+        # redelivered (inserting nothing) and its outbox row applied (ledger.py).
         consuming.cancel()
         trimming.cancel()
+        upkeep.cancel()
         publishing.cancel()
         # The publisher may have run since shutdown began; draining stays unready.
         await handle.set_serving(False)
 
     await run_until_signalled(handle, settings.shutdown_grace_seconds, on_stop=stop_consuming)
     await redis.aclose()
+    await store.close()
 
 
 def main(settings: BillingSettings) -> None:

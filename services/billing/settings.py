@@ -1,15 +1,24 @@
 from pydantic import Field
 
 from maas_services.billing.ledger import DAY, Retention
+from maas_services.billing.store.line_items import DEFAULT_DATABASE_URL
 from maas_services.common.redis_client import DEFAULT_REDIS_URL
 from maas_services.common.settings import ServiceSettings
 
 
 class BillingSettings(ServiceSettings):
     redis_url: str = Field(DEFAULT_REDIS_URL, description="Redis holding the usage stream")
+    # The flag --billing-database-url, the environment MAAS_BILLING_DATABASE_URL (the chart).
+    billing_database_url: str = Field(
+        DEFAULT_DATABASE_URL,
+        description="where line items are kept: postgresql://user:password@host/db, or "
+        "sqlite:///path (the default, embedded, for one replica)",
+    )
     consumer_group: str = "billing"
     consumer_name: str = Field("", description="unique per replica; empty = hostname-pid")
-    batch_size: int = Field(100, gt=0, description="entries read per XREADGROUP")
+    batch_size: int = Field(
+        500, gt=0, le=2000, description="entries read per XREADGROUP: one database transaction"
+    )
     block_ms: int = Field(1000, gt=0, description="how long one read waits for new entries")
     prices_file: str = Field("", description="YAML price table; empty = everything free")
     claim_idle_ms: int = Field(
@@ -44,8 +53,11 @@ class BillingSettings(ServiceSettings):
     dedup_window_days: int = Field(
         7,
         gt=0,
-        description="events that started longer ago are never billed (their dedup mark "
-        "may be gone); about 100 bytes of Redis per request for this long",
+        description="events that started longer ago are refused, never billed (at most the "
+        "line items' retention: a line item is its request's dedup key)",
+    )
+    upkeep_interval_seconds: float = Field(
+        60.0, gt=0, description="how often the outbox, partitions and retention are seen to"
     )
 
     def retention(self) -> Retention:

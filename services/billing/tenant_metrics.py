@@ -19,9 +19,19 @@ TOKENS = Counter(
 
 
 class TenantMetrics(TenantLabels):
-    def record(self, event: UsageEvent) -> None:
-        tenant = self.label(event.tenant)
-        REQUESTS.labels(tenant).inc()
-        TOKENS.labels(tenant, "prompt").inc(event.prompt_tokens)
-        TOKENS.labels(tenant, "cached_prompt").inc(event.cached_prompt_tokens)
-        TOKENS.labels(tenant, "completion").inc(event.completion_tokens)
+    def record(self, events: list[UsageEvent]) -> None:
+        """Count a batch's billed events: summed per tenant first, since a
+        labelled counter's lookup costs more than the addition."""
+        sums: dict[str, list[int]] = {}
+        for event in events:
+            s = sums.setdefault(event.tenant, [0, 0, 0, 0])
+            s[0] += 1
+            s[1] += event.prompt_tokens
+            s[2] += event.cached_prompt_tokens
+            s[3] += event.completion_tokens
+        for name, (requests, prompt, cached, completion) in sums.items():
+            tenant = self.label(name)
+            REQUESTS.labels(tenant).inc(requests)
+            TOKENS.labels(tenant, "prompt").inc(prompt)
+            TOKENS.labels(tenant, "cached_prompt").inc(cached)
+            TOKENS.labels(tenant, "completion").inc(completion)

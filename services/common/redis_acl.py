@@ -11,9 +11,10 @@ Each command below is one the user's code sends, directly or from a Lua script
 * gateway: authentication (HGETALL of keys and tenants), quota and price reads,
   the rate limiter's scripts on maas:rl:*, the balance reservations' scripts on
   maas:billing:reserved:*, XADD of usage events, PING for readiness.
-* billing: the usage stream's consumer group and trimmer, the ledger script,
-  ledger reads for the Billing API, INFO memory, the consumer's write probe and
-  its price table for the gateway (SET).
+* billing: the usage stream's consumer group and trimmer, the running-totals
+  script, reads for the Billing API, INFO memory, the consumer's write probe,
+  its price table for the gateway (SET), and SCAN + DEL of an older release's
+  line items and buckets as they move to the database (once, at start).
 * admin: `maas tenants|keys` and `maas billing` (tenants, keys, quotas,
   top-ups, usage reports, reconcile), and `maas up`'s dev key.
 * probe: PING only, for the Redis pod's own probes.
@@ -57,14 +58,11 @@ LEDGER_SCRIPT = (
     "hget",
     "hdel",
     "zrem",
-    "sadd",
+    # Applying a committed batch's running totals once (billing/running_totals.py).
     "exists",
-    "expire",
     "expireat",
     "hincrby",
     "decrby",
-    "zadd",
-    "zremrangebyscore",
     "xack",
 )
 DEFAULT_RULE = "user default off resetpass resetkeys resetchannels -@all"
@@ -121,6 +119,10 @@ USERS = (
             "set",
             "hgetall",
             "zrangebyscore",
+            # Moving an older release's line items and buckets to the database at
+            # start, then deleting them (billing/migration.py).
+            "scan",
+            "del",
             *SCRIPTS,
             *LEDGER_SCRIPT,
         ),

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from maas_services.billing.ledger import Ledger
+from maas_services.billing.store.line_items import LineItemStore
 from maas_services.common.model_files import DEFAULT_MODEL_ID
 from maas_services.common.prices import ModelPrice, PriceTable
 from maas_services.common.redis_client import open_redis
@@ -55,6 +56,7 @@ async def test_an_alias_and_its_canary_are_billed_at_their_deployments_prices(st
     redis_port = free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     canary_port, router_port, billing_port = free_port(), free_port(), free_port()
+    database_url = f"sqlite:///{tmp_path / 'billing.db'}"
     http_port = free_port()
     base = f"http://127.0.0.1:{http_port}"
 
@@ -69,7 +71,13 @@ async def test_an_alias_and_its_canary_are_billed_at_their_deployments_prices(st
     engines = [f"engine-0={stack.addresses['engine-0']}", f"canary-0=127.0.0.1:{canary_port}"]
     router = service("router", {"port": router_port, "engines": engines})
     billing = service(
-        "billing", {"port": billing_port, "redis-url": redis_url, "prices-file": prices}
+        "billing",
+        {
+            "port": billing_port,
+            "redis-url": redis_url,
+            "billing-database-url": database_url,
+            "prices-file": prices,
+        },
     )
     gateway = service(
         "gateway",
@@ -110,8 +118,9 @@ async def test_an_alias_and_its_canary_are_billed_at_their_deployments_prices(st
                 served[deployment] = reply.json()["usage"]
 
         redis = open_redis(redis_url)
+        store = LineItemStore(database_url)
         try:
-            ledger = Ledger(redis, USAGE_STREAM, "billing", PRICES)
+            ledger = Ledger(redis, USAGE_STREAM, "billing", PRICES, store=store)
             deadline = time.monotonic() + 60
             while (await ledger.totals(tenant))[0].requests < len(served):
                 assert time.monotonic() < deadline, "the requests were never billed"
@@ -119,6 +128,7 @@ async def test_an_alias_and_its_canary_are_billed_at_their_deployments_prices(st
             items = await ledger.line_items(tenant, 0, float("inf"), offset=0, limit=10)
         finally:
             await redis.aclose()
+            await store.close()
     finally:
         for process in reversed(started):
             process.stop(10)

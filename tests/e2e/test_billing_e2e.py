@@ -157,6 +157,7 @@ async def test_redis_outage_is_spooled_and_replayed_exactly(stack, tmp_path):
                     "port": free_port(),
                     "metrics-port": free_port(),
                     "redis-url": redis_url,
+                    "billing-database-url": f"sqlite:///{tmp_path / 'billing.db'}",
                     "consumer-name": "spool-test",
                 },
             ),

@@ -35,14 +35,16 @@ async def redis(redis_url):
 
 
 @pytest.fixture
-async def billing(redis):
+async def billing(redis, store):
     """A consumer in a group of its own, and the Billing service on loopback
     over the ledger it writes."""
     servers = []
 
     async def start(prices: PriceTable) -> tuple[str, UsageConsumer, billing_pb2_grpc.BillingStub]:
         group = f"g-{uuid.uuid4().hex[:6]}"
-        consumer = UsageConsumer(redis, group, "c0", batch=50, block_ms=100, prices=prices)
+        consumer = UsageConsumer(
+            redis, group, "c0", batch=50, block_ms=100, prices=prices, store=store
+        )
         server = grpc.aio.server()
         billing_pb2_grpc.add_BillingServicer_to_server(BillingServicer(consumer.ledger), server)
         port = server.add_insecure_port("127.0.0.1:0")

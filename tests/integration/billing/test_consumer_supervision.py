@@ -44,6 +44,7 @@ class Billing:
                     "port": self.port,
                     "metrics-port": self.metrics_port,
                     "redis-url": redis_url,
+                    "billing-database-url": f"sqlite:///{tmp_path / 'billing.db'}",
                     "consumer-name": "pod-a",
                     "stuck-after-seconds": STUCK_AFTER_SECONDS,
                 },

@@ -1,4 +1,4 @@
-"""Redis stays bounded under months of traffic: the stream is trimmed, the ledger expires.
+"""Redis stays flat under traffic: the stream is trimmed, line items live in the database.
 
 Each test gets a redis-server of its own: the trimmer honours every consumer
 group of the stream, so groups other tests leave on the shared one would hold
@@ -10,10 +10,12 @@ import time
 import uuid
 
 import pytest
+from prometheus_client import REGISTRY
 
 from maas_services.billing.consumer import UsageConsumer
 from maas_services.billing.ledger import DAY, HOUR, PREFIX, Ledger, Retention, bucket_start
 from maas_services.billing.retention import StreamTrimmer
+from maas_services.billing.store.partitions import day_of
 from maas_services.common.prices import PriceTable
 from maas_services.common.redis_client import open_redis
 from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
@@ -60,9 +62,9 @@ async def caught_up(redis, group: str) -> bool:
     return info["pending"] == 0 and info["last-delivered-id"] == last
 
 
-async def test_soak_keeps_the_stream_flat_and_memory_as_retention_predicts(redis):
+async def test_soak_keeps_the_stream_flat_and_redis_under_30_bytes_a_request(redis, store):
     rounds, per_round, tenants = 8, 5_000, 20
-    consumer = UsageConsumer(redis, "billing", "soak", batch=500, block_ms=50)
+    consumer = UsageConsumer(redis, "billing", "soak", batch=500, block_ms=50, store=store)
     trimmer = StreamTrimmer(redis, USAGE_STREAM, interval_seconds=5)
     await consumer.ensure_group()
     consuming = asyncio.create_task(consumer.run())
@@ -86,11 +88,12 @@ async def test_soak_keeps_the_stream_flat_and_memory_as_retention_predicts(redis
     for i in range(tenants):
         billed += (await consumer.ledger.totals(f"t{i}"))[0].requests
     assert billed == rounds * per_round
-    # What stays is what retention keeps: a line item and a dedup mark per
-    # request (about 400 bytes with these events; docs/billing.md), not the stream.
+    # Line items and dedup are in the database: Redis keeps per tenant running
+    # totals and month counters, and a mark per batch for an hour, nothing per request.
     per_request = (after - before) / billed
-    print(f"soak: {billed} events, stream {stream_bytes[-1]} B, {per_request:.0f} B/request kept")
-    assert per_request < 600
+    print(f"soak: {billed} events, stream {stream_bytes[-1]} B, {per_request:.1f} B/request kept")
+    assert per_request < 30
+    assert len(await store.items("t0", 0, time.time() + 1)) == billed // tenants
 
 
 async def test_pending_and_unread_entries_are_never_trimmed(redis):
@@ -112,51 +115,55 @@ async def test_pending_and_unread_entries_are_never_trimmed(redis):
     assert await redis.xlen(USAGE_STREAM) == 6
 
 
-async def test_ledger_keys_expire_with_the_age_of_their_data(redis):
-    keep = Retention(line_items=2 * HOUR, hourly=3 * DAY, daily=40 * DAY, dedup_window=DAY)
-    ledger = Ledger(redis, USAGE_STREAM, "billing", PriceTable(), retention=keep)
+async def test_redis_keeps_no_line_items_and_retention_drops_whole_days(redis, store):
+    keep = Retention(line_items=3 * DAY, hourly=3 * DAY, daily=40 * DAY, dedup_window=3 * DAY)
+    ledger = Ledger(redis, USAGE_STREAM, "billing", PriceTable(), retention=keep, store=store)
     await redis.xgroup_create(USAGE_STREAM, "billing", id="0", mkstream=True)
     now = time.time()
-    old, fresh = event("t", started_at=now - 3 * HOUR), event("t", started_at=now)
-    assert await ledger.apply("1-0", old)
-    assert await ledger.apply("2-0", fresh)
+    old, fresh = event("t", started_at=now - 2 * DAY), event("t", started_at=now)
+    assert await ledger.commit([("1-0", old), ("2-0", fresh)]) == ["applied", "applied"]
     finished = fresh.started_at + fresh.duration_seconds
-    hour, day = bucket_start(finished, HOUR), bucket_start(finished, DAY)
-    seen = f"{PREFIX}seen:{bucket_start(fresh.started_at, HOUR)}"
-    expected = {
-        f"{PREFIX}tenant:t:hour:{hour}": hour + HOUR + keep.hourly,
-        f"{PREFIX}tenant:t:day:{day}": day + DAY + keep.daily,
-        f"{PREFIX}tenant:t:month:{time.strftime('%Y%m', time.gmtime(finished))}": (
-            day + DAY + keep.daily
-        ),
-        seen: bucket_start(fresh.started_at, HOUR) + HOUR + keep.dedup_window,
-        f"{PREFIX}tenant:t:items": now + keep.line_items,
+    day = bucket_start(finished, DAY)
+    month = f"{PREFIX}tenant:t:month:{time.strftime('%Y%m', time.gmtime(finished))}"
+    # Redis holds the running totals, the month counter and one batch mark; no
+    # bucket, line item or dedup key.
+    keys = set(await redis.keys(f"{PREFIX}*"))
+    assert {k for k in keys if not k.startswith(f"{PREFIX}batch:")} == {
+        f"{PREFIX}tenant:t",
+        month,
     }
-    for key, expires_at in expected.items():
-        ttl = await redis.ttl(key)
-        # TTL counts from Redis's clock when read: a second or two of slack.
-        assert expires_at - time.time() - 2 <= ttl <= expires_at - now + 1, key
-    # The line item older than its retention went at the next write.
+    ttl = await redis.ttl(month)
+    assert day + DAY + keep.daily - time.time() - 2 <= ttl <= day + DAY + keep.daily - now + 1
+    assert await redis.ttl(f"{PREFIX}tenant:t") == -1  # the bill itself never expires
+    # Retention a day later than the old item's day drops its whole day.
+    await store.expire(line_items_before=now - DAY, hours_before=now - DAY, days_before=0)
     items = await ledger.line_items("t", 0, now + 1, offset=0, limit=10)
     assert [i["request_id"] for i in items] == [fresh.request_id]
-    # The running totals are the bill itself and never expire.
-    assert await redis.ttl(f"{PREFIX}tenant:t") == -1
+    if store.dialect == "postgresql":
+        async with store.engine.connect() as conn:
+            assert day_of(old.started_at) not in await store.partitions.existing(conn)
+    # The buckets outlive the line items: they are the rollups, kept on their own.
+    days = await ledger.buckets("t", int(now - 3 * DAY), int(now + 1), DAY)
+    assert sum(t.requests for _, t in days) == 2
 
 
-async def test_an_event_older_than_the_dedup_window_is_acked_and_never_billed(redis):
+async def test_an_event_outside_the_window_is_acked_and_never_billed(redis, store):
     keep = Retention(dedup_window=DAY)
-    ledger = Ledger(redis, USAGE_STREAM, "billing", PriceTable(), retention=keep)
+    ledger = Ledger(redis, USAGE_STREAM, "billing", PriceTable(), retention=keep, store=store)
     await redis.xgroup_create(USAGE_STREAM, "billing", id="0", mkstream=True)
     late = event("t", started_at=time.time() - DAY - HOUR)
-    entry = await redis.xadd(USAGE_STREAM, late.to_fields())
+    future = event("t", started_at=time.time() + 2 * DAY)
+    entries = [await redis.xadd(USAGE_STREAM, e.to_fields()) for e in (late, future)]
     await redis.xreadgroup("billing", "c0", {USAGE_STREAM: ">"})
-    assert not await ledger.apply(entry, late)
+    outcomes = await ledger.commit(list(zip(entries, (late, future), strict=True)))
+    assert outcomes == ["refused", "refused"]
     assert (await redis.xpending(USAGE_STREAM, "billing"))["pending"] == 0
     assert await redis.hgetall(f"{PREFIX}tenant:t") == {}
+    assert await store.items("t", 0, time.time() + 3 * DAY) == []
     # Within the window the same request bills once, however often it is replayed.
     recent = event("t", started_at=time.time() - DAY + HOUR)
-    assert await ledger.apply("1-0", recent)
-    assert not await ledger.apply("2-0", recent)
+    assert await ledger.commit([("1-0", recent)]) == ["applied"]
+    assert await ledger.commit([("2-0", recent), ("3-0", recent)]) == ["duplicate", "duplicate"]
     assert (await redis.hgetall(f"{PREFIX}tenant:t"))["requests"] == "1"
 
 
@@ -172,3 +179,24 @@ async def test_a_cancel_always_stops_the_trimmer(redis):
         # A hang guard, not a timing claim: a swallowed cancel runs for ever.
         done, _ = await asyncio.wait([task], timeout=30)
         assert done and task.cancelled()
+
+
+async def test_the_lag_is_the_age_of_the_oldest_entry_not_committed(redis):
+    await redis.xgroup_create(USAGE_STREAM, "billing", id="0", mkstream=True)
+    trimmer = StreamTrimmer(redis, USAGE_STREAM, interval_seconds=5)
+    await trimmer.trim_once()
+    assert REGISTRY.get_sample_value("maas_billing_lag_seconds") == 0
+    # Entries from two seconds ago, one pending (read, not acked), one unread.
+    two_ago = int((time.time() - 2) * 1000)
+    ids = [
+        await redis.xadd(USAGE_STREAM, event("t").to_fields(), id=f"{two_ago}-{i}")
+        for i in range(2)
+    ]
+    await redis.xreadgroup("billing", "c0", {USAGE_STREAM: ">"}, count=1)
+    await trimmer.trim_once()
+    assert REGISTRY.get_sample_value("maas_billing_lag_seconds") >= 2
+    await redis.xack(USAGE_STREAM, "billing", ids[0])
+    await redis.xreadgroup("billing", "c0", {USAGE_STREAM: ">"}, count=1)
+    await redis.xack(USAGE_STREAM, "billing", ids[1])
+    await trimmer.trim_once()
+    assert REGISTRY.get_sample_value("maas_billing_lag_seconds") == 0

@@ -24,7 +24,14 @@ ONE_TRY = RestartPolicy(initial_backoff=0.05, max_start_failures=1)
 async def test_billing_restarted_while_redis_is_down_is_started_not_crash_looping(tmp_path):
     address = f"127.0.0.1:{free_port()}"
     nobody = f"redis://127.0.0.1:{free_port()}/0"  # no Redis listens there
-    argv = serve_argv("billing", {"port": address.rsplit(":", 1)[1], "redis-url": nobody})
+    argv = serve_argv(
+        "billing",
+        {
+            "port": address.rsplit(":", 1)[1],
+            "redis-url": nobody,
+            "billing-database-url": f"sqlite:///{tmp_path}/billing.db",
+        },
+    )
     billing = ManagedProcess(
         "billing",
         argv,
