@@ -104,7 +104,15 @@ def pin(pid: int, cpus: set[int]) -> None:
         os.sched_setaffinity(int(thread), cpus)
 
 
-async def start_stack(procs: Processes, tokens: int) -> dict:
+async def start_stack(
+    procs: Processes,
+    tokens: int,
+    pace: tuple[float, float] = (0.02, 0.02),
+    paced_args: tuple[str, ...] = (),
+) -> dict:
+    """Redis, tokenizer, router, gateway and two stub engines: one answering at
+    once, one pausing `pace` (min, max) seconds before each token (or each burst
+    of tokens: `paced_args`, more of the stub's options)."""
     redis_port = free_port()
     redis = redis_process(procs.state, redis_port)
     redis.start()
@@ -119,7 +127,7 @@ async def start_stack(procs: Processes, tokens: int) -> dict:
     procs.start(
         "paced",
         [*stub, "--port", addr["paced"].split(":")[1], "--model-id", "stub-paced"]
-        + ["--delay", "0.02"],
+        + ["--delay", str(pace[0]), "--delay-max", str(pace[1]), *paced_args],
     )
     await wait_ready(redis, redis_url, 30)
     await asyncio.gather(

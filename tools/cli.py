@@ -137,9 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     operator.add_argument("flags", nargs=argparse.REMAINDER, help="the tool's flags")
     for admin in ("tenants", "keys"):
         sub.add_parser(admin, help=f"manage {admin} (see maas {admin} --help)", add_help=False)
-    sub.add_parser(
-        "billing", help="usage, line items, charges and reconciliation", add_help=False
-    )
+    sub.add_parser("billing", help="usage, line items, charges and reconciliation", add_help=False)
     sub.add_parser("bench", help="load-test an OpenAI-compatible server", add_help=False)
     sub.add_parser(
         "conformance", help="hold an OpenAI-compatible server to the API", add_help=False

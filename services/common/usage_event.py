@@ -24,6 +24,9 @@ class UsageEvent(BaseModel):
     started_at: float
     ttft_seconds: float = 0.0
     duration_seconds: float = 0.0
+    # Tokens prefilled again when the request migrated to another replica
+    # (docs/gateway.md "Migration"): the platform's cost, never billed.
+    migration_prefill_tokens: int = Field(0, ge=0)
     # W3C trace context of the request, so billing's span joins its trace.
     traceparent: str = ""
 

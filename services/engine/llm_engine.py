@@ -46,6 +46,7 @@ from maas_services.engine.isolation import bisect_failures
 from maas_services.engine.logprobs import token_logprob
 from maas_services.engine.model_config import ModelConfig
 from maas_services.engine.request import Request, SampleText, SeqOutput
+from maas_services.engine.resume import ResumeError, replay
 from maas_services.engine.sampler import Sampler, make_generator
 from maas_services.engine.sampling_params import SamplingParams
 from maas_services.engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
@@ -178,15 +179,19 @@ class LLMEngine:
         )
         request = Request(request_id, list(prompt_ids), params, priority, cache_salt=salt)
         request.grammar = grammar
+        try:
+            self._add_sample(request, 0, parent=None)
+        except ResumeError as exc:
+            raise RequestRejected(str(exc)) from exc
         self.requests[request_id] = request
-        self._add_sample(request, 0, parent=None)
         metrics.REQUESTS_WAITING.set(len(self.scheduler.waiting))
 
     def _add_sample(self, request: Request, index: int, parent: Sequence | None) -> Sequence:
+        resumed = request.params.resume_ids if parent is None else []
         seq = Sequence(
             request_id=request.request_id,
             index=index,
-            token_ids=list(parent.token_ids if parent else request.prompt_ids),
+            token_ids=list(parent.token_ids if parent else request.prompt_ids + resumed),
             num_prompt_tokens=len(request.prompt_ids),
             params=request.params,
             generator=make_generator(request.params.sample_seed(index)),
@@ -199,6 +204,8 @@ class LLMEngine:
             IncrementalDetokenizer(self.tokenizer, request.prompt_ids),
             StopStringMatcher(list(request.params.stop)),
         )
+        # A migrated request's delivered output (resume.py); raises ResumeError.
+        replay(text, seq.grammar, resumed)
         # Nothing below raises: abort() and _fail() only ever see samples the
         # scheduler holds.
         request.seqs.append(seq)

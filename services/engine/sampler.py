@@ -36,6 +36,34 @@ def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torc
     return generator
 
 
+def position_seed(seed: int, position: int) -> int:
+    """The seed of output position `position` of a sample seeded `seed` (splitmix64).
+
+    A seeded sample draws each token from a generator seeded by (its seed, the
+    token's position), not from one stream advanced token by token: the draw
+    for position p then depends on nothing but the seed and p, so a request
+    migrated to another replica with its first p tokens (resume.py) draws
+    position p exactly as the failed replica would have.
+    """
+    z = (seed + (position + 1) * 0x9E3779B97F4A7C15) % 2**64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    return z ^ (z >> 31)
+
+
+def draw_generator(request: SamplingRequest) -> torch.Generator:
+    """The generator the request's next token is drawn from (position_seed).
+
+    A seeded request's own generator only keeps its seed (initial_seed): each
+    draw gets a fresh one for its position. An unseeded one's stream runs on.
+    """
+    generator = request.generator
+    if request.params.seed is None:
+        return generator
+    position = position_seed(generator.initial_seed(), len(request.output_ids))
+    return torch.Generator(device=generator.device).manual_seed(position)
+
+
 class Sampler:
     def __init__(self, eos_token_ids: Sequence[int]):
         self.eos_token_ids = list(eos_token_ids)
@@ -63,7 +91,7 @@ class Sampler:
             for i, request in enumerate(requests):
                 if _samples(request):
                     probs = _probabilities(rows[i], request.params)
-                    tokens[i] = int(torch.multinomial(probs, 1, generator=request.generator))
+                    tokens[i] = int(torch.multinomial(probs, 1, generator=draw_generator(request)))
         return tokens
 
     def distribution(

@@ -54,6 +54,10 @@ class SamplingParams:
     speculative: bool = False  # opt in to speculative decoding, where the engine has it
     # Structured outputs: every sample follows this grammar (services/common/grammar/spec.py).
     grammar: GrammarSpec | None = None
+    # Output already delivered by a replica that failed (a migrated request,
+    # docs/gateway.md "Migration"): generation continues after these tokens as
+    # if this engine had sampled them (llm_engine.py replays them).
+    resume_ids: list[int] = field(default_factory=list)
 
     def sample_seed(self, index: int) -> int | None:
         """The seed of sample `index`'s random stream (see the module docstring)."""
@@ -106,6 +110,17 @@ class SamplingParams:
                 "top_logprobs",
                 0 <= self.top_logprobs <= min(MAX_TOP_LOGPROBS, vocab_size),
                 f"must be in [0, {min(MAX_TOP_LOGPROBS, vocab_size)}]",
+            ),
+            (
+                "resume_ids",
+                len(self.resume_ids) < self.max_tokens,
+                "must be fewer than max_tokens",
+            ),
+            ("resume_ids", not self.resume_ids or self.n == 1, "need n = 1"),
+            (
+                "resume_ids",
+                all(0 <= i < vocab_size for i in self.resume_ids),
+                f"must be token ids in [0, {vocab_size})",
             ),
         ]
         for name, ok, requirement in checks:

@@ -9,10 +9,20 @@ that died is UNAVAILABLE for every open stream (the worker then exits). A reques
 that enters a step is told so in initial metadata (common/engine_metadata.py),
 which is how the gateway knows whether a failed attempt may be retried.
 
+Generate sends a sample's tokens as the core makes them, except that tokens
+ready together (the stream was slower to write than the core to step: gRPC's
+flow control, a busy serving process) go in one message: the stream is read
+ahead in a task of its own (common/ready_batches.py) and what piled up while a
+message was being written goes in the next one. Nothing waits for company, so
+a reader that keeps up sees every token as soon as it is made.
+
 The Generate span (opened by the server interceptor) gets the GenAI attributes
 (common/gen_ai.py). The engine completes a prompt of tokens, whatever the
 client's endpoint was, so its operation is always text_completion.
 """
+
+import dataclasses
+from contextlib import aclosing
 
 import grpc
 from opentelemetry import trace
@@ -25,6 +35,7 @@ from maas_services.common.finish_reasons import FINISH_CODES
 from maas_services.common.grammar.proto import grammar_from_proto
 from maas_services.common.grammar.spec import GrammarError
 from maas_services.common.logging import get_logger
+from maas_services.common.ready_batches import ready_batches
 from maas_services.engine.async_engine import (
     AsyncEngine,
     CoreDied,
@@ -69,6 +80,27 @@ def sampling_from_proto(p: engine_pb2.SamplingParams, unset_max_tokens: int) -> 
         speculative=p.speculative,
         grammar=grammar_from_proto(p.grammar) if p.HasField("grammar") else None,
     )
+
+
+def merged(outputs: list[SeqOutput]) -> list[SeqOutput]:
+    """One output per sample for outputs that are ready together: its tokens,
+    text and logprobs in order, the rest (finish, running counts) from its latest."""
+    if len(outputs) == 1:
+        return outputs  # a reader that keeps up: every time
+    by_index: dict[int, SeqOutput] = {}
+    for output in outputs:
+        earlier = by_index.get(output.index)
+        by_index[output.index] = (
+            output
+            if earlier is None
+            else dataclasses.replace(
+                output,
+                token_ids=earlier.token_ids + output.token_ids,
+                text=earlier.text + output.text,
+                logprobs=earlier.logprobs + output.logprobs,
+            )
+        )
+    return list(by_index.values())
 
 
 def token_text(tokenizer, token_id: int) -> str:
@@ -170,6 +202,8 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             params = sampling_from_proto(
                 request.sampling, default_max_tokens(self._engine.info.max_model_len, len(prompt))
             )
+            # A migrated request: its delivered output (services/engine/resume.py).
+            params.resume_ids = list(request.resume_token_ids)
         except GrammarError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"grammar: {exc}")
         span = trace.get_current_span()
@@ -182,21 +216,25 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         finishes: dict[int, str] = {}
         generated: dict[int, int] = {}
         last: SeqOutput | None = None
+        outputs = self._engine.generate(
+            request.request_id,
+            prompt,
+            params,
+            request.priority,
+            request.tenant,
+            request.share_prefix_cache,
+            on_scheduled=lambda: context.send_initial_metadata(SCHEDULED),
+        )
         try:
-            async for output in self._engine.generate(
-                request.request_id,
-                prompt,
-                params,
-                request.priority,
-                request.tenant,
-                request.share_prefix_cache,
-                on_scheduled=lambda: context.send_initial_metadata(SCHEDULED),
-            ):
-                last = output
-                generated[output.index] = output.completion_tokens
-                if output.finish_reason:
-                    finishes[output.index] = output.finish_reason
-                yield response_of(output, self._tokenizer)
+            # Every token a sample has ready goes in one message (the module docstring).
+            async with aclosing(ready_batches(outputs)) as batches:
+                async for batch in batches:
+                    for output in merged(batch):
+                        last = output
+                        generated[output.index] = output.completion_tokens
+                        if output.finish_reason:
+                            finishes[output.index] = output.finish_reason
+                        yield response_of(output, self._tokenizer)
         except RequestFailed as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except EngineFailed as exc:

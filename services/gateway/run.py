@@ -27,7 +27,7 @@ when the deltas end, while the span is still open (the bill comes later).
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from opentelemetry import trace
 from opentelemetry.trace import Span
@@ -58,6 +58,8 @@ class Run:
     deltas: AsyncIterator[Delta] = field(init=False)
     # Set by close(): the response is out, the request's bill may be sent.
     _closed: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    # The completion tokens a streaming front has written to its client (delivered()).
+    _written: int | None = field(init=False, default=None)
     _stream: EngineStream | None = field(init=False, default=None)
     _ended: bool = field(init=False, default=False)
     _span: Span = field(init=False)
@@ -146,10 +148,19 @@ class Run:
         else:
             self.background.after(self._closed, self._bill())
 
+    def delivered(self, completion_tokens: int) -> None:
+        """A streaming front's running count of the completion tokens it has written
+        to its client. The fronts read ahead of their writes (common/ready_batches.py),
+        so a stream its client leaves is billed these, the tokens delivered
+        (docs/billing.md, "Requests cut short"), not the ones read and never sent."""
+        self._written = completion_tokens
+
     async def _bill(self) -> None:
         ticket = self.ticket
         tenant, request, reservation = ticket.principal.tenant, ticket.request, ticket.reservation
         tally = await self._stream.tally() if self._stream is not None else None
+        if tally is not None and not tally.finish and self._written is not None:
+            tally = replace(tally, completion_tokens=min(tally.completion_tokens, self._written))
         used = tally.prompt_tokens + tally.completion_tokens if tally is not None else 0
         settlement = self.limiter.settlement(tenant, request.request_id, used, request.n)
         if used:
@@ -180,5 +191,6 @@ class Run:
             started_at=started,
             ttft_seconds=max(0.0, tally.first_token_at - started) if tally.first_token_at else 0.0,
             duration_seconds=tally.ended_at - started,
+            migration_prefill_tokens=tally.migration_prefill_tokens,
             traceparent=current_traceparent(),
         )

@@ -32,12 +32,14 @@ from maas_services.gateway.http_api.malloc_tuning import return_large_frees
 from maas_services.gateway.http_api.routes.deps import Gateway
 from maas_services.gateway.output.output_filter import OutputFilter
 from maas_services.gateway.pipeline import Pipeline
+from maas_services.gateway.responses.store import ResponseStore, StoreLimits
 from maas_services.gateway.routing.model_catalog import ModelCatalog
 from maas_services.gateway.routing.routes_configmap import RoutesConfigMapWatch
 from maas_services.gateway.routing.routes_watcher import RoutesWatcher
 from maas_services.gateway.settings import GatewaySettings
 from maas_services.gateway.upstream.circuit_breaker import Breakers
 from maas_services.gateway.upstream.engine_client import EngineClient, Timeouts
+from maas_services.gateway.upstream.migration import MigrationPolicy
 from maas_services.gateway.upstream.prompt_encoder import PromptEncoder
 from maas_services.gateway.upstream.upstreams import Upstreams
 from maas_services.gateway.usage.usage_emitter import UsageEmitter
@@ -62,6 +64,7 @@ def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, route
         breakers,
         settings.max_attempts,
         background,
+        MigrationPolicy(settings.max_migrations, settings.hold_timeout_seconds),
     )
     # A concurrency lease outlives any request: hold, queue wait plus the whole request.
     lease = (
@@ -156,6 +159,9 @@ async def run_gateway(settings: GatewaySettings) -> None:
     # One byte budget for both fronts: a tenant's bodies and messages count together.
     budget = BodyBudget(BudgetLimits.from_settings(settings))
     handle = await start_grpc_front(settings, pipeline, auth, budget)
+    responses = await ResponseStore.open(
+        settings.responses_database_url, StoreLimits.from_settings(settings)
+    )
     gateway = Gateway(
         pipeline,
         auth,
@@ -164,6 +170,7 @@ async def run_gateway(settings: GatewaySettings) -> None:
         billing,
         settings.body_timeout_seconds,
         budget,
+        responses,
     )
     http = http_server(settings, gateway)
     http_task = asyncio.create_task(http.serve())
@@ -178,6 +185,7 @@ async def run_gateway(settings: GatewaySettings) -> None:
     await pipeline.hold.close()
     await pipeline.background.wait()
     await pipeline.usage.stop()
+    await responses.close()
     await upstreams.close()
     await redis.aclose()
     log.info("shutdown_complete")

@@ -66,6 +66,13 @@ class GatewaySettings(ServiceSettings):
     max_attempts: int = Field(
         3, ge=1, description="engine replicas tried per request, while no token was sent"
     )
+    max_migrations: int = Field(
+        2,
+        ge=0,
+        description="times one request may be resumed on another replica after its engine"
+        " failed under it (0: a failed engine ends its streams); the wait for a replica is"
+        " hold_timeout_seconds",
+    )
     breaker_failures: int = Field(3, ge=1, description="failures in a row that open a breaker")
     breaker_cooldown_seconds: float = Field(
         5.0, gt=0, description="how long an open breaker keeps an endpoint out"
@@ -134,6 +141,24 @@ class GatewaySettings(ServiceSettings):
     )
     blocked_terms_action: Literal["mask", "stop"] = Field(
         "mask", description="mask: replace with *; stop: end with finish_reason content_filter"
+    )
+
+    # /v1/responses: stored responses (services/gateway/responses/store.py, docs/responses.md).
+    responses_database_url: str = Field(
+        "sqlite+aiosqlite:///.maas/responses.db",
+        description="SQLAlchemy async URL of the stored responses; several gateway replicas"
+        " need one shared database (postgresql+asyncpg://...)",
+    )
+    responses_max_per_tenant: int = Field(
+        10_000, ge=1, description="stored responses kept per tenant; the oldest go first"
+    )
+    responses_max_bytes_per_tenant: int = Field(
+        64 * 1024 * 1024,
+        ge=1,
+        description="bytes of stored responses kept per tenant; the oldest go first",
+    )
+    responses_ttl_seconds: float = Field(
+        30 * 24 * 3600.0, gt=0, description="how long a stored response is kept"
     )
 
     # Metrics.

@@ -78,8 +78,19 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         return router_pb2.PickResponse(endpoint_id=chosen.endpoint_id, address=chosen.address)
 
     async def Release(self, request, context):
-        # A gateway older than the one-way request path still sends it; the
-        # engine's load reports end picks now (endpoints.py).
+        # A gateway older than the one-way request path still sends it at each
+        # request's end, ignored: the engine's load reports end picks now
+        # (endpoints.py). success=false is a gateway's word that the replica
+        # failed under a request (a broken stream it migrates): out of picking
+        # now, until its next load report answers (engine_link.py).
+        endpoint = self._pool.endpoints.get(request.endpoint_id)
+        if not request.success and endpoint is not None and endpoint.reachable:
+            log.warning(
+                "engine_failed_under_request",
+                endpoint=endpoint.endpoint_id,
+                request_id=request.request_id,
+            )
+            endpoint.reachable = False
         return router_pb2.ReleaseResponse()
 
     async def GetPoolStats(self, request, context):

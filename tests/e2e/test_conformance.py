@@ -92,12 +92,6 @@ async def test_maas_passes_every_check_it_offers(stack, tmp_path):
         assert checks[offered]["outcome"] == "pass", checks[offered]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the engine stops an abandoned request, but maas_engine_requests_running is "
-    "set only at the end of a step: after an abort leaves the engine idle it keeps its "
-    "last value (services/engine/metrics.record_load)",
-)
 def test_a_client_gone_mid_stream_is_no_longer_counted_as_running(stack, tmp_path):
     _, checks = suite(
         stack,

@@ -178,8 +178,13 @@ class Stack:
             engines.append(f"{name}={self.addresses[name]}")
         # A vLLM server is ready on /health; its engine waits for it too.
         stage += [(p, p.probe) for p in self.processes if p.name in self.vllm_urls]
+        # Line items in the state folder's SQLite, where `maas billing` finds them.
+        database = f"sqlite:///{(cfg.state_dir / 'billing.db').resolve()}"
         billing, billing_addr = self._service(
-            "billing", "billing", {"consumer-name": "billing-0"}, env=redis_env("billing")
+            "billing",
+            "billing",
+            {"consumer-name": "billing-0"},
+            env={**redis_env("billing"), "MAAS_BILLING_DATABASE_URL": database},
         )
         # Ready once its consumer keeps up; restarted, alive is enough (Redis may be down).
         billing.restart_probe = f"{billing_addr}/{LIVENESS_SERVICE}"
@@ -207,6 +212,10 @@ class Stack:
                     "routes-file": cfg.routes_file or cfg.state_dir / "routes.yaml",
                     "billing-address": self.addresses["billing"],
                     "usage-spool-dir": cfg.state_dir / "spool",
+                    # Stored responses beside billing's line items, in the state folder.
+                    "responses-database-url": (
+                        f"sqlite:///{(cfg.state_dir / 'responses.db').resolve()}"
+                    ),
                 },
             ),
             f"{self.gateway_url}/readyz",

@@ -189,6 +189,10 @@ class EngineCore:
         batch.load = protocol.Load(
             len(scheduler.running), len(scheduler.waiting), self.engine.blocks.usage
         )
+        # The gauges follow every flush, not only steps: an abort that leaves
+        # the engine idle must show it idle (no step runs after it).
+        load = batch.load
+        metrics.record_load(load.running, load.waiting, load.kv_cache_usage)
         now = time.monotonic()
         idle = not self.engine.has_work
         if idle or now - self._metrics_sent >= METRICS_INTERVAL_SECONDS:

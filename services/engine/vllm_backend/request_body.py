@@ -5,6 +5,17 @@ hashed and the gateway bills. Every proto field that is zero means "unset"
 (services/engine/servicer.py's sampling_from_proto), so each one is mapped
 onto vLLM's value for "off" explicitly: vLLM's own defaults differ (an unset
 temperature is 1.0 there, an unset max_tokens 16).
+
+A migrated request (resume_token_ids, docs/gateway.md "Migration") is sent as
+a completion of the prompt followed by its delivered tokens, for what is left
+of max_tokens and min_tokens. vLLM has no way to take tokens as already
+generated, so the guarantee is weaker than the native engine's: the result is
+a valid continuation, the same tokens only for a greedy request (a seeded one
+draws a new sequence from its seed; penalties count only the new output). A
+request vLLM cannot continue correctly at all is refused (ResumeRefused): one
+with a grammar (vLLM would start the grammar over in the middle of its output)
+or stop strings (the failed replica's text held back for a possible stop, and
+a stop split by the cut, would be lost).
 """
 
 import json
@@ -29,17 +40,28 @@ def structured_outputs(spec: GrammarSpec) -> dict:
     return {"grammar": spec.text}
 
 
+class ResumeRefused(ValueError):
+    """This backend cannot continue the migrated request; the message says why."""
+
+
 def completion_body(
     request: engine_pb2.GenerateRequest, served_model: str, max_model_len: int, cache_salt: str
 ) -> dict:
     """`cache_salt` is what vLLM is given for the request's salt (cache_salt.py).
 
-    Raises GrammarError (a ValueError) for a grammar that cannot be used."""
+    Raises GrammarError (a ValueError) for a grammar that cannot be used, and
+    ResumeRefused for a migrated request vLLM cannot continue (module docstring)."""
     p = request.sampling
     prompt = list(request.prompt_token_ids)
+    resumed = len(request.resume_token_ids)
+    if resumed and (p.HasField("grammar") or p.stop):
+        raise ResumeRefused("the vLLM backend does not resume a request with a grammar or stops")
+    max_tokens = p.max_tokens or default_max_tokens(max_model_len, len(prompt))
+    if resumed >= max_tokens:
+        raise ResumeRefused(f"{resumed} resume tokens leave nothing of max_tokens {max_tokens}")
     body = {
         "model": served_model,
-        "prompt": prompt,
+        "prompt": prompt + list(request.resume_token_ids),
         "stream": True,
         "stream_options": {"include_usage": True},
         # Token ids of every delta, and logprob tokens as "token_id:N", so no
@@ -56,8 +78,8 @@ def completion_body(
         "frequency_penalty": p.frequency_penalty,
         "stop": list(p.stop),
         "stop_token_ids": list(p.stop_token_ids),
-        "max_tokens": p.max_tokens or default_max_tokens(max_model_len, len(prompt)),
-        "min_tokens": p.min_tokens,
+        "max_tokens": max_tokens - resumed,
+        "min_tokens": max(p.min_tokens - resumed, 0),
         "ignore_eos": p.ignore_eos,
         "n": p.n or 1,
     }

@@ -40,7 +40,7 @@ from maas_services.engine.vllm_backend.completion_stream import (
 )
 from maas_services.engine.vllm_backend.kv_subscriber import KvSubscriber
 from maas_services.engine.vllm_backend.load import LoadCache
-from maas_services.engine.vllm_backend.request_body import completion_body
+from maas_services.engine.vllm_backend.request_body import ResumeRefused, completion_body
 
 log = get_logger(__name__)
 
@@ -101,6 +101,8 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
             )
         except GrammarError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"grammar: {exc}")
+        except ResumeRefused as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         stream = CompletionStream(
             request.request_id, len(request.prompt_token_ids), request.sampling.top_logprobs
         )

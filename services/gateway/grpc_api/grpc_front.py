@@ -27,7 +27,7 @@ with its bound:
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 
 import grpc
@@ -38,9 +38,11 @@ from maas.v1 import common_pb2, gateway_pb2
 from maas_services.common.chat_messages import message_dict
 from maas_services.common.finish_reasons import FINISH_CODES
 from maas_services.common.grpc_server import GrpcService, ServerHandle, start_server
+from maas_services.common.ready_batches import prepend, ready_batches
 from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.body_budget import BodyBudget, BudgetLimits
 from maas_services.gateway.admission.tenants import Principal
+from maas_services.gateway.delta import Delta, merged
 from maas_services.gateway.errors import APIError
 from maas_services.gateway.grpc_api.grpc_chat import (
     FieldError,
@@ -239,36 +241,45 @@ class GatewayServicer:
             tool_mode=parsed.tool_mode,
             tool_format=run.ticket.prompt.tool_format,
         )
-        delta = first
-        while True:
-            if delta.finish_reason == "error":
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "the model stopped mid-stream")
-            choice = shape.chunk_choice(delta)
-            body = choice["delta"] if shape.chat else choice
-            screen_calls(self._pipeline.output_filter, choice, body)
-            finish = choice["finish_reason"]
-            chunk = gateway_pb2.CompletionChunk(
-                id=parsed.request_id,
-                model=parsed.model,
-                text=body.get("content", "") if shape.chat else body["text"],
-                tool_calls=call_deltas(body.get("tool_calls", [])),
-            )
-            if finish:
-                chunk.finish_reason = FINISH_CODES.get(finish, 0)
-                chunk.usage.CopyFrom(
-                    common_pb2.Usage(
-                        prompt_tokens=delta.prompt_tokens,
-                        completion_tokens=delta.completion_tokens,
-                        cached_prompt_tokens=delta.cached_prompt_tokens,
-                    )
+        # As over HTTP (http_stream.py): what is ready together goes in one chunk.
+        async with aclosing(ready_batches(prepend(first, deltas))) as batches:
+            async for batch in batches:
+                for delta in merged(batch):
+                    if delta.finish_reason == "error":
+                        await context.abort(
+                            grpc.StatusCode.UNAVAILABLE, "the model stopped mid-stream"
+                        )
+                    chunk, finished = self._chunk(shape, parsed, delta)
+                    yield chunk
+                    run.delivered(delta.completion_tokens)
+                    if finished:
+                        # One choice: it has ended (leaving the run stops the engine).
+                        return
+
+    def _chunk(
+        self, shape: ResponseShape, parsed: ParsedRequest, delta: Delta
+    ) -> tuple[gateway_pb2.CompletionChunk, bool]:
+        """The delta's chunk, and whether it ends the choice."""
+        choice = shape.chunk_choice(delta)
+        body = choice["delta"] if shape.chat else choice
+        screen_calls(self._pipeline.output_filter, choice, body)
+        finish = choice["finish_reason"]
+        chunk = gateway_pb2.CompletionChunk(
+            id=parsed.request_id,
+            model=parsed.model,
+            text=body.get("content", "") if shape.chat else body["text"],
+            tool_calls=call_deltas(body.get("tool_calls", [])),
+        )
+        if finish:
+            chunk.finish_reason = FINISH_CODES.get(finish, 0)
+            chunk.usage.CopyFrom(
+                common_pb2.Usage(
+                    prompt_tokens=delta.prompt_tokens,
+                    completion_tokens=delta.completion_tokens,
+                    cached_prompt_tokens=delta.cached_prompt_tokens,
                 )
-            yield chunk
-            if finish:
-                # One choice: it has ended (leaving the run stops the engine).
-                return
-            delta = await anext(deltas, None)
-            if delta is None:
-                return
+            )
+        return chunk, bool(finish)
 
     async def list_models(self, principal, context):
         try:

@@ -20,7 +20,7 @@ from maas_services.gateway.errors import APIError
 from maas_services.gateway.http_api.http_metrics import RESPONSES
 from maas_services.gateway.http_api.refusal import refuse
 
-COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 
 
 class AuthGate:

@@ -2,7 +2,8 @@
 
 The routes live in routes/, one module per OpenAI route family:
 chat (POST /v1/chat/completions), completions (POST /v1/completions), models
-(GET /v1/models), usage (GET /v1/usage), health (/healthz, /health, /readyz).
+(GET /v1/models), usage (GET /v1/usage), responses (POST /v1/responses, GET and
+DELETE /v1/responses/{id}), health (/healthz, /health, /readyz).
 
 Nothing here tells an unauthenticated caller more than it must: POST keys are
 checked before the body is read (auth_gate.py), the body is read within the
@@ -21,8 +22,15 @@ from maas_services.gateway.admission.body_budget import BodyBudget, BudgetLimits
 from maas_services.gateway.errors import APIError
 from maas_services.gateway.http_api.auth_gate import AuthGate
 from maas_services.gateway.http_api.body_guard import BodyGuard
-from maas_services.gateway.http_api.http_metrics import RESPONSES
-from maas_services.gateway.http_api.routes import chat, completions, health, models, usage
+from maas_services.gateway.http_api.http_metrics import RESPONSES, route_label
+from maas_services.gateway.http_api.routes import (
+    chat,
+    completions,
+    health,
+    models,
+    responses,
+    usage,
+)
 from maas_services.gateway.http_api.routes.deps import Gateway
 from maas_services.gateway.http_api.tracing_middleware import TracingMiddleware
 from maas_services.gateway.settings import GatewaySettings
@@ -53,12 +61,12 @@ def validation_error(exc: RequestValidationError) -> APIError:
 
 
 async def _api_error(request: Request, exc: APIError):
-    RESPONSES.labels(request.url.path, exc.status).inc()
+    RESPONSES.labels(route_label(request), exc.status).inc()
     return error_response(exc)
 
 
 async def _invalid(request: Request, exc: RequestValidationError):
-    RESPONSES.labels(request.url.path, 400).inc()
+    RESPONSES.labels(route_label(request), 400).inc()
     return error_response(validation_error(exc))
 
 
@@ -71,7 +79,7 @@ async def _http(request: Request, exc: HTTPException):
 async def _bug(request: Request, exc: Exception):
     # A bug of ours; the client still gets an OpenAI error body.
     log.exception("unhandled_error", path=request.url.path)
-    RESPONSES.labels(request.url.path, 500).inc()
+    RESPONSES.labels(route_label(request), 500).inc()
     return error_response(APIError(500, "internal error", type="api_error", code="internal_error"))
 
 
@@ -105,6 +113,6 @@ def create_app(gw: Gateway) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _http)
     app.add_exception_handler(Exception, _bug)
-    for family in (health, models, usage, chat, completions):
+    for family in (health, models, usage, chat, completions, responses):
         app.include_router(family.router)
     return app

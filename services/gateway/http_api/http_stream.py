@@ -6,8 +6,15 @@ last byte is sent (the stream's end, or the JSON response's background task),
 or at once on a path that sends nothing more of it.
 
 Everything here runs in the task uvicorn gives the request, the SSE stream
-included (EventStream); a client that leaves cancels that task's work
-through its connection's watch (disconnect.py).
+included (EventStream), but the read-ahead of its deltas (below); a client
+that leaves cancels that task's work through its connection's watch
+(disconnect.py).
+
+A stream writes what is ready together as one write: the deltas that arrived
+while the last write was going out (a client slow to read, a busy event loop)
+are read ahead (common/ready_batches.py) and merged, one chunk per choice with
+all their text and one logprobs entry per token, as OpenAI's own chunks hold
+several tokens; a client that keeps up gets each delta as it comes.
 
 Tool calls pass the output filter once read (openai_format.screen_calls): a
 blocked call ends its choice with finish_reason "content_filter", as blocked
@@ -15,6 +22,7 @@ text does in the run (run.py); the stream ends when every choice has.
 """
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import msgspec
 from fastapi import Request
@@ -22,7 +30,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.types import Receive, Scope, Send
 
-from maas_services.gateway.delta import Delta
+from maas_services.common.ready_batches import prepend, ready_batches
+from maas_services.gateway.delta import Delta, merged
 from maas_services.gateway.errors import APIError
 from maas_services.gateway.http_api.disconnect import ClientGoneError, cancelled_if_gone
 from maas_services.gateway.http_api.http_metrics import RESPONSES
@@ -99,12 +108,6 @@ def gone(route: str) -> Response:
     return Response(status_code=CLIENT_CLOSED)
 
 
-async def prepend(first: Delta, rest: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
-    yield first
-    async for delta in rest:
-        yield delta
-
-
 async def collect(
     shape: ResponseShape,
     first: Delta,
@@ -155,29 +158,38 @@ async def _answer(
 
     async def events():
         last, blocked = first, set()
+        frames = (
+            [sse(shape.role_chunk(index, body.include_usage)) for index in range(body.n)]
+            if shape.chat
+            else []
+        )
         # Left after the last frame was sent, or when the client left.
-        async with run:
-            if shape.chat:
-                for index in range(body.n):
-                    yield sse(shape.role_chunk(index, body.include_usage))
-            async for delta in prepend(first, deltas):
-                last = delta
-                if delta.finish_reason == "error":
-                    yield sse(STREAM_BROKEN.body())
-                    return
-                if delta.index in blocked:
-                    continue
-                chunk = shape.chunk(delta, body.include_usage)
-                choice = chunk["choices"][0]
-                if screen_calls(output_filter, choice, choice.get("delta", {})):
-                    blocked.add(delta.index)
-                yield sse(chunk)
+        async with run, aclosing(ready_batches(prepend(first, deltas))) as batches:
+            async for batch in batches:
+                # The latest delta's running totals are the usage chunk's.
+                last = batch[-1]
+                for delta in merged(batch):
+                    if delta.finish_reason == "error":
+                        yield b"".join(frames) + sse(STREAM_BROKEN.body())
+                        return
+                    if delta.index in blocked:
+                        continue
+                    chunk = shape.chunk(delta, body.include_usage)
+                    choice = chunk["choices"][0]
+                    if screen_calls(output_filter, choice, choice.get("delta", {})):
+                        blocked.add(delta.index)
+                    frames.append(sse(chunk))
+                if frames:
+                    # One write for everything that was ready together.
+                    yield b"".join(frames)
+                    frames = []
+                    run.delivered(last.completion_tokens)
                 if len(blocked) == body.n:
                     # Leaving the run closes the deltas: the engine's work stops.
                     break
             if body.include_usage:
-                yield sse(shape.usage_chunk(last))
-            yield DONE
+                frames.append(sse(shape.usage_chunk(last)))
+            yield b"".join(frames) + DONE
 
     RESPONSES.labels(route, 200).inc()
     return EventStream(events(), media_type="text/event-stream", headers=headers)

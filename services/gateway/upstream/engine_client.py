@@ -7,11 +7,15 @@ says the replica is at fault (RETRYABLE) and the request never reached an
 engine step: the engine says when it schedules a request, in initial
 metadata (common/engine_metadata.py). A request that reached a step may be
 what broke it, so it is not sent on to break another replica; one that was
-refused, queued, or never delivered cannot be. After the first token a
-broken stream ends with finish_reason "error". The client bills nothing:
+refused, queued, or never delivered cannot be. An engine that fails under a
+request (before or after its first token) is migrated instead, within its
+limit: resumed on another replica with the tokens already delivered
+(migration.py); a broken stream that cannot migrate ends with finish_reason
+"error". The router is told of such a failure at once (Release with success
+false), so it stops picking the replica before its own poll would. The client bills nothing:
 each request's EngineStream ends with a Tally of what the engine computed and
 delivered, which the request's Run (run.py) bills. The router is not told of
-the end: its pick counts until the replica's next load report (router/endpoints.py).
+a request's end: its pick counts until the replica's next load report (router/endpoints.py).
 
 A request cut short before its first token is not free: its prompt may be
 most of the work. Whatever cut it (the client gone, the first-token timeout),
@@ -41,6 +45,15 @@ from maas_services.gateway.delta import Delta
 from maas_services.gateway.errors import APIError, from_upstream
 from maas_services.gateway.ticket import Ticket
 from maas_services.gateway.upstream.circuit_breaker import Breakers
+from maas_services.gateway.upstream.migration import (
+    MIGRATABLE,
+    MIGRATIONS,
+    NO_REPLICA,
+    RESUME_FAILED,
+    RESUMED,
+    MigrationPolicy,
+    Migrations,
+)
 from maas_services.gateway.upstream.upstreams import Upstreams
 
 log = get_logger(__name__)
@@ -60,6 +73,8 @@ BREAKING = RETRYABLE - {grpc.StatusCode.RESOURCE_EXHAUSTED}
 # For the Abort of a request whose client left, and the engine's report after
 # it: at most a model step away.
 ABORT_SECONDS = 10.0
+# Waiting for a replica to migrate to: the first and the longest pause between Picks.
+HOLD_POLL_SECONDS = (0.05, 1.0)
 
 
 @dataclass
@@ -67,7 +82,8 @@ class Tally:
     """What an engine stream computed and delivered: what its request is billed.
 
     `endpoint` is the replica the request ended on; the times are wall-clock
-    seconds (0.0: no token was delivered).
+    seconds (0.0: no token was delivered). `migration_prefill_tokens`: what
+    its migrations sent again to be prefilled, the platform's cost (migration.py).
     """
 
     prompt_tokens: int
@@ -78,6 +94,7 @@ class Tally:
     finish: str = ""
     first_token_at: float = 0.0
     ended_at: float = 0.0
+    migration_prefill_tokens: int = 0
 
     def add(self, response: engine_pb2.GenerateResponse) -> None:
         self.completion_tokens += len(response.token_ids)
@@ -161,12 +178,14 @@ class EngineClient:
         breakers: Breakers,
         max_attempts: int,
         background: Background,
+        migration: MigrationPolicy,
     ):
         self._up = upstreams
         self._timeouts = timeouts
         self._breakers = breakers
         self._max_attempts = max_attempts
         self._background = background
+        self._migration = migration
 
     def open(self, ticket: Ticket) -> EngineStream:
         """The request's engine stream; nothing is sent before its deltas are read."""
@@ -179,8 +198,10 @@ class EngineClient:
         finish_reason is "error"; what was generated is still tallied.
         """
         started = time.time()
-        pick, call, first = await self._first_message(ticket, stream, started)
-        deltas = self._stream(ticket, stream, pick, call, first, started)
+        deadline = time.monotonic() + self._timeouts.total
+        migrations = Migrations(self._migration)
+        pick, call, first = await self._first_message(ticket, stream, started, deadline, migrations)
+        deltas = self._stream(ticket, stream, pick, call, first, started, deadline, migrations)
         try:
             async for delta in deltas:
                 yield delta
@@ -188,22 +209,45 @@ class EngineClient:
             # Now, not when the collector finds it: its end is the tally.
             await deltas.aclose()
 
-    async def _first_message(self, ticket: Ticket, stream: EngineStream, started: float):
+    async def _first_message(
+        self,
+        ticket: Ticket,
+        stream: EngineStream,
+        started: float,
+        deadline: float,
+        migrations: Migrations,
+    ):
         """(pick, call, first message) of the first attempt that answers; the
         client's error when none does, with the report of the prefill of the
-        attempt the request ended with (module docstring)."""
-        deadline = time.monotonic() + self._timeouts.total
+        attempt the request ended with (module docstring). An attempt that
+        failed in a step is migrated (with nothing to resume) within the limit."""
         tried: list[str] = []
         failure: EngineFailedError | None = None
+        attempts, migrating = 0, False
         try:
-            for _ in range(self._max_attempts):
-                pick = await self._pick(ticket, tried, failure)
+            while True:
+                if not migrating:
+                    pick = await self._pick(ticket, tried, failure)
+                else:
+                    pick = await self._migration_pick(ticket, tried, failure, deadline)
+                    if pick is None:
+                        raise failure.error
+                    migrations.started(len(ticket.prompt.token_ids), 0)
+                attempts += 1
                 try:
-                    return pick, *await self._start(ticket, stream, pick, deadline, started)
+                    answer = await self._start(ticket, stream, pick, deadline, started)
+                    if migrating:
+                        MIGRATIONS.labels(RESUMED).inc()
+                    return pick, *answer
                 except EngineFailedError as exc:
                     tried.append(pick.endpoint_id)
                     failure = exc
-                    if not exc.retryable:
+                    if exc.code in MIGRATABLE:
+                        self._tell_router(ticket, pick)
+                    if exc.retryable and attempts < self._max_attempts:
+                        continue
+                    migrating = exc.scheduled and exc.code in MIGRATABLE
+                    if not migrating or not self._may_migrate(ticket, migrations, exc.code):
                         break
             raise failure.error
         except BaseException:
@@ -219,9 +263,11 @@ class EngineClient:
         pick: router_pb2.PickResponse,
         deadline: float,
         started: float,
+        resume: list[int] | None = None,
     ):
         """Open the engine stream and wait for its first message (connect and
-        first-token timeouts); a failure is charged to the endpoint's breaker."""
+        first-token timeouts); a failure is charged to the endpoint's breaker.
+        `resume`: a migrated request's delivered tokens (migration.py)."""
         self._breakers.begin(pick.endpoint_id)
         call = reading = None
         try:
@@ -235,6 +281,7 @@ class EngineClient:
                     priority=ticket.route.tier.priority,
                     tenant=ticket.principal.tenant.name,
                     share_prefix_cache=ticket.route.share_prefix_cache,
+                    resume_token_ids=resume,
                 ),
                 timeout=max(deadline - time.monotonic(), 0.001),
             )
@@ -276,10 +323,13 @@ class EngineClient:
             raise
         except BaseException:
             # The client went away while we waited: not the engine's fault.
-            if reading is not None:
+            if reading is not None and resume is None:
                 stream.reported(
                     self._background.run(self._abandon(ticket, pick, call, reading, started))
                 )
+            elif call is not None:
+                # A resume's prefill is the platform's: its tally is the stream's.
+                call.cancel()
             raise
         self._breakers.succeeded(pick.endpoint_id)
         return call, first
@@ -297,13 +347,26 @@ class EngineClient:
         )
 
     async def _stream(
-        self, ticket: Ticket, stream: EngineStream, pick, call, first, started: float
+        self,
+        ticket: Ticket,
+        stream: EngineStream,
+        pick,
+        call,
+        first,
+        started: float,
+        deadline: float,
+        migrations: Migrations,
     ) -> AsyncIterator[Delta]:
+        """The engine's messages as deltas; a broken stream migrates (migration.py)
+        and goes on from the new replica's first message, or ends with "error"."""
         tally = Tally(len(ticket.prompt.token_ids), pick.endpoint_id, started)
+        # Every token id the client has been sent: what a migration resumes from.
+        delivered: list[int] = []
         response = first
         try:
             while response is not grpc.aio.EOF:
                 tally.add(response)
+                delivered.extend(response.token_ids)
                 yield Delta(
                     text=response.text,
                     index=response.index,
@@ -314,25 +377,123 @@ class EngineClient:
                     # The message's own container: no copy per token.
                     logprobs=response.logprobs,
                 )
-                response = await call.read()
-        except grpc.aio.AioRpcError as exc:
-            tally.finish = "error"
-            log.warning(
-                "engine_stream_broken", request_id=ticket.request.request_id, code=exc.code().name
-            )
-            yield Delta(
-                text="",
-                finish_reason="error",
-                prompt_tokens=tally.prompt_tokens,
-                completion_tokens=tally.completion_tokens,
-                cached_prompt_tokens=tally.cached_prompt_tokens,
-            )
+                try:
+                    response = await call.read()
+                except grpc.aio.AioRpcError as exc:
+                    log.warning(
+                        "engine_stream_broken",
+                        request_id=ticket.request.request_id,
+                        endpoint=pick.endpoint_id,
+                        code=exc.code().name,
+                    )
+                    call.cancel()
+                    resumed = await self._migrate(
+                        ticket, stream, pick, exc.code(), delivered, started, deadline, migrations
+                    )
+                    tally.migration_prefill_tokens = migrations.prefill_tokens
+                    if resumed is None:
+                        tally.finish = "error"
+                        yield Delta(
+                            text="",
+                            finish_reason="error",
+                            prompt_tokens=tally.prompt_tokens,
+                            completion_tokens=tally.completion_tokens,
+                            cached_prompt_tokens=tally.cached_prompt_tokens,
+                        )
+                        return
+                    pick, call, response = resumed
+                    tally.endpoint = pick.endpoint_id
         finally:
             # First thing on a client disconnect: the engine frees the
             # request's KV blocks as soon as it sees the cancellation.
             call.cancel()
+            tally.migration_prefill_tokens = migrations.prefill_tokens
             tally.ended_at = time.time()
             stream.ended(tally)
+
+    async def _migrate(
+        self,
+        ticket: Ticket,
+        stream: EngineStream,
+        failed,
+        code: grpc.StatusCode,
+        delivered: list[int],
+        started: float,
+        deadline: float,
+        migrations: Migrations,
+    ):
+        """Resume a request whose engine failed mid-stream on another replica:
+        (pick, call, first message), or None when it cannot (migration.py)."""
+        if code in MIGRATABLE:
+            self._failed(ticket, failed, None, code)  # the replica's breaker counts it
+        tried = [failed.endpoint_id]
+        while True:
+            if code in MIGRATABLE:
+                self._tell_router(ticket, failed)
+            if not self._may_migrate(ticket, migrations, code):
+                return None
+            pick = await self._migration_pick(ticket, tried, None, deadline)
+            if pick is None:
+                return None
+            migrations.started(len(ticket.prompt.token_ids), len(delivered))
+            try:
+                call, first = await self._start(
+                    ticket, stream, pick, deadline, started, resume=list(delivered)
+                )
+            except EngineFailedError as exc:
+                tried.append(pick.endpoint_id)
+                failed, code = pick, exc.code
+                if code not in MIGRATABLE:
+                    MIGRATIONS.labels(RESUME_FAILED).inc()
+                    return None
+                continue
+            MIGRATIONS.labels(RESUMED).inc()
+            log.info(
+                "request_migrated",
+                request_id=ticket.request.request_id,
+                endpoint=pick.endpoint_id,
+                resumed_tokens=len(delivered),
+                migrations=migrations.count,
+            )
+            return pick, call, first
+
+    async def _migration_pick(
+        self, ticket: Ticket, tried: list[str], failure, deadline: float
+    ) -> router_pb2.PickResponse | None:
+        """Another replica for a migration, waiting up to the hold's timeout for
+        one; None (counted) when none comes."""
+        try:
+            return await self._pick(ticket, tried, failure, self._migration.hold_seconds, deadline)
+        except APIError:
+            MIGRATIONS.labels(NO_REPLICA).inc()
+            log.warning("migration_no_replica", request_id=ticket.request.request_id)
+            return None
+
+    def _may_migrate(self, ticket: Ticket, migrations: Migrations, code) -> bool:
+        """Whether a failure with `code` may migrate; a refusal is counted."""
+        why = migrations.refusal(code, ticket.request.n)
+        if why is None:
+            return True
+        MIGRATIONS.labels(why).inc()
+        return False
+
+    def _tell_router(self, ticket: Ticket, failed) -> None:
+        """The router stops picking the replica now, not at its next poll."""
+
+        async def tell() -> None:
+            try:
+                await self._up.router.Release(
+                    router_pb2.ReleaseRequest(
+                        request_id=ticket.request.request_id,
+                        endpoint_id=failed.endpoint_id,
+                        success=False,
+                    ),
+                    timeout=2,
+                )
+            except grpc.aio.AioRpcError as exc:
+                log.warning("router_not_told", endpoint=failed.endpoint_id, code=exc.code().name)
+
+        self._background.run(tell())
 
     async def _abandon(
         self, ticket: Ticket, pick, call, reading: asyncio.Future, started: float
@@ -375,21 +536,35 @@ class EngineClient:
         return tally
 
     async def _pick(
-        self, ticket: Ticket, tried: list[str], failure: EngineFailedError | None
+        self,
+        ticket: Ticket,
+        tried: list[str],
+        failure: EngineFailedError | None,
+        hold: float = 0.0,
+        deadline: float = 0.0,
     ) -> router_pb2.PickResponse:
-        request = router_pb2.PickRequest(
-            request_id=ticket.request.request_id,
-            model=ticket.route.deployment,
-            token_ids=ticket.prompt.token_ids,
-            tenant=ticket.principal.tenant.name,
-            session_id=ticket.request.session_id,
-            exclude_endpoint_ids=sorted({*tried, *self._breakers.blocked()}),
-            share_prefix_cache=ticket.route.share_prefix_cache,
-        )
-        try:
-            return await self._up.router.Pick(request, timeout=10)
-        except grpc.aio.AioRpcError as exc:
-            # Out of replicas to retry on: the engine's own error says more.
-            if failure is not None and exc.code() == grpc.StatusCode.UNAVAILABLE:
-                raise failure.error from exc
-            raise from_upstream(exc, ticket.request.model) from exc
+        """The router's pick. With `hold` (a migration's), while no replica is
+        left, ask again for up to `hold` seconds, within the request's deadline."""
+        until = min(time.monotonic() + hold, deadline) if hold else 0.0
+        pause, longest = HOLD_POLL_SECONDS
+        while True:
+            request = router_pb2.PickRequest(
+                request_id=ticket.request.request_id,
+                model=ticket.route.deployment,
+                token_ids=ticket.prompt.token_ids,
+                tenant=ticket.principal.tenant.name,
+                session_id=ticket.request.session_id,
+                exclude_endpoint_ids=sorted({*tried, *self._breakers.blocked()}),
+                share_prefix_cache=ticket.route.share_prefix_cache,
+            )
+            try:
+                return await self._up.router.Pick(request, timeout=10)
+            except grpc.aio.AioRpcError as exc:
+                none_left = exc.code() == grpc.StatusCode.UNAVAILABLE
+                if not none_left or time.monotonic() + pause > until:
+                    # Out of replicas to retry on: the engine's own error says more.
+                    if failure is not None and none_left:
+                        raise failure.error from exc
+                    raise from_upstream(exc, ticket.request.model) from exc
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, longest)

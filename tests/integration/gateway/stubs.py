@@ -11,6 +11,7 @@ Run one as a process (for the benchmark): python -m tests.integration.gateway.st
 import argparse
 import asyncio
 import itertools
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -29,11 +30,44 @@ from maas.v1 import (
 from maas_services.common.engine_metadata import SCHEDULED
 
 
+def token_logprob(position: int, text: str) -> engine_pb2.TokenLogprob:
+    """The stub's logprob entry for its token at `position`: distinct per token."""
+    logprob = -0.01 * (position + 1)
+    return engine_pb2.TokenLogprob(
+        token_id=position + 1,
+        token=text,
+        logprob=logprob,
+        top_logprobs=[engine_pb2.TopLogprob(token_id=position + 1, token=text, logprob=logprob)],
+    )
+
+
+def joined(
+    earlier: engine_pb2.GenerateResponse, later: engine_pb2.GenerateResponse
+) -> engine_pb2.GenerateResponse:
+    """One message for two: the tokens, text and logprobs of both, the rest of `later`."""
+    merged = engine_pb2.GenerateResponse()
+    merged.CopyFrom(earlier)
+    merged.MergeFrom(later)  # appends repeated fields, overwrites set scalars
+    merged.text = earlier.text + later.text
+    return merged
+
+
 class StubEngine(engine_pb2_grpc.EngineServicer):
-    def __init__(self, model: str, chunks: list[str], delay: float = 0.0):
+    def __init__(
+        self, model: str, chunks: list[str], delay: float = 0.0, delay_max: float | None = None
+    ):
         self.model = model
         self.chunks = chunks
         self.delay = delay
+        # Paced like a real engine: each token after a uniform wait in [delay, delay_max].
+        self.delay_max = delay_max
+        # Tokens sent back to back, then one pause (`delay`): what an engine
+        # that merges nothing sends when several tokens are ready together.
+        self.burst = 1
+        # Send each burst as one message, as an engine that merges ready tokens does.
+        self.merged = False
+        # Send each token's logprob entry when the request asks for logprobs.
+        self.logprobs = False
         self.fail: grpc.StatusCode | None = None
         # Say the request entered a model step before failing or hanging.
         self.scheduled = False
@@ -67,16 +101,19 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
                 await stop.wait()
                 yield self._aborted(request, 0)
                 return
+            held = None  # the burst's tokens so far, when merged
             for i, text in enumerate(self.chunks[:limit]):
                 if i == self.stall_after:
                     await stop.wait()
                     yield self._aborted(request, i)
                     return
-                if self.delay:
-                    await asyncio.sleep(self.delay)
+                if self.delay and i % self.burst == 0:
+                    await asyncio.sleep(self._pause())
                 response = engine_pb2.GenerateResponse(
                     request_id=request.request_id, token_ids=[i + 1], text=text
                 )
+                if self.logprobs and request.sampling.logprobs:
+                    response.logprobs.append(token_logprob(i, text))
                 if i == min(limit, len(self.chunks)) - 1:
                     response.finish_reason = (
                         common_pb2.FINISH_REASON_LENGTH
@@ -88,6 +125,11 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
                             prompt_tokens=len(request.prompt_token_ids), completion_tokens=i + 1
                         )
                     )
+                if self.merged:
+                    held = response if held is None else joined(held, response)
+                    if (i + 1) % self.burst and not response.finish_reason:
+                        continue
+                    response, held = held, None
                 yield response
         except asyncio.CancelledError:
             self.cancelled_at[request.request_id] = time.monotonic()
@@ -95,6 +137,11 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
         finally:
             self.active.discard(request.request_id)
             self._aborts.pop(request.request_id, None)
+
+    def _pause(self) -> float:
+        if self.delay_max is None:
+            return self.delay
+        return random.uniform(self.delay, self.delay_max)
 
     def _aborted(self, request, completion_tokens: int) -> engine_pb2.GenerateResponse:
         self.cancelled_at[request.request_id] = time.monotonic()
@@ -213,7 +260,9 @@ async def start(servicer, add_to_server, port: int = 0) -> tuple[grpc.aio.Server
 
 
 async def _serve(args) -> None:
-    engine = StubEngine(args.model_id, [f" tok{i}" for i in range(args.tokens)], args.delay)
+    chunks = [f" tok{i}" for i in range(args.tokens)]
+    engine = StubEngine(args.model_id, chunks, args.delay, args.delay_max)
+    engine.burst, engine.merged = args.burst, args.merged
     server, _ = await start(engine, engine_pb2_grpc.add_EngineServicer_to_server, args.port)
     await server.wait_for_termination()
 
@@ -224,4 +273,7 @@ if __name__ == "__main__":
     parser.add_argument("--model-id", default="stub-model")
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--delay-max", type=float, help="pace each token in [delay, delay-max]")
+    parser.add_argument("--burst", type=int, default=1, help="tokens sent after each pause")
+    parser.add_argument("--merged", action="store_true", help="each burst in one message")
     asyncio.run(_serve(parser.parse_args()))

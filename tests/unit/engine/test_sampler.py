@@ -39,8 +39,15 @@ def logits_with(values: dict[int, float]) -> torch.Tensor:
 
 
 def draw(logits: torch.Tensor, params: SamplingParams, n: int = 200, **request) -> set[int]:
+    """The tokens n draws give, each at the next position of one sequence (a
+    seeded draw depends on its position: sampler.position_seed)."""
     req = Request(params, **request)
-    return {sampler(logits, [req])[0] for _ in range(n)}
+    drawn = set()
+    for _ in range(n):
+        token = sampler(logits, [req])[0]
+        drawn.add(token)
+        req.output_ids = [*req.output_ids, token]
+    return drawn
 
 
 def test_greedy_is_argmax_for_every_row():
@@ -75,7 +82,9 @@ def test_top_k_1_is_greedy_at_any_temperature(temperature):
 def sample_run(seed: int | None, steps: int = 30) -> list[int]:
     request = Request(SamplingParams(temperature=1.0, seed=seed))
     logits = torch.zeros(VOCAB)  # uniform: every draw is up to the generator
-    return [sampler(logits, [request])[0] for _ in range(steps)]
+    for _ in range(steps):
+        request.output_ids.append(sampler(logits, [request])[0])
+    return request.output_ids
 
 
 def test_seeded_sampling_is_reproducible_and_seed_dependent():
@@ -291,3 +300,13 @@ def test_a_banned_argmax_moves_only_its_own_greedy_row():
     banned[[0, 1, 2, 3, 5], EOS] = float("-inf")
     assert sampler(logits, requests) == banned.argmax(-1).tolist()
     assert sampler(logits, requests)[4] == EOS
+
+
+def test_a_seeded_draw_depends_on_its_seed_and_position_only():
+    """What lets a migrated request continue its seeded sequence on another replica."""
+    whole = sample_run(seed=7)
+    resumed = Request(SamplingParams(temperature=1.0, seed=7), output_ids=whole[:12])
+    logits = torch.zeros(VOCAB)
+    for _ in range(len(whole) - 12):
+        resumed.output_ids.append(sampler(logits, [resumed])[0])
+    assert resumed.output_ids == whole

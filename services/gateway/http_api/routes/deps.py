@@ -17,6 +17,7 @@ from maas_services.gateway.admission.body_budget import BodyBudget
 from maas_services.gateway.admission.tenants import Principal
 from maas_services.gateway.http_api.body_guard import LEASE
 from maas_services.gateway.pipeline import Pipeline
+from maas_services.gateway.responses.store import ResponseStore
 
 
 @dataclass
@@ -29,6 +30,8 @@ class Gateway:
     body_timeout_seconds: float = 30.0
     # Shared with the gRPC front; None: create_app makes one from the defaults.
     body_budget: BodyBudget | None = None
+    # Stored responses (/v1/responses); None: those routes answer 503.
+    responses: ResponseStore | None = None
 
 
 async def gateway(request: Request) -> Gateway:

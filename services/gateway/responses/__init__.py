@@ -1,0 +1,1 @@
+"""OpenAI's Responses API on the chat pipeline: request, translation, output, store."""

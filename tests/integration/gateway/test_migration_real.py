@@ -1,0 +1,283 @@
+"""kill -9 of a real engine under a stream: the client's stream completes as if nothing happened.
+
+Two real engine processes (the real model, float32, greedy), real Redis, the
+gateway's pipeline in the test's loop, the stub router (its log of picks and
+of the failures the gateway reports is what the test reads). Each test kills
+the replica serving its request at a chosen moment (during prefill, mid-stream,
+inside a grammar-constrained JSON answer) and compares what the client got with
+what the same request gives alone; a killed replica is started again before
+the next test.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import uuid
+from dataclasses import dataclass
+
+import jsonschema
+import pytest
+
+from maas.v1 import (
+    common_pb2,
+    engine_pb2,
+    engine_pb2_grpc,
+    router_pb2_grpc,
+    tokenizer_pb2,
+    tokenizer_pb2_grpc,
+)
+from maas_services.common.grpc_client import open_channel
+from maas_services.common.model_files import ModelNotFoundError, default_model_path
+from maas_services.common.redis_client import open_redis
+from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.gateway.admission.tenants import Principal, Tenant
+from maas_services.gateway.pipeline import Pipeline
+from maas_services.gateway.routing.routes_watcher import RoutesWatcher
+from maas_services.gateway.server import build_pipeline
+from maas_services.gateway.settings import GatewaySettings
+from maas_services.gateway.upstream.upstreams import Upstreams
+from maas_tools.local.ports import free_port
+from maas_tools.local.processes import ManagedProcess, serve_argv
+from maas_tools.local.readiness import wait_ready
+from tests.integration.gateway.conftest import MODEL, parsed
+from tests.integration.gateway.stubs import StubRouter, StubTokenizer, start
+from tests.integration.gateway.test_prefill_billing import billed
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+CHUNK = 16  # prefill tokens a step: a long prompt takes many steps
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}, "people": {"type": "integer"}},
+    "required": ["city", "people"],
+    "additionalProperties": False,
+}
+
+
+class Replica:
+    """One engine process on fixed ports, which a test may kill and the next restart."""
+
+    def __init__(self, name: str, log_dir):
+        self.name = name
+        self.port = free_port()
+        flags = {
+            "port": self.port,
+            "metrics-port": free_port(),
+            "model-id": MODEL,
+            "dtype": "float32",
+            "max-num-seqs": 4,
+            "max-model-len": 1024,
+            "max-num-batched-tokens": CHUNK,
+            "kv-cache-memory": 32_000_000,
+            "torch-threads": 1,
+        }
+        self.process = ManagedProcess(name, serve_argv("engine", flags), log_dir / f"{name}.log")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self.process.start()
+        await wait_ready(self.process, self.address, timeout=300)
+
+    def kill(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.pid is not None and self.process.exited() is None
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    try:
+        return load_tokenizer(default_model_path())
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("replicas")
+    started = [Replica(f"r{i}", log_dir) for i in range(2)]
+
+    async def start_all():
+        await asyncio.gather(*(r.start() for r in started))
+
+    asyncio.run(start_all())
+    yield started
+    for replica in started:
+        replica.process.stop(timeout=30)
+
+
+class GrammarTokenizer(StubTokenizer):
+    """The stub tokenizer, passing every grammar: the engines compile it for real."""
+
+    async def ValidateGrammar(self, request, context):
+        return tokenizer_pb2.ValidateGrammarResponse()
+
+
+@dataclass
+class Gateway:
+    pipeline: Pipeline
+    router: StubRouter
+    redis_url: str
+
+
+@pytest.fixture
+async def gateway(replicas, redis_url, tmp_path):
+    """The gateway's pipeline over both replicas, each alive (a killed one started again)."""
+    await asyncio.gather(*(r.start() for r in replicas if not r.alive))
+    router = StubRouter([(r.name, r.address, MODEL) for r in replicas])
+    router_server, router_address = await start(
+        router, router_pb2_grpc.add_RouterServicer_to_server
+    )
+    tokenizer_server, tokenizer_address = await start(
+        GrammarTokenizer(max_model_len=1024), tokenizer_pb2_grpc.add_TokenizerServicer_to_server
+    )
+    settings = GatewaySettings(
+        redis_url=redis_url,
+        router_address=router_address,
+        models_cache_seconds=0,
+        usage_spool_dir=str(tmp_path / "spool"),
+        hold_timeout_seconds=1.0,
+    )
+    redis = open_redis(redis_url)
+    upstreams = Upstreams(tokenizer_address, router_address)
+    (tmp_path / "routes.yaml").write_text("")
+    pipeline = build_pipeline(
+        settings, upstreams, redis, RoutesWatcher(str(tmp_path / "routes.yaml"))
+    )
+    yield Gateway(pipeline, router, redis_url)
+    await pipeline.background.wait()
+    await upstreams.close()
+    await router_server.stop(0)
+    await tokenizer_server.stop(0)
+    await redis.aclose()
+
+
+def chat(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode_chat([{"role": "user", "content": text}])
+
+
+async def answer(gateway: Gateway, request, kill_after=None, replicas=()):
+    """(text, finish reasons, usage event, the replica killed) of one request;
+    `kill_after(deltas seen)` says when to kill -9 the replica serving it."""
+    tenant = Tenant(name=f"kill-{uuid.uuid4().hex[:8]}", tpm=100_000_000)
+    run = await gateway.pipeline.admit(Principal(tenant, "key_test"), request)
+    texts, finishes, killed = [], [], None
+    async with run:
+        async for delta in run.deltas:
+            texts.append(delta.text)
+            if delta.finish_reason:
+                finishes.append(delta.finish_reason)
+            if kill_after is not None and killed is None and kill_after(len(texts)):
+                killed = serving(gateway, replicas)
+                killed.kill()
+    await gateway.pipeline.background.wait()
+    event, _, _ = await billed(gateway.redis_url, tenant.name, request.request_id)
+    return "".join(texts), finishes, event, killed
+
+
+def serving(gateway: Gateway, replicas) -> Replica:
+    return next(r for r in replicas if r.name == gateway.router.picks[-1])
+
+
+def greedy(prompt: list[int], max_tokens: int, **sampling):
+    return parsed(prompt=prompt, max_tokens=max_tokens, temperature=0, **sampling)
+
+
+def same_request(request):
+    """The same request again, under a new id."""
+    return parsed(
+        prompt=request.prompt.text,
+        max_tokens=request.sampling.max_tokens,
+        **{
+            field.name: value
+            for field, value in request.sampling.ListFields()
+            if field.name != "max_tokens"
+        },
+    )
+
+
+async def test_killed_mid_stream_the_stream_completes_as_alone(gateway, replicas, tokenizer):
+    request = greedy(chat(tokenizer, "Tell me about rivers."), 40, ignore_eos=True)
+    alone, _, alone_event, _ = await answer(gateway, request)
+
+    again = same_request(request)
+    text, finishes, event, killed = await answer(
+        gateway, again, kill_after=lambda seen: seen >= 8, replicas=replicas
+    )
+    assert killed is not None and not killed.alive
+    assert text == alone
+    assert finishes == ["length"]
+    assert (event.prompt_tokens, event.completion_tokens) == (len(request.prompt.text), 40)
+    assert event.completion_tokens == alone_event.completion_tokens
+    assert event.migration_prefill_tokens >= len(request.prompt.text) + 8
+    assert gateway.router.releases == [again.request_id]
+
+
+async def test_killed_before_the_first_token_the_stream_completes_as_alone(
+    gateway, replicas, tokenizer
+):
+    long = "Summarise this. " + " ".join(f"Line {i} of a long report." for i in range(60))
+    request = greedy(chat(tokenizer, long), 12, ignore_eos=True)
+    alone, _, _, _ = await answer(gateway, request)
+
+    again = same_request(request)
+    pending = asyncio.create_task(answer(gateway, again))
+    # Killed while its prompt is still being computed, chunk by chunk.
+    while len(gateway.router.picks) < 2:
+        await asyncio.sleep(0.01)
+    victim = serving(gateway, replicas)
+    await until_running(victim.address)
+    victim.kill()
+    text, finishes, event, _ = await pending
+    assert text == alone
+    assert finishes == ["length"]
+    assert (event.prompt_tokens, event.completion_tokens) == (len(request.prompt.text), 12)
+    assert len(gateway.router.picks) == 3  # alone, then the killed one and its successor
+
+
+async def test_killed_inside_a_json_answer_the_json_completes_as_alone(
+    gateway, replicas, tokenizer
+):
+    grammar = common_pb2.Grammar(kind=common_pb2.Grammar.KIND_JSON_SCHEMA, text=json.dumps(SCHEMA))
+    request = greedy(chat(tokenizer, "Describe Paris in JSON."), 64, grammar=grammar)
+    alone, _, alone_event, _ = await answer(gateway, request)
+    jsonschema.validate(json.loads(alone), SCHEMA)
+
+    text, finishes, event, killed = await answer(
+        gateway, same_request(request), kill_after=lambda seen: seen >= 4, replicas=replicas
+    )
+    assert killed is not None
+    assert text == alone
+    assert finishes == ["stop"]
+    assert event.completion_tokens == alone_event.completion_tokens
+
+
+async def test_the_last_replica_killed_ends_with_an_error_billed_as_cut_short(
+    gateway, replicas, tokenizer
+):
+    only = replicas[0]
+    gateway.router.endpoints[:] = [(only.name, only.address, MODEL)]
+    request = greedy(chat(tokenizer, "Tell me about mountains."), 40, ignore_eos=True)
+    text, finishes, event, killed = await answer(
+        gateway, request, kill_after=lambda seen: seen >= 6, replicas=replicas
+    )
+    assert killed is only
+    assert finishes == ["error"]
+    # The prompt it caused and the tokens delivered before the kill: no more, no less.
+    assert event.prompt_tokens == len(request.prompt.text)
+    assert 6 <= event.completion_tokens < 40
+    assert event.finish_reason == "error"
+    assert event.migration_prefill_tokens == 0
+
+
+async def until_running(address: str) -> None:
+    async with open_channel(address, "test") as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        while (await stub.GetLoad(engine_pb2.GetLoadRequest())).running == 0:
+            await asyncio.sleep(0.01)
