@@ -31,7 +31,6 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from benchmarks.machine import cpu_model
-from maas_services.billing.admin import reconcile_ledger
 from maas_services.billing.ledger import Ledger, Totals
 from maas_services.billing.store.line_items import LineItemStore
 from maas_services.billing.store.schema import line_items
@@ -39,6 +38,7 @@ from maas_services.common.prices import PriceTable
 from maas_services.common.redis_client import open_redis
 from maas_services.common.service_token import ENV as SERVICE_TOKEN_ENV
 from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_tools.admin.billing import reconcile_ledger
 from maas_tools.local.ports import free_port
 from maas_tools.local.processes import ManagedProcess, serve_argv
 from maas_tools.local.readiness import wait_ready

@@ -122,10 +122,10 @@ def fastapi_app(middleware: bool = False):
     from fastapi import APIRouter, FastAPI
     from fastapi.responses import Response
 
+    from maas_services.common.openai_api.schemas import ChatCompletionRequest
     from maas_services.gateway.http_api.body_guard import BodyGuard
     from maas_services.gateway.http_api.http_stream import EventStream
     from maas_services.gateway.http_api.tracing_middleware import TracingMiddleware
-    from maas_services.gateway.schemas import ChatCompletionRequest
 
     sse = frames()
     router = APIRouter()

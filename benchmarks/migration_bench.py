@@ -45,12 +45,12 @@ from maas.v1 import engine_pb2, engine_pb2_grpc
 from maas_services.common.grpc_client import open_channel
 from maas_services.common.logging import configure_logging
 from maas_services.common.model_files import DEFAULT_MODEL_ID, default_model_path
+from maas_services.common.openai_api.errors import APIError
+from maas_services.common.openai_api.parsed_request import ParsedRequest, TextPrompt
 from maas_services.common.redis_client import open_redis
 from maas_services.common.tokenizer_loader import load_tokenizer
 from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
 from maas_services.gateway.admission.tenants import Principal, Tenant
-from maas_services.gateway.errors import APIError
-from maas_services.gateway.parsed_request import ParsedRequest, TextPrompt
 from maas_services.gateway.routing.routes_watcher import RoutesWatcher
 from maas_services.gateway.server import build_pipeline
 from maas_services.gateway.settings import GatewaySettings

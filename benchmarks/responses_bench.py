@@ -24,10 +24,10 @@ import tracemalloc
 from pathlib import Path
 
 from benchmarks.machine import machine
+from maas_services.common.openai_api.schemas import MAX_MESSAGES
 from maas_services.gateway.responses.request import ResponsesRequest
 from maas_services.gateway.responses.store import ResponseStore, StoreLimits
 from maas_services.gateway.responses.translate import translate
-from maas_services.gateway.schemas import MAX_MESSAGES
 
 BODY_LIMIT = 4 * 1024 * 1024
 

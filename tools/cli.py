@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(admin_main(args.command, rest))
     if args.command == "billing":
-        from maas_services.billing.admin import main as billing_main
+        from maas_tools.admin.billing import main as billing_main
 
         sys.exit(billing_main(rest))
     if args.command == "top":

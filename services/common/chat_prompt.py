@@ -79,7 +79,7 @@ class ChatPrompt:
 
     text: str
     pieces: tuple[str, ...]
-    # The parser for the answer's tool calls (services/gateway/output/tool_parsers).
+    # The parser for the answer's tool calls (services/common/openai_api/tool_parsers).
     tool_format: str = ""
 
     @property

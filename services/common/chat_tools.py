@@ -1,7 +1,7 @@
 """Tools and tool calls in a chat prompt: the template's own format, or the fallback.
 
 A template with a tool format of its own (it reads `tools`, and writes calls
-in a format the gateway can read back, services/gateway/output/tool_parsers) renders
+in a format the gateway can read back, services/common/openai_api/tool_parsers) renders
 the tools and the history's calls itself, as Hugging Face's
 `apply_chat_template(tools=...)` does: it gets the tools and each call as
 {"id", "type", "function": {"name", "arguments"}}, arguments decoded from

@@ -39,7 +39,7 @@ import torch
 from maas_services.common.text_tokenizer import TextTokenizer
 from maas_services.engine.compute_path import EAGER, ComputePath
 from maas_services.engine.model import LlamaForCausalLM
-from maas_tools.eval.perplexity import window_logits
+from maas_services.engine.scoring import window_logits
 
 # Three kinds of text, ~230 SmolLM2 tokens in all: a prefill of tens of ms on a
 # 135M model. Public-domain prose (the opening of the Gettysburg Address),

@@ -31,6 +31,15 @@ import grpc
 
 from maas.v1 import engine_pb2, router_pb2
 from maas_services.common.defaults import default_max_tokens
+from maas_services.common.openai_api.errors import (
+    APIError,
+    bad_request,
+    dropped,
+    model_not_found,
+    unavailable,
+)
+from maas_services.common.openai_api.output_filter import OutputFilter
+from maas_services.common.openai_api.parsed_request import ParsedRequest
 from maas_services.gateway.admission.cold_start_hold import ColdStartHold, ready
 from maas_services.gateway.admission.deployment_queues import DeploymentQueues
 from maas_services.gateway.admission.fair_queue import (
@@ -42,15 +51,6 @@ from maas_services.gateway.admission.quota_gate import QuotaGate, Reservation
 from maas_services.gateway.admission.rate_limiter import RateLimiter
 from maas_services.gateway.admission.tenants import Principal, Tenant
 from maas_services.gateway.background import Background
-from maas_services.gateway.errors import (
-    APIError,
-    bad_request,
-    dropped,
-    model_not_found,
-    unavailable,
-)
-from maas_services.gateway.output.output_filter import OutputFilter
-from maas_services.gateway.parsed_request import ParsedRequest
 from maas_services.gateway.routing.model_catalog import ModelCatalog
 from maas_services.gateway.routing.routes_watcher import RoutesWatcher
 from maas_services.gateway.routing.routing_table import NoDeploymentUpError, Route

@@ -33,13 +33,13 @@ from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from maas_services.common import gen_ai
+from maas_services.common.openai_api.delta import Delta
+from maas_services.common.openai_api.output_filter import OutputFilter
+from maas_services.common.openai_api.parsed_request import ChatPrompt
 from maas_services.common.tracing import current_traceparent
 from maas_services.common.usage_event import UsageEvent
 from maas_services.gateway.admission.rate_limiter import RateLimiter
 from maas_services.gateway.background import Background
-from maas_services.gateway.delta import Delta
-from maas_services.gateway.output.output_filter import OutputFilter
-from maas_services.gateway.parsed_request import ChatPrompt
 from maas_services.gateway.ticket import Ticket
 from maas_services.gateway.upstream.engine_client import EngineClient, EngineStream, Tally
 from maas_services.gateway.usage.usage_emitter import UsageEmitter

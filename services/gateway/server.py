@@ -15,6 +15,7 @@ from maas.v1 import billing_pb2_grpc
 from maas_services.common.grpc_client import open_channel
 from maas_services.common.grpc_server import install_stop_signals
 from maas_services.common.logging import get_logger
+from maas_services.common.openai_api.output_filter import OutputFilter
 from maas_services.common.redis_client import open_redis
 from maas_services.common.tenant_labels import TenantLabels
 from maas_services.gateway.admission.auth import Authenticator
@@ -30,7 +31,6 @@ from maas_services.gateway.http_api.http_app import create_app
 from maas_services.gateway.http_api.http_protocol import ConnectionLimits, GuardedHttpProtocol
 from maas_services.gateway.http_api.malloc_tuning import return_large_frees
 from maas_services.gateway.http_api.routes.deps import Gateway
-from maas_services.gateway.output.output_filter import OutputFilter
 from maas_services.gateway.pipeline import Pipeline
 from maas_services.gateway.responses.store import ResponseStore, StoreLimits
 from maas_services.gateway.routing.model_catalog import ModelCatalog

@@ -3,11 +3,11 @@
 from dataclasses import dataclass
 
 from maas.v1 import engine_pb2
+from maas_services.common.openai_api.parsed_request import ParsedRequest
 from maas_services.gateway.admission.fair_queue import FairQueue
 from maas_services.gateway.admission.quota_gate import Reservation
 from maas_services.gateway.admission.rate_limiter import LimitDecision
 from maas_services.gateway.admission.tenants import Principal
-from maas_services.gateway.parsed_request import ParsedRequest
 from maas_services.gateway.routing.routing_table import Route
 from maas_services.gateway.upstream.prompt_encoder import Prompt
 

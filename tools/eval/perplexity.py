@@ -15,11 +15,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from maas_services.common.block_hash import BLOCK_SIZE
-from maas_services.engine.attention_metadata import AttentionMetadata
-from maas_services.engine.compute_path import EAGER, ComputePath
-from maas_services.engine.kv_cache import PagedKVCache
 from maas_services.engine.model import LlamaForCausalLM
+from maas_services.engine.scoring import window_logits
 
 DEFAULT_TEXT = Path(__file__).parent / "data" / "pride_and_prejudice_ch1-3.txt"
 
@@ -52,22 +49,3 @@ def perplexity(
         raise ValueError("the text has fewer than two tokens")
     mean = total_nll / scored
     return PerplexityResult(math.exp(mean), mean, scored, time.perf_counter() - started)
-
-
-def window_logits(
-    model: LlamaForCausalLM,
-    token_ids: list[int],
-    device: torch.device | str,
-    path: ComputePath = EAGER,
-) -> torch.Tensor:
-    """Logits at every position of one sequence, prefilled in one step over a fresh pool,
-    its layers run by `path` (a serving engine's own: known_answer.py)."""
-    dtype = model.model.embed_tokens.weight.dtype
-    blocks = -(-len(token_ids) // BLOCK_SIZE)
-    pool = PagedKVCache.allocate(model.config, blocks, BLOCK_SIZE, dtype, device)
-    positions = torch.arange(len(token_ids))
-    meta = AttentionMetadata.build(
-        positions, [len(token_ids)], [len(token_ids)], [list(range(blocks))], BLOCK_SIZE, device
-    )
-    ids = torch.tensor(token_ids, device=device)
-    return model.compute_logits(model(ids, positions.to(device), pool, meta, path))

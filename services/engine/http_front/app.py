@@ -2,7 +2,7 @@
 
 POST /v1/chat/completions and /v1/completions: one JSON body, or an SSE stream
 of OpenAI chunks ending with `data: [DONE]` (the gateway's chunk shapes,
-services/gateway/output/openai_format.py). The first output is awaited
+services/common/openai_api/openai_format.py). The first output is awaited
 before answering, so a request the engine refuses gets its status code; a
 failure after the stream began is an error event, and the stream ends. A
 client that leaves, while it waits for a whole answer, for its first token or
@@ -32,15 +32,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from maas_services.common.logging import get_logger
+from maas_services.common.openai_api.delta import Delta
+from maas_services.common.openai_api.errors import APIError
+from maas_services.common.openai_api.openai_format import Choices, ResponseShape
+from maas_services.common.openai_api.parsed_request import chat_request, text_request
+from maas_services.common.openai_api.schemas import ChatCompletionRequest, CompletionRequest
 from maas_services.engine.http_front.bounded_body import parse_body, read_body
 from maas_services.engine.http_front.completion import EngineFront
 from maas_services.engine.http_front.http_metrics import CountResponses
 from maas_services.engine.http_front.token_gate import TokenGate
-from maas_services.gateway.delta import Delta
-from maas_services.gateway.errors import APIError
-from maas_services.gateway.output.openai_format import Choices, ResponseShape
-from maas_services.gateway.parsed_request import chat_request, text_request
-from maas_services.gateway.schemas import ChatCompletionRequest, CompletionRequest
 
 log = get_logger(__name__)
 

@@ -13,8 +13,8 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from maas_services.gateway.errors import APIError, bad_request
-from maas_services.gateway.http_api.body_shape import check_shape
+from maas_services.common.openai_api.body_shape import check_shape
+from maas_services.common.openai_api.errors import APIError, bad_request
 
 M = TypeVar("M", bound=BaseModel)
 

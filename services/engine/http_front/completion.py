@@ -30,12 +30,17 @@ from maas_services.common.chat_template import ChatTemplateError
 from maas_services.common.defaults import default_max_tokens
 from maas_services.common.grammar.spec import GrammarError
 from maas_services.common.length_check import ContextLengthError, check_chars
+from maas_services.common.openai_api.delta import Delta
+from maas_services.common.openai_api.errors import (
+    APIError,
+    bad_request,
+    model_not_found,
+    unavailable,
+)
+from maas_services.common.openai_api.parsed_request import ChatPrompt, ParsedRequest
 from maas_services.common.text_tokenizer import TextTokenizer
 from maas_services.engine.async_engine import AsyncEngine, CoreDied, EngineFailed, RequestFailed
 from maas_services.engine.servicer import response_of, sampling_from_proto
-from maas_services.gateway.delta import Delta
-from maas_services.gateway.errors import APIError, bad_request, model_not_found, unavailable
-from maas_services.gateway.parsed_request import ChatPrompt, ParsedRequest
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ import hmac
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from maas_services.common.openai_api.errors import unauthorized
+from maas_services.common.openai_api.refusal import refuse
 from maas_services.common.service_token import ENV
-from maas_services.gateway.errors import unauthorized
-from maas_services.gateway.http_api.refusal import refuse
 
 OPEN_PATHS = frozenset({"/metrics", "/health"})
 _BEARER = b"bearer "

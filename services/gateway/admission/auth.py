@@ -21,9 +21,9 @@ from typing import Literal
 from prometheus_client import Counter
 
 from maas_services.common.logging import get_logger
+from maas_services.common.openai_api.errors import unauthorized, unavailable
 from maas_services.gateway.admission.store_faults import STORE_FAILURES, refused, unreachable
 from maas_services.gateway.admission.tenants import Principal, TenantStore, hash_key
-from maas_services.gateway.errors import unauthorized, unavailable
 
 log = get_logger(__name__)
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge
 
+from maas_services.common.openai_api.errors import APIError, unavailable
 from maas_services.gateway.admission.tenants import Tenant
-from maas_services.gateway.errors import APIError, unavailable
 
 HELD = Gauge("maas_gateway_body_bytes_held", "Request bytes reserved while read and parsed")
 REFUSED = Counter(

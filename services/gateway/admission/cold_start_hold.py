@@ -29,7 +29,7 @@ from prometheus_client import Gauge, Histogram
 
 from maas.v1 import router_pb2
 from maas_services.common.logging import get_logger
-from maas_services.gateway.errors import unavailable
+from maas_services.common.openai_api.errors import unavailable
 
 log = get_logger(__name__)
 

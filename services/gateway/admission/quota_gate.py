@@ -44,12 +44,12 @@ from maas_services.common.balance_reservations import (
 )
 from maas_services.common.billing_keys import balance_key
 from maas_services.common.logging import get_logger
+from maas_services.common.openai_api.errors import APIError, unavailable
 from maas_services.common.prices import ModelPrice
 from maas_services.common.quota import Quotas, QuotaState
 from maas_services.common.usage_event import UsageEvent
 from maas_services.gateway.admission.published_prices import PublishedPrices
 from maas_services.gateway.admission.store_faults import STORE_FAILURES, refused, unreachable
-from maas_services.gateway.errors import APIError, unavailable
 
 log = get_logger(__name__)
 

@@ -31,10 +31,10 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
 from maas_services.common.logging import get_logger
+from maas_services.common.openai_api.errors import APIError, unavailable
 from maas_services.gateway.admission.limiter_scripts import ADMIT, RESERVE, SETTLE
 from maas_services.gateway.admission.store_faults import STORE_FAILURES, refused, unreachable
 from maas_services.gateway.admission.tenants import Tenant
-from maas_services.gateway.errors import APIError, unavailable
 
 log = get_logger(__name__)
 

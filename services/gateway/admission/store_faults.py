@@ -13,7 +13,7 @@ import builtins
 from redis import exceptions
 
 from maas_services.common.logging import get_logger
-from maas_services.gateway.errors import APIError, unavailable
+from maas_services.common.openai_api.errors import APIError, unavailable
 
 log = get_logger(__name__)
 

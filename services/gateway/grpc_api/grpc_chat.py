@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable
 
 from maas.v1 import gateway_pb2
-from maas_services.gateway.http_api.body_shape import MAX_ITEMS, json_items
+from maas_services.common.openai_api.body_shape import MAX_ITEMS, json_items
 
 
 class FieldError(ValueError):

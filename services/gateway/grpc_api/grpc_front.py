@@ -38,12 +38,20 @@ from maas.v1 import common_pb2, gateway_pb2
 from maas_services.common.chat_messages import message_dict
 from maas_services.common.finish_reasons import FINISH_CODES
 from maas_services.common.grpc_server import GrpcService, ServerHandle, start_server
+from maas_services.common.openai_api.delta import Delta, merged
+from maas_services.common.openai_api.errors import APIError
+from maas_services.common.openai_api.openai_format import ResponseShape, screen_calls
+from maas_services.common.openai_api.parsed_request import (
+    ChatPrompt,
+    ParsedRequest,
+    chat_request,
+    text_request,
+)
+from maas_services.common.openai_api.schemas import ChatCompletionRequest, CompletionRequest
 from maas_services.common.ready_batches import prepend, ready_batches
 from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.body_budget import BodyBudget, BudgetLimits
 from maas_services.gateway.admission.tenants import Principal
-from maas_services.gateway.delta import Delta, merged
-from maas_services.gateway.errors import APIError
 from maas_services.gateway.grpc_api.grpc_chat import (
     FieldError,
     call_deltas,
@@ -52,16 +60,8 @@ from maas_services.gateway.grpc_api.grpc_chat import (
     tool_choice_value,
     tool_dicts,
 )
-from maas_services.gateway.output.openai_format import ResponseShape, screen_calls
-from maas_services.gateway.parsed_request import (
-    ChatPrompt,
-    ParsedRequest,
-    chat_request,
-    text_request,
-)
 from maas_services.gateway.pipeline import Pipeline, with_headers
 from maas_services.gateway.run import Run
-from maas_services.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from maas_services.gateway.settings import GatewaySettings
 
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name

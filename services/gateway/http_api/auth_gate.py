@@ -14,11 +14,11 @@ would be read, validated and built into a request only to get the same 429.
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from maas_services.common.openai_api.errors import APIError
+from maas_services.common.openai_api.refusal import refuse
 from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.rate_limiter import RateLimiter
-from maas_services.gateway.errors import APIError
 from maas_services.gateway.http_api.http_metrics import RESPONSES
-from maas_services.gateway.http_api.refusal import refuse
 
 COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 

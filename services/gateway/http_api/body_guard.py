@@ -24,10 +24,10 @@ import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from maas_services.common.openai_api.body_shape import check_shape
+from maas_services.common.openai_api.errors import APIError
+from maas_services.common.openai_api.refusal import refuse
 from maas_services.gateway.admission.body_budget import BodyBudget, BodyLease
-from maas_services.gateway.errors import APIError
-from maas_services.gateway.http_api.body_shape import check_shape
-from maas_services.gateway.http_api.refusal import refuse
 
 LEASE = "body_lease"
 

@@ -18,8 +18,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from maas_services.common.logging import get_logger
+from maas_services.common.openai_api.errors import APIError
 from maas_services.gateway.admission.body_budget import BodyBudget, BudgetLimits
-from maas_services.gateway.errors import APIError
 from maas_services.gateway.http_api.auth_gate import AuthGate
 from maas_services.gateway.http_api.body_guard import BodyGuard
 from maas_services.gateway.http_api.http_metrics import RESPONSES, route_label

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from maas_services.gateway.errors import APIError, unavailable
+from maas_services.common.openai_api.errors import APIError, unavailable
+from maas_services.common.openai_api.refusal import raw_response
 from maas_services.gateway.http_api.disconnect import WATCH, ClientWatch
-from maas_services.gateway.http_api.refusal import raw_response
 
 
 @dataclass(frozen=True)

@@ -30,17 +30,17 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.types import Receive, Scope, Send
 
+from maas_services.common.openai_api.delta import Delta, merged
+from maas_services.common.openai_api.errors import APIError
+from maas_services.common.openai_api.openai_format import Choices, ResponseShape, screen_calls
+from maas_services.common.openai_api.output_filter import OutputFilter
+from maas_services.common.openai_api.parsed_request import ParsedRequest
+from maas_services.common.openai_api.schemas import SamplingFields
 from maas_services.common.ready_batches import prepend, ready_batches
-from maas_services.gateway.delta import Delta, merged
-from maas_services.gateway.errors import APIError
 from maas_services.gateway.http_api.disconnect import ClientGoneError, cancelled_if_gone
 from maas_services.gateway.http_api.http_metrics import RESPONSES
-from maas_services.gateway.output.openai_format import Choices, ResponseShape, screen_calls
-from maas_services.gateway.output.output_filter import OutputFilter
-from maas_services.gateway.parsed_request import ParsedRequest
 from maas_services.gateway.pipeline import Pipeline, with_headers
 from maas_services.gateway.run import Run
-from maas_services.gateway.schemas import SamplingFields
 
 # What nginx logs for a client that closed the connection before the answer.
 CLIENT_CLOSED = 499

@@ -26,9 +26,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from maas_services.gateway.delta import Delta
-from maas_services.gateway.output.output_filter import OutputFilter
-from maas_services.gateway.output.tool_parsers import ToolParser, parser_for
+from maas_services.common.openai_api.delta import Delta
+from maas_services.common.openai_api.output_filter import OutputFilter
+from maas_services.common.openai_api.tool_parsers import ToolParser, parser_for
 from maas_services.gateway.responses.request import ResponsesRequest
 
 # A finish reason -> why the response is incomplete (None: it is complete).

@@ -24,8 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from maas_services.gateway.output.tool_calls import MAX_TOOLS, FunctionName
-from maas_services.gateway.schemas import (
+from maas_services.common.openai_api.schemas import (
     INT32_MAX,
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
@@ -33,7 +32,8 @@ from maas_services.gateway.schemas import (
     Text,
     bounded_list,
 )
-from maas_services.gateway.structured_output import JsonSchemaFormat
+from maas_services.common.openai_api.structured_output import JsonSchemaFormat
+from maas_services.common.openai_api.tool_calls import MAX_TOOLS, FunctionName
 
 # Items that need what maas does not run (a reasoning model, server-side item
 # references), refused with the reason; other unknown types are refused by name.

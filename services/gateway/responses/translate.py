@@ -19,8 +19,11 @@ previous output included) comes first.
 
 import dataclasses
 
-from maas_services.gateway.errors import APIError, bad_request
-from maas_services.gateway.output.tool_calls import (
+from maas_services.common.openai_api.errors import APIError, bad_request
+from maas_services.common.openai_api.parsed_request import ParsedRequest, chat_request
+from maas_services.common.openai_api.schemas import MAX_MESSAGES, ChatCompletionRequest, ChatMessage
+from maas_services.common.openai_api.structured_output import JsonSchemaFormat, ResponseFormat
+from maas_services.common.openai_api.tool_calls import (
     CalledFunction,
     Function,
     MessageToolCall,
@@ -28,10 +31,7 @@ from maas_services.gateway.output.tool_calls import (
     NamedToolChoice,
     Tool,
 )
-from maas_services.gateway.parsed_request import ParsedRequest, chat_request
 from maas_services.gateway.responses.request import ResponsesRequest
-from maas_services.gateway.schemas import MAX_MESSAGES, ChatCompletionRequest, ChatMessage
-from maas_services.gateway.structured_output import JsonSchemaFormat, ResponseFormat
 
 # Chat's name for a field -> the Responses API's, in errors the client reads.
 PARAMS = {"response_format": "text.format", "max_tokens": "max_output_tokens"}

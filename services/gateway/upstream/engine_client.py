@@ -40,9 +40,9 @@ from maas.v1 import engine_pb2, router_pb2
 from maas_services.common.engine_metadata import was_scheduled
 from maas_services.common.finish_reasons import FINISH_NAMES
 from maas_services.common.logging import get_logger
+from maas_services.common.openai_api.delta import Delta
+from maas_services.common.openai_api.errors import APIError, from_upstream
 from maas_services.gateway.background import Background
-from maas_services.gateway.delta import Delta
-from maas_services.gateway.errors import APIError, from_upstream
 from maas_services.gateway.ticket import Ticket
 from maas_services.gateway.upstream.circuit_breaker import Breakers
 from maas_services.gateway.upstream.migration import (

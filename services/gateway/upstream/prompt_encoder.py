@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import grpc
 
 from maas.v1 import tokenizer_pb2
-from maas_services.gateway.errors import APIError, from_upstream
-from maas_services.gateway.parsed_request import ChatPrompt, TextPrompt
+from maas_services.common.openai_api.errors import APIError, from_upstream
+from maas_services.common.openai_api.parsed_request import ChatPrompt, TextPrompt
 
 
 @dataclass

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import grpc
 
 from maas.v1 import billing_pb2, billing_pb2_grpc
+from maas_services.common.openai_api.errors import APIError, bad_request, from_upstream, unavailable
 from maas_services.common.timestamps import parse_timestamp
-from maas_services.gateway.errors import APIError, bad_request, from_upstream, unavailable
 
 GRANULARITIES = {"hour": billing_pb2.GRANULARITY_HOUR, "day": billing_pb2.GRANULARITY_DAY}
 

@@ -9,12 +9,12 @@ import uuid
 
 import pytest
 
-from maas_services.billing.admin import reconcile_ledger
 from maas_services.billing.ledger import DAY
 from maas_services.billing.running_totals import RunningTotals
 from maas_services.billing.store.line_items import LineItemStore
 from maas_services.common.redis_client import open_redis
 from maas_services.common.usage_event import USAGE_STREAM
+from maas_tools.admin.billing import reconcile_ledger
 from tests.integration.billing.postgres import REQUIRED, PostgresServer, PostgresUnavailable
 
 

@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
-from maas_services.billing.admin import main
 from maas_services.billing.consumer import UsageConsumer
 from maas_services.common.prices import ModelPrice, PriceTable
 from maas_services.common.redis_client import open_redis
 from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_tools.admin.billing import main
 
 PRICES = PriceTable(models={"m": ModelPrice(input="1", output="2")})
 

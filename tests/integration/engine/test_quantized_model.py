@@ -13,8 +13,9 @@ from maas_services.engine.quantization.config import QuantizationConfig
 from maas_services.engine.quantization.int8 import Int8Linear
 from maas_services.engine.quantization.quantize import quantize_model
 from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.scoring import window_logits
 from maas_services.engine.settings import EngineSettings
-from maas_tools.eval.perplexity import DEFAULT_TEXT, perplexity, window_logits
+from maas_tools.eval.perplexity import DEFAULT_TEXT, perplexity
 from tests.integration.engine.test_llm_engine import make_engine
 
 pytestmark = pytest.mark.slow

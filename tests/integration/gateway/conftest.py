@@ -6,10 +6,10 @@ from dataclasses import dataclass
 import pytest
 
 from maas.v1 import engine_pb2, engine_pb2_grpc, router_pb2_grpc, tokenizer_pb2_grpc
+from maas_services.common.openai_api.delta import Delta
+from maas_services.common.openai_api.parsed_request import ParsedRequest, TextPrompt
 from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.tenants import Principal, Tenant
-from maas_services.gateway.delta import Delta
-from maas_services.gateway.parsed_request import ParsedRequest, TextPrompt
 from maas_services.gateway.pipeline import Pipeline
 from maas_services.gateway.routing.routes_watcher import RoutesWatcher
 from maas_services.gateway.run import Run

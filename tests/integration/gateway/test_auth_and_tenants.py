@@ -5,10 +5,10 @@ import uuid
 
 import pytest
 
+from maas_services.common.openai_api.errors import APIError
 from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.tenants import TenantExistsError, TenantStore, hash_key
-from maas_services.gateway.errors import APIError
 from maas_tools.local.ports import free_port
 from maas_tools.local.readiness import wait_ready
 from maas_tools.local.redis_server import redis_process

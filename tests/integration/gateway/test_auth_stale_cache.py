@@ -5,10 +5,10 @@ import uuid
 
 import pytest
 
+from maas_services.common.openai_api.errors import APIError
 from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.tenants import TenantStore
-from maas_services.gateway.errors import APIError
 from tests.integration.gateway.private_redis import private_redis
 
 

@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from maas.v1 import engine_pb2_grpc, router_pb2, router_pb2_grpc
+from maas_services.common.openai_api.errors import APIError
 from maas_services.gateway.admission.cold_start_hold import ColdStartHold, HoldLimits
-from maas_services.gateway.errors import APIError
 from maas_services.router.server import start
 from maas_services.router.settings import RouterSettings
 from tests.integration.gateway.conftest import CHUNKS, MODEL

@@ -7,8 +7,8 @@ import grpc
 import pytest
 
 from maas.v1 import engine_pb2_grpc
+from maas_services.common.openai_api.errors import APIError
 from maas_services.gateway.admission.tenants import Tenant
-from maas_services.gateway.errors import APIError
 from maas_tools.local.ports import free_port
 from tests.integration.gateway.conftest import CHUNKS, MODEL
 from tests.integration.gateway.stubs import StubEngine, start

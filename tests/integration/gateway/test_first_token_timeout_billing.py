@@ -12,8 +12,8 @@ import pytest
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
 from maas_services.common.grpc_client import open_channel
+from maas_services.common.openai_api.errors import APIError
 from maas_services.gateway.admission.tenants import Principal, Tenant
-from maas_services.gateway.errors import APIError
 from tests.integration.gateway.conftest import MODEL, parsed
 from tests.integration.gateway.test_prefill_billing import (  # noqa: F401 (the fixture)
     CHUNK,

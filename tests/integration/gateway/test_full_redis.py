@@ -5,9 +5,9 @@ import uuid
 import pytest
 from redis.exceptions import OutOfMemoryError
 
+from maas_services.common.openai_api.errors import APIError
 from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.tenants import Tenant
-from maas_services.gateway.errors import APIError
 from tests.integration.gateway.private_redis import private_redis
 
 

@@ -12,10 +12,10 @@ import grpc
 import pytest
 
 from maas.v1 import engine_pb2_grpc, gateway_pb2, gateway_pb2_grpc, router_pb2_grpc
+from maas_services.common.openai_api.errors import APIError
 from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.tenants import Principal, TenantStore
-from maas_services.gateway.errors import APIError
 from maas_services.gateway.grpc_api.grpc_front import start_grpc_front
 from maas_services.gateway.pipeline import Pipeline
 from maas_services.gateway.routing.routes_watcher import RoutesWatcher

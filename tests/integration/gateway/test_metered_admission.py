@@ -6,9 +6,9 @@ import uuid
 import grpc
 import pytest
 
+from maas_services.common.openai_api.errors import APIError
 from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.tenants import Tenant
-from maas_services.gateway.errors import APIError
 from tests.integration.gateway.conftest import MODEL
 
 

@@ -14,12 +14,12 @@ import pytest
 
 from maas_services.billing.consumer import UsageConsumer
 from maas_services.common.balance_reservations import reservation_keys
+from maas_services.common.openai_api.errors import APIError
 from maas_services.common.prices import PRICES_KEY, ModelPrice, PriceTable
 from maas_services.common.quota import Quotas
 from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.quota_gate import QuotaGate
 from maas_services.gateway.admission.tenants import Tenant
-from maas_services.gateway.errors import APIError
 from tests.integration.gateway.conftest import CHUNKS, MODEL
 from tests.integration.router.conftest import eventually
 

@@ -15,10 +15,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from maas.v1 import gateway_pb2, gateway_pb2_grpc
+from maas_services.common.openai_api.errors import DROPPED_REASON_HEADER
 from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.tenants import TenantStore
-from maas_services.gateway.errors import DROPPED_REASON_HEADER
 from maas_services.gateway.grpc_api.grpc_front import start_grpc_front
 from maas_services.gateway.http_api.http_app import create_app
 from maas_services.gateway.http_api.routes.deps import Gateway

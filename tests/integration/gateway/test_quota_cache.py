@@ -4,10 +4,10 @@ import uuid
 
 import pytest
 
+from maas_services.common.openai_api.errors import APIError
 from maas_services.common.quota import Quotas
 from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.quota_gate import QuotaGate
-from maas_services.gateway.errors import APIError
 
 
 async def reads(redis) -> int:

@@ -5,10 +5,10 @@ import uuid
 
 import pytest
 
+from maas_services.common.openai_api.errors import APIError
 from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.rate_limiter import RateLimiter, format_duration
 from maas_services.gateway.admission.tenants import Tenant
-from maas_services.gateway.errors import APIError
 from maas_tools.local.ports import free_port
 
 

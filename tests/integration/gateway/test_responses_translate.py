@@ -2,7 +2,7 @@
 
 import pytest
 
-from maas_services.gateway.errors import APIError
+from maas_services.common.openai_api.errors import APIError
 from maas_services.gateway.responses.request import ResponsesRequest
 from maas_services.gateway.responses.translate import translate
 

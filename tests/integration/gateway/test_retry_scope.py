@@ -7,7 +7,7 @@ broke it, and retrying it would let one request visit every replica.
 import grpc
 import pytest
 
-from maas_services.gateway.errors import APIError
+from maas_services.common.openai_api.errors import APIError
 from tests.integration.gateway.conftest import CHUNKS
 
 

@@ -5,8 +5,8 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
+from maas_services.common.openai_api.errors import APIError
 from maas_services.gateway.admission.tenants import Tenant
-from maas_services.gateway.errors import APIError
 
 
 def quota_checks() -> float:

@@ -5,12 +5,12 @@ import uuid
 import pytest
 
 from maas_services.common.billing_keys import balance_key
+from maas_services.common.openai_api.errors import APIError
 from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.quota_gate import QuotaGate
 from maas_services.gateway.admission.rate_limiter import RateLimiter
 from maas_services.gateway.admission.tenants import Tenant, TenantStore, hash_key
-from maas_services.gateway.errors import APIError
 from maas_tools.local.ports import free_port
 from tests.integration.gateway.private_redis import private_redis
 

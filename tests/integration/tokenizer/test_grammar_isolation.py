@@ -13,7 +13,7 @@ import pytest
 
 from maas.v1 import common_pb2, tokenizer_pb2, tokenizer_pb2_grpc
 from maas_services.common.model_files import DEFAULT_MODEL_ID
-from maas_services.gateway.errors import APIError
+from maas_services.common.openai_api.errors import APIError
 from maas_services.gateway.upstream.prompt_encoder import PromptEncoder
 from maas_services.tokenizer.server import start_tokenizer
 from maas_services.tokenizer.settings import TokenizerSettings

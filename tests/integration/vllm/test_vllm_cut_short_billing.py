@@ -16,12 +16,12 @@ import grpc
 import pytest
 
 from maas.v1 import engine_pb2
+from maas_services.common.openai_api.errors import APIError
+from maas_services.common.openai_api.parsed_request import ParsedRequest
 from maas_services.common.redis_client import open_redis
 from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
 from maas_services.engine.vllm_backend.load import parse_metrics
 from maas_services.gateway.admission.tenants import Principal, Tenant
-from maas_services.gateway.errors import APIError
-from maas_services.gateway.parsed_request import ParsedRequest
 from tests.integration.gateway.conftest import make_cluster, parsed  # noqa: F401
 from tests.integration.router.conftest import eventually
 from tests.integration.vllm.conftest import MAX_NUM_SEQS, MODEL_ID, generate_request

@@ -26,8 +26,8 @@ from maas_services.engine.quantization.int8 import CPU_KERNEL_MAX_ROWS, Int8Line
 from maas_services.engine.quantization.linear import QuantizedLinear
 from maas_services.engine.quantization.memory import quantized_weight_memory
 from maas_services.engine.quantization.quantize import TARGETS, quantize_model
+from maas_services.engine.scoring import window_logits
 from maas_services.engine.settings import EngineSettings
-from maas_tools.eval.perplexity import window_logits
 from tests.unit.engine.test_model import TOKENS
 
 # bf16 rounds outputs to 8 significant bits; the float32 path only reorders sums.

@@ -13,7 +13,7 @@ from maas_services.engine.quantization.config import QuantizationConfig
 from maas_services.engine.quantization.gguf_blocks import _from_blocks, read_int4_blocks
 from maas_services.engine.quantization.linear import QuantizedLinear
 from maas_services.engine.quantization.quantize import TARGETS
-from maas_tools.eval.perplexity import window_logits
+from maas_services.engine.scoring import window_logits
 from tests.unit.engine.test_model import TOKENS
 
 Q4_0, Q4_1, Q8_0 = GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0

@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
+from maas_services.common.openai_api.errors import APIError
 from maas_services.gateway.admission.body_budget import BodyBudget, BudgetLimits
 from maas_services.gateway.admission.tenants import Tenant
-from maas_services.gateway.errors import APIError
 
 MiB = 1024 * 1024
 

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from maas_services.gateway.errors import APIError
-from maas_services.gateway.http_api.body_shape import MAX_ITEMS, check_shape, json_items
+from maas_services.common.openai_api.body_shape import MAX_ITEMS, check_shape, json_items
+from maas_services.common.openai_api.errors import APIError
 
 
 def many(item: bytes, count: int) -> bytes:

@@ -2,7 +2,7 @@
 the finish and running totals of the latest, a broken stream's error last."""
 
 from maas.v1 import engine_pb2
-from maas_services.gateway.delta import Delta, merged
+from maas_services.common.openai_api.delta import Delta, merged
 
 
 def lp(token: str) -> engine_pb2.TokenLogprob:

@@ -6,6 +6,8 @@ import pytest
 
 from maas.v1 import gateway_pb2, tokenizer_pb2
 from maas_services.common.chat_messages import message_dict
+from maas_services.common.openai_api.body_shape import MAX_ITEMS
+from maas_services.common.openai_api.schemas import ChatCompletionRequest
 from maas_services.gateway.grpc_api.grpc_chat import (
     FieldError,
     check_json_fields,
@@ -14,8 +16,6 @@ from maas_services.gateway.grpc_api.grpc_chat import (
     tool_choice_value,
     tool_dicts,
 )
-from maas_services.gateway.http_api.body_shape import MAX_ITEMS
-from maas_services.gateway.schemas import ChatCompletionRequest
 
 PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}}
 HTTP_BODY = {

@@ -1,7 +1,7 @@
 import pytest
 
 from maas.v1 import engine_pb2
-from maas_services.gateway.output.output_filter import OutputFilter
+from maas_services.common.openai_api.output_filter import OutputFilter
 
 
 def run(terms, action, chunks):

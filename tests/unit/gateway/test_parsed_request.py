@@ -1,7 +1,12 @@
 """Both fronts turn a validated body into the pipeline's ParsedRequest the same way."""
 
-from maas_services.gateway.parsed_request import ChatPrompt, TextPrompt, chat_request, text_request
-from maas_services.gateway.schemas import ChatCompletionRequest, CompletionRequest
+from maas_services.common.openai_api.parsed_request import (
+    ChatPrompt,
+    TextPrompt,
+    chat_request,
+    text_request,
+)
+from maas_services.common.openai_api.schemas import ChatCompletionRequest, CompletionRequest
 
 
 def chat(**fields) -> ChatCompletionRequest:

@@ -2,9 +2,9 @@ import pytest
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
+from maas_services.common.openai_api.sampling import to_engine_sampling
+from maas_services.common.openai_api.schemas import ChatCompletionRequest, CompletionRequest
 from maas_services.gateway.http_api.http_app import validation_error
-from maas_services.gateway.sampling import to_engine_sampling
-from maas_services.gateway.schemas import ChatCompletionRequest, CompletionRequest
 
 
 def chat(**fields) -> ChatCompletionRequest:

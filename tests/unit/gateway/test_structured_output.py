@@ -6,9 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from maas.v1 import common_pb2
-from maas_services.gateway.errors import APIError
-from maas_services.gateway.parsed_request import chat_request
-from maas_services.gateway.schemas import ChatCompletionRequest
+from maas_services.common.openai_api.errors import APIError
+from maas_services.common.openai_api.parsed_request import chat_request
+from maas_services.common.openai_api.schemas import ChatCompletionRequest
 
 Kind = common_pb2.Grammar
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}

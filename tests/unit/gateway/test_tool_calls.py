@@ -5,7 +5,7 @@ import json
 import jsonschema
 import pytest
 
-from maas_services.gateway.output.tool_calls import (
+from maas_services.common.openai_api.tool_calls import (
     NamedToolChoice,
     Tool,
     forced_call_schema,

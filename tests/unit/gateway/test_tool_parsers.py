@@ -5,10 +5,10 @@ import json
 import pytest
 
 from maas_services.common.chat_tools import FALLBACK_FORMAT, TEMPLATE_FORMATS
-from maas_services.gateway.delta import Delta
-from maas_services.gateway.output.openai_format import Choices, ResponseShape
-from maas_services.gateway.output.tool_parsers import PARSERS, parser_for
-from maas_services.gateway.output.tool_parsers.llama3_json import PYTHON_TAG
+from maas_services.common.openai_api.delta import Delta
+from maas_services.common.openai_api.openai_format import Choices, ResponseShape
+from maas_services.common.openai_api.tool_parsers import PARSERS, parser_for
+from maas_services.common.openai_api.tool_parsers.llama3_json import PYTHON_TAG
 
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 # Qwen2.5's template asks for the call on lines of its own inside the tags.

@@ -3,10 +3,10 @@
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from maas_services.common.openai_api.parsed_request import text_request
+from maas_services.common.openai_api.schemas import CompletionRequest
 from maas_services.gateway.http_api.http_stream import respond
 from maas_services.gateway.http_api.routes.deps import PipelineDep, release_body
-from maas_services.gateway.parsed_request import text_request
-from maas_services.gateway.schemas import CompletionRequest
 
 router = APIRouter()
 

@@ -6,7 +6,7 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from maas_services.common.logging import get_logger
-from maas_services.gateway.errors import APIError
+from maas_services.common.openai_api.errors import APIError
 from maas_services.gateway.http_api.routes.deps import GatewayDep
 
 log = get_logger(__name__)

@@ -8,7 +8,7 @@ for a model the key has no access to, never a hint that it exists.
 
 from fastapi import APIRouter
 
-from maas_services.gateway.errors import model_not_found
+from maas_services.common.openai_api.errors import model_not_found
 from maas_services.gateway.http_api.routes.deps import PipelineDep, PrincipalDep
 
 router = APIRouter()

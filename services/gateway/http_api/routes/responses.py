@@ -22,8 +22,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.background import BackgroundTask
 
 from maas_services.common.logging import get_logger
-from maas_services.gateway.delta import Delta
-from maas_services.gateway.errors import APIError, unavailable
+from maas_services.common.openai_api.delta import Delta
+from maas_services.common.openai_api.errors import APIError, unavailable
 from maas_services.gateway.http_api.disconnect import ClientGoneError, cancelled_if_gone
 from maas_services.gateway.http_api.http_metrics import RESPONSES
 from maas_services.gateway.http_api.http_stream import STREAM_BROKEN, EventStream, gone, prepend

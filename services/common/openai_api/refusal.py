@@ -13,7 +13,7 @@ from http import HTTPStatus
 
 from starlette.types import Send
 
-from maas_services.gateway.errors import APIError
+from maas_services.common.openai_api.errors import APIError
 
 
 def _headers(error: APIError, payload: bytes) -> list[tuple[bytes, bytes]]:

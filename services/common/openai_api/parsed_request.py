@@ -11,10 +11,10 @@ import uuid
 from dataclasses import dataclass
 
 from maas.v1 import engine_pb2, tokenizer_pb2
-from maas_services.gateway.output.tool_calls import mode, prompt_messages, tools_text
-from maas_services.gateway.sampling import to_engine_sampling
-from maas_services.gateway.schemas import ChatCompletionRequest, CompletionRequest
-from maas_services.gateway.structured_output import grammar_of
+from maas_services.common.openai_api.sampling import to_engine_sampling
+from maas_services.common.openai_api.schemas import ChatCompletionRequest, CompletionRequest
+from maas_services.common.openai_api.structured_output import grammar_of
+from maas_services.common.openai_api.tool_calls import mode, prompt_messages, tools_text
 
 
 @dataclass(frozen=True)

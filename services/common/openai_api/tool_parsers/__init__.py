@@ -8,10 +8,10 @@ that parser, so every backend's output is read the same way. A forced call is
 one JSON object whatever the format (the grammar makes it so).
 """
 
-from maas_services.gateway.output.tool_parsers.base import ToolParser
-from maas_services.gateway.output.tool_parsers.forced import ForcedParser
-from maas_services.gateway.output.tool_parsers.hermes import HermesParser
-from maas_services.gateway.output.tool_parsers.llama3_json import Llama3JsonParser
+from maas_services.common.openai_api.tool_parsers.base import ToolParser
+from maas_services.common.openai_api.tool_parsers.forced import ForcedParser
+from maas_services.common.openai_api.tool_parsers.hermes import HermesParser
+from maas_services.common.openai_api.tool_parsers.llama3_json import Llama3JsonParser
 
 PARSERS: dict[str, type[ToolParser]] = {
     "hermes": HermesParser,

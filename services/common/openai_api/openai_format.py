@@ -11,9 +11,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from maas.v1 import engine_pb2
-from maas_services.gateway.delta import Delta
-from maas_services.gateway.output.output_filter import OutputFilter
-from maas_services.gateway.output.tool_parsers import ToolParser, parser_for
+from maas_services.common.openai_api.delta import Delta
+from maas_services.common.openai_api.output_filter import OutputFilter
+from maas_services.common.openai_api.tool_parsers import ToolParser, parser_for
 
 
 def usage_body(delta: Delta) -> dict:

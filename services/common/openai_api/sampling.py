@@ -4,7 +4,7 @@ Unset fields take OpenAI's defaults (temperature 1, top_p 1), not greedy.
 """
 
 from maas.v1 import engine_pb2
-from maas_services.gateway.schemas import SamplingFields
+from maas_services.common.openai_api.schemas import SamplingFields
 
 
 def to_engine_sampling(req: SamplingFields) -> engine_pb2.SamplingParams:

@@ -5,7 +5,7 @@ object {"name", "arguments"}, whatever the template's own format, so it is
 read once, at the end; held in parts, not joined per token.
 """
 
-from maas_services.gateway.output.tool_parsers.base import ToolParser, decoded_call
+from maas_services.common.openai_api.tool_parsers.base import ToolParser, decoded_call
 
 
 class ForcedParser(ToolParser):

@@ -26,8 +26,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from maas_services.gateway.output.tool_calls import MAX_TOOLS, MessageToolCall, Tool, ToolChoice
-from maas_services.gateway.structured_output import StructuredFields
+from maas_services.common.openai_api.structured_output import StructuredFields
+from maas_services.common.openai_api.tool_calls import MAX_TOOLS, MessageToolCall, Tool, ToolChoice
 
 INT32_MAX = 2**31 - 1
 # The largest context of any model we serve, as token ids.

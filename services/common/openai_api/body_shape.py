@@ -15,7 +15,7 @@ measured slower and, with many strings, at 20-35x the body.
 
 import numpy as np
 
-from maas_services.gateway.errors import bad_request
+from maas_services.common.openai_api.errors import bad_request
 
 # The largest token-id prompt (schemas.MAX_PROMPT_IDS) and the rest of a
 # request around it. Decoded, the costliest items (small objects of strings,

@@ -5,7 +5,7 @@ for (services/common/chat_tools.py) when a template has no tool format of its
 own. Any number of calls, with content before, between and after them.
 """
 
-from maas_services.gateway.output.tool_parsers.base import ToolParser, decoded_call
+from maas_services.common.openai_api.tool_parsers.base import ToolParser, decoded_call
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 

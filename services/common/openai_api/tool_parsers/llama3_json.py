@@ -11,7 +11,7 @@ never read for calls; "arguments" is accepted in place of "parameters".
 
 import json
 
-from maas_services.gateway.output.tool_parsers.base import ToolParser, call_of
+from maas_services.common.openai_api.tool_parsers.base import ToolParser, call_of
 
 PYTHON_TAG = "<|python_tag|>"
 _DECODER = json.JSONDecoder()

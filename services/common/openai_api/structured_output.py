@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from maas.v1 import common_pb2
 from maas_services.common.grammar.spec import MAX_CHOICES, MAX_GRAMMAR_CHARS
-from maas_services.gateway.errors import bad_request
-from maas_services.gateway.output.tool_calls import forced_call_schema, mode
+from maas_services.common.openai_api.errors import bad_request
+from maas_services.common.openai_api.tool_calls import forced_call_schema, mode
 
 GrammarText = Annotated[str, Field(min_length=1, max_length=MAX_GRAMMAR_CHARS)]
 Choice = Annotated[str, Field(min_length=1, max_length=1024)]
