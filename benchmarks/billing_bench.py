@@ -25,7 +25,7 @@ from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
 from maas_tools.local.ports import free_port
 from maas_tools.local.readiness import wait_ready
 from maas_tools.local.redis_server import redis_process
-from tests.integration.billing.postgres import PostgresServer
+from tests.postgres import PostgresServer
 
 
 def event(tenant: str) -> UsageEvent:

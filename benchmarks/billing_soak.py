@@ -43,7 +43,7 @@ from maas_tools.local.ports import free_port
 from maas_tools.local.processes import ManagedProcess, serve_argv
 from maas_tools.local.readiness import wait_ready
 from maas_tools.local.redis_server import redis_process
-from tests.integration.billing.postgres import PostgresServer
+from tests.postgres import PostgresServer
 
 SAMPLE_SECONDS = 0.5
 GROUP = "billing"

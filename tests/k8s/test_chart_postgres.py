@@ -16,13 +16,13 @@ import asyncpg
 import kubernetes_validate
 import pytest
 
-from tests.integration.billing.postgres import REQUIRED, PostgresServer, PostgresUnavailable
 from tests.k8s.test_chart import (  # noqa: F401 (helm is a fixture)
     KUBERNETES_VERSION,
     helm,
     render_refused,
     render_set,
 )
+from tests.postgres import PostgresServer, running_postgres
 
 EXTERNAL = "postgresql://billing@db.example.com:5432/maas?sslmode=require"
 
@@ -102,13 +102,33 @@ def test_the_generated_password_is_kept_on_uninstall_and_given_to_billing(helm):
     assert base64.b64decode(secret["data"]["password"]) == b"given-one"
 
 
-def test_only_billing_may_reach_postgres(helm):  # noqa: F811
+def test_only_billing_and_the_gateway_may_reach_postgres(helm):  # noqa: F811
+    """Billing's line items and the gateway's stored responses (/v1/responses)."""
     policy = named(render_set(helm), "NetworkPolicy", "maas-postgres")
     (rule,) = policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": 5432, "protocol": "TCP"}]
     assert [
         peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for peer in rule["from"]
-    ] == ["billing"]
+    ] == ["billing", "gateway"]
+
+
+def test_the_gateway_keeps_its_stored_responses_in_the_same_database(helm):  # noqa: F811
+    for settings in [
+        (),
+        (
+            f"billing.database.external.url={EXTERNAL}",
+            "billing.database.external.existingSecret=billing-db",
+            "billing.database.external.existingSecretPasswordKey=pw",
+        ),
+    ]:
+        docs = render_set(helm, *settings)
+        gateway = named(docs, "Deployment", "maas-gateway")["spec"]["template"]["spec"]
+        secrets = {("billing-db", "pw"): "s3cret", ("maas-postgres", "password"): "gen"}
+        responses = expanded(
+            gateway["containers"][0]["env"], "MAAS_RESPONSES_DATABASE_URL", secrets
+        )
+        billing = expanded(billing_env(docs), "MAAS_BILLING_DATABASE_URL", secrets)
+        assert responses == billing
 
 
 def test_an_external_database_replaces_the_charts(helm):  # noqa: F811
@@ -145,15 +165,7 @@ def test_external_database_settings_the_chart_cannot_use_are_refused(helm):  # n
 
 @pytest.fixture(scope="module")
 def server():
-    try:
-        running = PostgresServer()
-        running.start()
-    except PostgresUnavailable as exc:
-        if REQUIRED:
-            pytest.fail(f"PostgreSQL is required (MAAS_REQUIRE_POSTGRES=1): {exc}")
-        pytest.skip(f"no PostgreSQL here: {exc}")
-    yield running
-    running.remove()
+    yield from running_postgres()
 
 
 def as_the_image_sets_up(server: PostgresServer, container: dict) -> str:

@@ -20,13 +20,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from sqlalchemy import Table, delete, event, func, select, text
+from sqlalchemy import Table, delete, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from maas_services.billing.store.partitions import AHEAD_DAYS, DAY, Partitions, day_of
 from maas_services.billing.store.schema import (
@@ -37,6 +34,7 @@ from maas_services.billing.store.schema import (
     usage_days,
     usage_hours,
 )
+from maas_services.common.sql_engine import open_engine
 
 HOUR = 3600
 IN_MEMORY = "sqlite+aiosqlite://"
@@ -110,47 +108,6 @@ class Totals:
         self.cost_nano_usd += item.cost_nano_usd
 
 
-def database_url(url: str) -> str:
-    """The async driver's URL for a plain one: postgresql:// -> asyncpg,
-    sqlite:/// -> aiosqlite; a URL naming its driver is kept."""
-    parsed = make_url(url)
-    driver = {"postgresql": "postgresql+asyncpg", "sqlite": "sqlite+aiosqlite"}
-    if parsed.drivername in driver:
-        parsed = parsed.set(drivername=driver[parsed.drivername])
-    return parsed.render_as_string(hide_password=False)
-
-
-def open_engine(url: str) -> AsyncEngine:
-    url = database_url(url)
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        # A database that does not answer fails the pass (and is retried),
-        # rather than hanging the consumer.
-        return create_async_engine(
-            url,
-            pool_size=4,
-            pool_pre_ping=True,
-            connect_args={"timeout": 10, "command_timeout": 60},
-        )
-    path = parsed.database
-    if not path or path == ":memory:":
-        # One connection: every connection to :memory: is a database of its own.
-        engine = create_async_engine(url, poolclass=StaticPool)
-    else:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url)
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _pragmas(dbapi_connection, _record) -> None:
-        # WAL: the admin CLI reads while billing writes; wait for a writer, do not fail.
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
-
-    return engine
-
-
 def _insert(conn: AsyncConnection, table: Table):
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     return dialect.insert(table)
@@ -158,7 +115,9 @@ def _insert(conn: AsyncConnection, table: Table):
 
 class LineItemStore:
     def __init__(self, url: str = IN_MEMORY):
-        self.engine = open_engine(url)
+        # A database that does not answer fails the pass (and is retried),
+        # rather than hanging the consumer.
+        self.engine = open_engine(url, connect_seconds=10, command_seconds=60)
         self.partitions = Partitions()
         self._started = False
 

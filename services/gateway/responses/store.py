@@ -27,7 +27,6 @@ import contextlib
 import time
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 
 import msgspec
 from prometheus_client import Counter
@@ -41,16 +40,15 @@ from sqlalchemy import (
     Table,
     Text,
     delete,
-    event,
     func,
     insert,
     select,
     text,
 )
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.schema import CreateIndex, CreateTable
+
+from maas_services.common.sql_engine import open_engine
 
 EVICTED = Counter(
     "maas_gateway_responses_evicted",
@@ -102,41 +100,6 @@ class StoredResponse:
 
 
 # A plain URL (as billing's setting takes it too) gets the async driver.
-ASYNC_DRIVERS = {"postgresql": "postgresql+asyncpg", "sqlite": "sqlite+aiosqlite"}
-
-
-def open_engine(url: str) -> AsyncEngine:
-    parsed = make_url(url)
-    if parsed.drivername in ASYNC_DRIVERS:
-        parsed = parsed.set(drivername=ASYNC_DRIVERS[parsed.drivername])
-    if parsed.get_backend_name() != "sqlite":
-        # A database that does not answer costs a request seconds, not minutes:
-        # a read is then a 503, a write an answer marked store: false.
-        return create_async_engine(
-            parsed,
-            pool_size=4,
-            pool_pre_ping=True,
-            connect_args={"timeout": 5, "command_timeout": 10},
-        )
-    path = parsed.database
-    if not path or path == ":memory:":
-        # Every connection to :memory: is a database of its own: keep one.
-        engine = create_async_engine(parsed, poolclass=StaticPool)
-    else:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(parsed)
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _pragmas(dbapi_connection, _record) -> None:
-        # WAL: readers do not wait for the writer; a writer waits for another, never fails.
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
-
-    return engine
-
-
 class ResponseStore:
     def __init__(self, engine: AsyncEngine, limits: StoreLimits):
         self._engine = engine
@@ -153,7 +116,9 @@ class ResponseStore:
 
     @classmethod
     async def open(cls, url: str, limits: StoreLimits) -> "ResponseStore":
-        engine = open_engine(url)
+        # A database that does not answer costs a request seconds, not minutes:
+        # a read is then a 503, a write an answer marked store: false.
+        engine = open_engine(url, connect_seconds=5, command_seconds=10)
         async with engine.begin() as conn:
             # Replicas starting together: IF NOT EXISTS, and on PostgreSQL (whose
             # catalog can still race on it) one at a time.

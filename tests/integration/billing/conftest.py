@@ -15,22 +15,14 @@ from maas_services.billing.store.line_items import LineItemStore
 from maas_services.common.redis_client import open_redis
 from maas_services.common.usage_event import USAGE_STREAM
 from maas_tools.admin.billing import reconcile_ledger
-from tests.integration.billing.postgres import REQUIRED, PostgresServer, PostgresUnavailable
+from tests.postgres import running_postgres
 
 
 @pytest.fixture(scope="session")
 def postgres():
     """One PostgreSQL server for the session; skipped where none can start, unless
     MAAS_REQUIRE_POSTGRES=1 (CI), where that fails the tests instead."""
-    try:
-        server = PostgresServer()
-        server.start()
-    except PostgresUnavailable as exc:
-        if REQUIRED:
-            pytest.fail(f"PostgreSQL is required (MAAS_REQUIRE_POSTGRES=1): {exc}")
-        pytest.skip(f"no PostgreSQL here: {exc}")
-    yield server
-    server.remove()
+    yield from running_postgres()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

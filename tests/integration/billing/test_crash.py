@@ -18,7 +18,7 @@ from maas_tools.local.processes import ManagedProcess, serve_argv
 from maas_tools.local.readiness import wait_ready
 from maas_tools.local.redis_server import redis_process
 from tests.integration.billing.conftest import assert_reconciled
-from tests.integration.billing.postgres import REQUIRED, PostgresServer, PostgresUnavailable
+from tests.postgres import running_postgres
 
 pytestmark = pytest.mark.slow
 EVENTS = 1000
@@ -126,15 +126,7 @@ async def test_kill9_consumer_and_redis_lose_and_double_count_nothing(tmp_path, 
 @pytest.fixture
 def own_postgres():
     """A PostgreSQL of the test's own: it is killed."""
-    try:
-        server = PostgresServer()
-        server.start()
-    except PostgresUnavailable as exc:
-        if REQUIRED:
-            pytest.fail(f"PostgreSQL is required (MAAS_REQUIRE_POSTGRES=1): {exc}")
-        pytest.skip(f"no PostgreSQL here: {exc}")
-    yield server
-    server.remove()
+    yield from running_postgres()
 
 
 async def test_postgres_killed_mid_stream_acks_nothing_uncommitted_and_bills_once(

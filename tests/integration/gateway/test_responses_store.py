@@ -8,21 +8,13 @@ import uuid
 import pytest
 
 from maas_services.gateway.responses.store import ResponseStore, StoreLimits
-from tests.integration.billing.postgres import REQUIRED, PostgresServer, PostgresUnavailable
+from tests.postgres import running_postgres
 
 
 @pytest.fixture(scope="module")
 def postgres():
     """billing's PostgreSQL server (tests/integration/billing/postgres.py), for this module."""
-    try:
-        server = PostgresServer()
-        server.start()
-    except PostgresUnavailable as exc:
-        if REQUIRED:
-            pytest.fail(f"PostgreSQL is required (MAAS_REQUIRE_POSTGRES=1): {exc}")
-        pytest.skip(f"no PostgreSQL here: {exc}")
-    yield server
-    server.remove()
+    yield from running_postgres()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

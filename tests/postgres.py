@@ -1,5 +1,5 @@
-"""A real PostgreSQL server for billing's tests and the soak: initdb into a
-temporary folder, then `postgres` on a free loopback port.
+"""A real PostgreSQL server for the tests (billing, stored responses, the chart's
+URL) and the soak: initdb into a temporary folder, then `postgres` on a free loopback port.
 
 PostgreSQL refuses to run as root; run as root (CI's Debian containers, this
 machine), the server runs as the `postgres` user that Debian's package
@@ -132,3 +132,19 @@ class PostgresServer:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def running_postgres():
+    """A started server for a pytest fixture to `yield from`, removed afterwards;
+    the test is skipped where none can start, and failed under MAAS_REQUIRE_POSTGRES=1."""
+    import pytest
+
+    try:
+        server = PostgresServer()
+        server.start()
+    except PostgresUnavailable as exc:
+        if REQUIRED:
+            pytest.fail(f"PostgreSQL is required (MAAS_REQUIRE_POSTGRES=1): {exc}")
+        pytest.skip(f"no PostgreSQL here: {exc}")
+    yield server
+    server.remove()
