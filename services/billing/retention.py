@@ -21,17 +21,15 @@ exponential backoff, forever; a trimmer that died would let the stream grow
 until Redis refuses the gateway's writes.
 """
 
-import asyncio
 import time
 
 from prometheus_client import Counter, Gauge
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from tenacity import RetryCallState
 
-from maas_services.billing.consumer import BACKOFF
+from maas_services.billing.periodic import every
 from maas_services.common.logging import get_logger
-from maas_services.common.redis_client import honour_swallowed_cancel
 
 log = get_logger(__name__)
 
@@ -104,18 +102,7 @@ class StreamTrimmer:
 
     async def run(self) -> None:
         """Trim every interval until cancelled; no failure ends it."""
-        while True:
-            # A fresh retrier per round: backoff restarts from its minimum after a success.
-            async for attempt in AsyncRetrying(
-                wait=BACKOFF,
-                retry=retry_if_exception_type(Exception),
-                before_sleep=_failed,
-                reraise=True,
-            ):
-                with attempt:
-                    honour_swallowed_cancel()
-                    await self.trim_once()
-            await asyncio.sleep(self._interval)
+        await every(self._interval, self.trim_once, _failed)
 
 
 def _failed(state: RetryCallState) -> None:

@@ -12,16 +12,14 @@ Supervised like the consumer: a failed round is logged, counted in
 maas_billing_upkeep_failures_total and retried with the same backoff.
 """
 
-import asyncio
 import time
 
 from prometheus_client import Counter, Gauge
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from tenacity import RetryCallState
 
-from maas_services.billing.consumer import BACKOFF
 from maas_services.billing.ledger import Ledger
+from maas_services.billing.periodic import every
 from maas_services.common.logging import get_logger
-from maas_services.common.redis_client import honour_swallowed_cancel
 
 log = get_logger(__name__)
 
@@ -58,17 +56,7 @@ class Upkeep:
 
     async def run(self) -> None:
         """A round every interval until cancelled; no failure ends it."""
-        while True:
-            async for attempt in AsyncRetrying(
-                wait=BACKOFF,
-                retry=retry_if_exception_type(Exception),
-                before_sleep=_failed,
-                reraise=True,
-            ):
-                with attempt:
-                    honour_swallowed_cancel()
-                    await self.round()
-            await asyncio.sleep(self._interval)
+        await every(self._interval, self.round, _failed)
 
 
 def _failed(state: RetryCallState) -> None:
