@@ -34,6 +34,7 @@ import grpc
 import httpx
 
 from benchmarks.machine import cpu_model
+from benchmarks.results_file import report
 from maas.v1 import (
     engine_pb2,
     engine_pb2_grpc,
@@ -441,10 +442,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     results = asyncio.run(run(args))
-    print(json.dumps(results, indent=2))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(results, indent=2) + "\n")
+    report(results, args.output)
 
 
 if __name__ == "__main__":

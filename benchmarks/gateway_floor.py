@@ -41,6 +41,7 @@ import grpc
 
 from benchmarks.gateway_bench import pin
 from benchmarks.machine import machine
+from benchmarks.results_file import report
 from maas_services.common.grpc_client import OPTIONS
 from maas_services.common.redis_client import open_redis
 from maas_tools.local.ports import free_port
@@ -360,10 +361,7 @@ def main() -> None:
         serve_http(args.serve, args.port)
         return
     results = asyncio.run(run(args))
-    print(json.dumps(results, indent=2))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(results, indent=2) + "\n")
+    report(results, args.output)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ editable install's own mapping to this checkout never serves the old side.
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -26,6 +25,7 @@ from benchmarks.gateway_ab import export, ready
 from benchmarks.gateway_bench import Processes, pin, start_stack, tenant_key
 from benchmarks.gateway_stream_bench import ENGINES, level
 from benchmarks.machine import machine
+from benchmarks.results_file import report
 from maas_tools.local.ports import free_port
 from maas_tools.local.processes import serve_argv
 
@@ -112,10 +112,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     results = asyncio.run(run(args))
-    print(json.dumps(results, indent=2))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(results, indent=2) + "\n")
+    report(results, args.output)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from benchmarks.gateway_bench import (
     through_gateway,
 )
 from benchmarks.machine import machine
+from benchmarks.results_file import report
 
 # Sequential streams per client at each level: about the same wall time per level.
 ROUNDS = {1: 4, 8: 2, 32: 1, 64: 1}
@@ -193,10 +194,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     results = asyncio.run(run(args))
-    print(json.dumps(results, indent=2))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(results, indent=2) + "\n")
+    report(results, args.output)
 
 
 if __name__ == "__main__":

@@ -10,3 +10,11 @@ def update_results(path: Path, key: str, section: dict) -> None:
     results[key] = section
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def report(results: dict, output: Path | None) -> None:
+    """Print a benchmark's results, and write them to `output` when given."""
+    print(json.dumps(results, indent=2))
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(results, indent=2) + "\n")
