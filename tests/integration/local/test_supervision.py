@@ -133,6 +133,8 @@ async def test_billing_that_keeps_dying_at_start_ends_supervision_with_its_error
     supervising = asyncio.create_task(stack.supervise())
     # Whatever holds billing's port when it comes back makes every start fail.
     squatter = socket.socket()
+    # The killed billing's connections may linger in TIME_WAIT on its port.
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         kill_billing(stack)
         host, port = stack.addresses["billing"].rsplit(":", 1)
