@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-dir", type=Path, default=Path(".maas/bench/conformance-peers"))
     args = parser.parse_args(argv)
     args.log_dir.mkdir(parents=True, exist_ok=True)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
     reports = []
     for name in args.servers.split(","):
         reports.append(asyncio.run(score(name, args.output_dir, args.log_dir)))
