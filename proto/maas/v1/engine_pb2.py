@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from maas.v1 import common_pb2 as maas_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14maas/v1/engine.proto\x12\x07maas.v1\x1a\x14maas/v1/common.proto\"\x8c\x03\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\r\n\x05min_p\x18\x04 \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\x05 \x01(\x02\x12\x18\n\x10presence_penalty\x18\x06 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x07 \x01(\x02\x12\x11\n\x04seed\x18\x08 \x01(\x04H\x00\x88\x01\x01\x12\x0c\n\x04stop\x18\t \x03(\t\x12\x16\n\x0estop_token_ids\x18\n \x03(\x05\x12\x12\n\nmax_tokens\x18\x0b \x01(\x05\x12\x12\n\nmin_tokens\x18\x0c \x01(\x05\x12\x12\n\nignore_eos\x18\r \x01(\x08\x12\t\n\x01n\x18\x0e \x01(\x05\x12\x10\n\x08logprobs\x18\x0f \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\x10 \x01(\x05\x12\x13\n\x0bspeculative\x18\x11 \x01(\x08\x12!\n\x07grammar\x18\x12 \x01(\x0b\x32\x10.maas.v1.GrammarB\x07\n\x05_seed\"\xd1\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x03 \x03(\x05\x12)\n\x08sampling\x18\x04 \x01(\x0b\x32\x17.maas.v1.SamplingParams\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x0e\n\x06tenant\x18\x06 \x01(\t\x12\x1a\n\x12share_prefix_cache\x18\x07 \x01(\x08\x12\x18\n\x10resume_token_ids\x18\x08 \x03(\x05\">\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\"k\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\x12)\n\x0ctop_logprobs\x18\x04 \x03(\x0b\x32\x13.maas.v1.TopLogprob\"\xec\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x0c\n\x04text\x18\x04 \x01(\t\x12,\n\rfinish_reason\x18\x05 \x01(\x0e\x32\x15.maas.v1.FinishReason\x12\'\n\x08logprobs\x18\x06 \x03(\x0b\x32\x15.maas.v1.TokenLogprob\x12\x1d\n\x05usage\x18\x07 \x01(\x0b\x32\x0e.maas.v1.Usage\x12\x1e\n\x16\x63omputed_prompt_tokens\x18\x08 \x01(\x05\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x10\n\x0eGetLoadRequest\"\x8d\x02\n\nLoadReport\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07running\x18\x02 \x01(\x05\x12\x0f\n\x07waiting\x18\x03 \x01(\x05\x12\x16\n\x0ekv_cache_usage\x18\x04 \x01(\x02\x12\x14\n\x0cmax_num_seqs\x18\x05 \x01(\x05\x12\x15\n\rmax_model_len\x18\x06 \x01(\x05\x12\x10\n\x08\x64raining\x18\x07 \x01(\x08\x12\x12\n\nblock_size\x18\x08 \x01(\x05\x12\x12\n\ncache_salt\x18\t \x01(\t\x12\x17\n\x0fkv_cache_blocks\x18\n \x01(\x05\x12\x1c\n\x14prefix_cache_sharing\x18\x0b \x01(\t\x12\x18\n\x10not_ready_reason\x18\x0c \x01(\t\"\x0e\n\x0c\x44rainRequest\"\"\n\rDrainResponse\x12\x11\n\tin_flight\x18\x01 \x01(\x05\"\x11\n\x0fKvEventsRequest\"\x97\x01\n\x07KvEvent\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.maas.v1.KvEvent.Kind\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x04\"Q\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bKIND_STORED\x10\x01\x12\x10\n\x0cKIND_EVICTED\x10\x02\x12\x10\n\x0cKIND_CLEARED\x10\x03\"U\n\x0cKvEventBatch\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x11\n\tengine_id\x18\x02 \x01(\t\x12 \n\x06\x65vents\x18\x03 \x03(\x0b\x32\x10.maas.v1.KvEvent2\xb9\x02\n\x06\x45ngine\x12\x41\n\x08Generate\x12\x18.maas.v1.GenerateRequest\x1a\x19.maas.v1.GenerateResponse0\x01\x12\x36\n\x05\x41\x62ort\x12\x15.maas.v1.AbortRequest\x1a\x16.maas.v1.AbortResponse\x12\x37\n\x07GetLoad\x12\x17.maas.v1.GetLoadRequest\x1a\x13.maas.v1.LoadReport\x12\x36\n\x05\x44rain\x12\x15.maas.v1.DrainRequest\x1a\x16.maas.v1.DrainResponse\x12\x43\n\x0eStreamKvEvents\x12\x18.maas.v1.KvEventsRequest\x1a\x15.maas.v1.KvEventBatch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14maas/v1/engine.proto\x12\x07maas.v1\x1a\x14maas/v1/common.proto\"\xb3\x03\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\r\n\x05min_p\x18\x04 \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\x05 \x01(\x02\x12\x18\n\x10presence_penalty\x18\x06 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x07 \x01(\x02\x12\x11\n\x04seed\x18\x08 \x01(\x04H\x00\x88\x01\x01\x12\x0c\n\x04stop\x18\t \x03(\t\x12\x16\n\x0estop_token_ids\x18\n \x03(\x05\x12\x12\n\nmax_tokens\x18\x0b \x01(\x05\x12\x12\n\nmin_tokens\x18\x0c \x01(\x05\x12\x12\n\nignore_eos\x18\r \x01(\x08\x12\t\n\x01n\x18\x0e \x01(\x05\x12\x10\n\x08logprobs\x18\x0f \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\x10 \x01(\x05\x12\x13\n\x0bspeculative\x18\x11 \x01(\x08\x12!\n\x07grammar\x18\x12 \x01(\x0b\x32\x10.maas.v1.Grammar\x12%\n\tembedding\x18\x13 \x01(\x0b\x32\x12.maas.v1.EmbeddingB\x07\n\x05_seed\"\x1f\n\tEmbedding\x12\x12\n\ndimensions\x18\x01 \x01(\x05\"\xd1\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x03 \x03(\x05\x12)\n\x08sampling\x18\x04 \x01(\x0b\x32\x17.maas.v1.SamplingParams\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x0e\n\x06tenant\x18\x06 \x01(\t\x12\x1a\n\x12share_prefix_cache\x18\x07 \x01(\x08\x12\x18\n\x10resume_token_ids\x18\x08 \x03(\x05\">\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\"k\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\x12)\n\x0ctop_logprobs\x18\x04 \x03(\x0b\x32\x13.maas.v1.TopLogprob\"\xff\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x0c\n\x04text\x18\x04 \x01(\t\x12,\n\rfinish_reason\x18\x05 \x01(\x0e\x32\x15.maas.v1.FinishReason\x12\'\n\x08logprobs\x18\x06 \x03(\x0b\x32\x15.maas.v1.TokenLogprob\x12\x1d\n\x05usage\x18\x07 \x01(\x0b\x32\x0e.maas.v1.Usage\x12\x1e\n\x16\x63omputed_prompt_tokens\x18\x08 \x01(\x05\x12\x11\n\tembedding\x18\t \x03(\x02\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x10\n\x0eGetLoadRequest\"\x9d\x02\n\nLoadReport\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07running\x18\x02 \x01(\x05\x12\x0f\n\x07waiting\x18\x03 \x01(\x05\x12\x16\n\x0ekv_cache_usage\x18\x04 \x01(\x02\x12\x14\n\x0cmax_num_seqs\x18\x05 \x01(\x05\x12\x15\n\rmax_model_len\x18\x06 \x01(\x05\x12\x10\n\x08\x64raining\x18\x07 \x01(\x08\x12\x12\n\nblock_size\x18\x08 \x01(\x05\x12\x12\n\ncache_salt\x18\t \x01(\t\x12\x17\n\x0fkv_cache_blocks\x18\n \x01(\x05\x12\x1c\n\x14prefix_cache_sharing\x18\x0b \x01(\t\x12\x18\n\x10not_ready_reason\x18\x0c \x01(\t\x12\x0e\n\x06serves\x18\r \x03(\t\"\x0e\n\x0c\x44rainRequest\"\"\n\rDrainResponse\x12\x11\n\tin_flight\x18\x01 \x01(\x05\"\x11\n\x0fKvEventsRequest\"\x97\x01\n\x07KvEvent\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.maas.v1.KvEvent.Kind\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x04\"Q\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bKIND_STORED\x10\x01\x12\x10\n\x0cKIND_EVICTED\x10\x02\x12\x10\n\x0cKIND_CLEARED\x10\x03\"U\n\x0cKvEventBatch\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x11\n\tengine_id\x18\x02 \x01(\t\x12 \n\x06\x65vents\x18\x03 \x03(\x0b\x32\x10.maas.v1.KvEvent2\xb9\x02\n\x06\x45ngine\x12\x41\n\x08Generate\x12\x18.maas.v1.GenerateRequest\x1a\x19.maas.v1.GenerateResponse0\x01\x12\x36\n\x05\x41\x62ort\x12\x15.maas.v1.AbortRequest\x1a\x16.maas.v1.AbortResponse\x12\x37\n\x07GetLoad\x12\x17.maas.v1.GetLoadRequest\x1a\x13.maas.v1.LoadReport\x12\x36\n\x05\x44rain\x12\x15.maas.v1.DrainRequest\x1a\x16.maas.v1.DrainResponse\x12\x43\n\x0eStreamKvEvents\x12\x18.maas.v1.KvEventsRequest\x1a\x15.maas.v1.KvEventBatch0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,35 +33,37 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'maas.v1.engine_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SAMPLINGPARAMS']._serialized_start=56
-  _globals['_SAMPLINGPARAMS']._serialized_end=452
-  _globals['_GENERATEREQUEST']._serialized_start=455
-  _globals['_GENERATEREQUEST']._serialized_end=664
-  _globals['_TOPLOGPROB']._serialized_start=666
-  _globals['_TOPLOGPROB']._serialized_end=728
-  _globals['_TOKENLOGPROB']._serialized_start=730
-  _globals['_TOKENLOGPROB']._serialized_end=837
-  _globals['_GENERATERESPONSE']._serialized_start=840
-  _globals['_GENERATERESPONSE']._serialized_end=1076
-  _globals['_ABORTREQUEST']._serialized_start=1078
-  _globals['_ABORTREQUEST']._serialized_end=1112
-  _globals['_ABORTRESPONSE']._serialized_start=1114
-  _globals['_ABORTRESPONSE']._serialized_end=1144
-  _globals['_GETLOADREQUEST']._serialized_start=1146
-  _globals['_GETLOADREQUEST']._serialized_end=1162
-  _globals['_LOADREPORT']._serialized_start=1165
-  _globals['_LOADREPORT']._serialized_end=1434
-  _globals['_DRAINREQUEST']._serialized_start=1436
-  _globals['_DRAINREQUEST']._serialized_end=1450
-  _globals['_DRAINRESPONSE']._serialized_start=1452
-  _globals['_DRAINRESPONSE']._serialized_end=1486
-  _globals['_KVEVENTSREQUEST']._serialized_start=1488
-  _globals['_KVEVENTSREQUEST']._serialized_end=1505
-  _globals['_KVEVENT']._serialized_start=1508
-  _globals['_KVEVENT']._serialized_end=1659
-  _globals['_KVEVENT_KIND']._serialized_start=1578
-  _globals['_KVEVENT_KIND']._serialized_end=1659
-  _globals['_KVEVENTBATCH']._serialized_start=1661
-  _globals['_KVEVENTBATCH']._serialized_end=1746
-  _globals['_ENGINE']._serialized_start=1749
-  _globals['_ENGINE']._serialized_end=2062
+  _globals['_SAMPLINGPARAMS']._serialized_end=491
+  _globals['_EMBEDDING']._serialized_start=493
+  _globals['_EMBEDDING']._serialized_end=524
+  _globals['_GENERATEREQUEST']._serialized_start=527
+  _globals['_GENERATEREQUEST']._serialized_end=736
+  _globals['_TOPLOGPROB']._serialized_start=738
+  _globals['_TOPLOGPROB']._serialized_end=800
+  _globals['_TOKENLOGPROB']._serialized_start=802
+  _globals['_TOKENLOGPROB']._serialized_end=909
+  _globals['_GENERATERESPONSE']._serialized_start=912
+  _globals['_GENERATERESPONSE']._serialized_end=1167
+  _globals['_ABORTREQUEST']._serialized_start=1169
+  _globals['_ABORTREQUEST']._serialized_end=1203
+  _globals['_ABORTRESPONSE']._serialized_start=1205
+  _globals['_ABORTRESPONSE']._serialized_end=1235
+  _globals['_GETLOADREQUEST']._serialized_start=1237
+  _globals['_GETLOADREQUEST']._serialized_end=1253
+  _globals['_LOADREPORT']._serialized_start=1256
+  _globals['_LOADREPORT']._serialized_end=1541
+  _globals['_DRAINREQUEST']._serialized_start=1543
+  _globals['_DRAINREQUEST']._serialized_end=1557
+  _globals['_DRAINRESPONSE']._serialized_start=1559
+  _globals['_DRAINRESPONSE']._serialized_end=1593
+  _globals['_KVEVENTSREQUEST']._serialized_start=1595
+  _globals['_KVEVENTSREQUEST']._serialized_end=1612
+  _globals['_KVEVENT']._serialized_start=1615
+  _globals['_KVEVENT']._serialized_end=1766
+  _globals['_KVEVENT_KIND']._serialized_start=1685
+  _globals['_KVEVENT_KIND']._serialized_end=1766
+  _globals['_KVEVENTBATCH']._serialized_start=1768
+  _globals['_KVEVENTBATCH']._serialized_end=1853
+  _globals['_ENGINE']._serialized_start=1856
+  _globals['_ENGINE']._serialized_end=2169
 # @@protoc_insertion_point(module_scope)

@@ -104,7 +104,7 @@ class ReplicaStats(_message.Message):
     def __init__(self, endpoint_id: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., draining: _Optional[bool] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., in_flight: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., kv_cache_blocks: _Optional[int] = ..., block_size: _Optional[int] = ..., kv_events_live: _Optional[bool] = ..., indexed_blocks: _Optional[int] = ...) -> None: ...
 
 class DeploymentStats(_message.Message):
-    __slots__ = ("model", "replicas", "queue_depth", "ready_replicas", "running", "in_flight", "capacity", "kv_cache_usage", "routing_policy", "held")
+    __slots__ = ("model", "replicas", "queue_depth", "ready_replicas", "running", "in_flight", "capacity", "kv_cache_usage", "routing_policy", "held", "serves")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +115,7 @@ class DeploymentStats(_message.Message):
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
     ROUTING_POLICY_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    SERVES_FIELD_NUMBER: _ClassVar[int]
     model: str
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStats]
     queue_depth: int
@@ -125,7 +126,8 @@ class DeploymentStats(_message.Message):
     kv_cache_usage: float
     routing_policy: str
     held: int
-    def __init__(self, model: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStats, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., ready_replicas: _Optional[int] = ..., running: _Optional[int] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., routing_policy: _Optional[str] = ..., held: _Optional[int] = ...) -> None: ...
+    serves: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStats, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., ready_replicas: _Optional[int] = ..., running: _Optional[int] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., routing_policy: _Optional[str] = ..., held: _Optional[int] = ..., serves: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PoolStats(_message.Message):
     __slots__ = ("deployments",)
