@@ -70,8 +70,11 @@ class RouterServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Release(self, request, context):
-        """Answered and ignored: gateways before the one-way request path sent it at
-        each request's end; a pick now counts until the replica's next load report.
+        """success=false: a gateway saw the replica fail under a request (a broken
+        stream it migrates); the router stops picking it until its next load report
+        answers. success=true is ignored: gateways before the one-way request path
+        sent it at each request's end; a pick now counts until the replica's next
+        load report.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
