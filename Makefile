@@ -121,6 +121,7 @@ bench-structured: $(STAMP)
 bench-gateway: $(STAMP)
 	$(BIN)/python -m benchmarks.gateway_bench --output benchmarks/results/gateway.json
 	$(BIN)/python -m benchmarks.gateway_stream_bench --output benchmarks/results/gateway_stream.json
+	$(BIN)/python -m benchmarks.gateway_latency --output benchmarks/results/gateway_latency.json
 
 # Issue 31: one tenant's latency alone and under four attacks from another, and each
 # service's peak memory (minutes). A small run, kept out of the results:

@@ -1,5 +1,6 @@
 """Old gateway against new on paced streams, same stack, same load:
-`python -m benchmarks.gateway_stream_ab --base REV`.
+`python -m benchmarks.gateway_stream_ab --base REV` (or `--base-tree DIR`, a copy
+of the source folders taken before a change: one cut at a time in a working tree).
 
 Gateway CPU per streamed token moves with the machine's load (the same code
 measured 0.19 and 0.25 ms at 32 streams, loads 16 and 21), so a change is
@@ -39,9 +40,9 @@ PACKAGES = {
 }
 
 
-def import_path(tree: Path) -> Path:
-    """A directory whose entries import the tree under the installed names."""
-    links = tree.parent / "imports"
+def import_path(tree: Path, state: Path) -> Path:
+    """A directory in `state` whose entries import the tree under the installed names."""
+    links = state / "imports"
     links.mkdir()
     for name, folder in PACKAGES.items():
         (links / name).symlink_to(tree / folder)
@@ -52,7 +53,8 @@ async def run(args) -> dict:
     engine = ENGINES[args.engine]
     with tempfile.TemporaryDirectory() as state:
         state = Path(state)
-        links = import_path(export(args.base, state))
+        tree = Path(args.base_tree).resolve() if args.base_tree else export(args.base, state)
+        links = import_path(tree, state)
         procs = Processes(state)
         old = None
         try:
@@ -93,7 +95,8 @@ async def run(args) -> dict:
             procs.stop()
     return {
         "machine": machine(),
-        "base": args.base,
+        "base": args.base_tree or args.base,
+        "label": args.label,
         "engine": args.engine,
         "streams": args.streams,
         "tokens_per_stream": args.tokens,
@@ -105,6 +108,8 @@ async def run(args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="HEAD", help="git revision of the old gateway")
+    parser.add_argument("--base-tree", help="the old gateway's source folders instead (PACKAGES)")
+    parser.add_argument("--label", default="", help="the change measured")
     parser.add_argument("--engine", choices=list(ENGINES), default="one_token_per_message")
     parser.add_argument("--streams", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=128, help="tokens per stream")

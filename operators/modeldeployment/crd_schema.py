@@ -16,6 +16,7 @@ from maas_services.common.routing_policies import (
     ROUTING_POLICIES,
     SCORER_NAMES,
 )
+from maas_services.common.serves import DEFAULT_SERVES, KINDS
 
 # What `maas serve engine --backend` takes; the first is the default.
 ENGINE_BACKENDS = ("native", "vllm")
@@ -312,6 +313,20 @@ CANARY = _obj(
     "a one-replica canary beside the main replicas",
 )
 
+# No schema default: it depends on the backend (DEFAULT_SERVES), which the
+# engine applies itself when the operator passes no --serves.
+SERVES = {
+    "type": "array",
+    "minItems": 1,
+    "maxItems": len(KINDS),
+    "x-kubernetes-list-type": "set",
+    "items": {"type": "string", "enum": list(KINDS)},
+    "description": "what the replicas serve: generate (completions, chat, responses), "
+    "embed (/v1/embeddings), or both; absent = "
+    + "; ".join(f"{backend}: {', '.join(kinds)}" for backend, kinds in DEFAULT_SERVES.items())
+    + " (the gateway answers 400 to a request of a kind the model does not serve)",
+}
+
 SPEC = {
     "type": "object",
     # Rules across spec.engine and the fields a vLLM pod needs elsewhere.
@@ -327,6 +342,11 @@ SPEC = {
             "message": "backend vllm on CPU needs engine.kvCacheMemory, or vLLM reserves "
             "most of the node's memory",
         },
+        {
+            "rule": "self.engine.backend != 'vllm' || !has(self.serves) || size(self.serves) == 1",
+            "message": "a vLLM server runs its generation runner or its pooling runner, "
+            "not both: serves is [generate] or [embed]",
+        },
     ],
     "properties": {
         "model": MODEL,
@@ -338,6 +358,7 @@ SPEC = {
         "autoscaling": AUTOSCALING,
         "routing": ROUTING,
         "canary": CANARY,
+        "serves": SERVES,
         # Routes in the gateway: each alias splits between the model and its canary.
         "aliases": {
             "type": "array",

@@ -39,6 +39,11 @@ def prefix_cache_args(engine: dict) -> list[str]:
     return [f"--prefix-cache-sharing={engine['prefixCacheSharing']}"]
 
 
+def serves_args(serves: list[str] | None) -> list[str]:
+    """spec.serves; absent, the engine's own default for its backend (common/serves.py)."""
+    return [f"--serves={','.join(serves)}"] if serves else []
+
+
 def known_answer_args(engine: dict) -> list[str]:
     """The start-up known-answer check's reference (services/engine/known_answer.py): the
     spec's, else the sanity bound; a pod never loads a float32 copy of its model for one."""
@@ -63,9 +68,17 @@ def common_args(engine: dict) -> list[str]:
 
 
 def engine_args(
-    model_id: str, model_path: str, engine: dict, shutdown_grace_seconds: int
+    model_id: str,
+    model_path: str,
+    engine: dict,
+    shutdown_grace_seconds: int,
+    serves: list[str] | None = None,
 ) -> list[str]:
-    args = [*serving_args(model_id, shutdown_grace_seconds), *common_args(engine)]
+    args = [
+        *serving_args(model_id, shutdown_grace_seconds),
+        *common_args(engine),
+        *serves_args(serves),
+    ]
     if model_path:
         args.append(f"--model-path={model_path}")
     kv_bytes = quantity_bytes(engine["kvCacheMemory"])

@@ -129,10 +129,10 @@ def _containers(
     engine = spec["engine"]
     vllm = engine["backend"] == "vllm"
     if vllm:
-        args = adapter_args(model_id, mount.model_path, engine, drain_timeout)
+        args = adapter_args(model_id, mount.model_path, engine, drain_timeout, spec.get("serves"))
         resources = ADAPTER_RESOURCES
     else:
-        args = engine_args(model_id, mount.model_path, engine, drain_timeout)
+        args = engine_args(model_id, mount.model_path, engine, drain_timeout, spec.get("serves"))
         resources = _container_resources(spec["resources"])
     container = {
         "name": "engine",

@@ -32,10 +32,12 @@ from maas_operator.modeldeployment.engine_args import (
     known_answer_args,
     prefix_cache_args,
     quantity_bytes,
+    serves_args,
     serving_args,
 )
 from maas_operator.modeldeployment.model_source import ModelMount
 from maas_services.common.defaults import ENGINE_PORT
+from maas_services.common.serves import EMBED
 from maas_services.common.vllm_cpu_mode import vllm_cpu_mode
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
@@ -49,6 +51,9 @@ API_KEY_SECRET_KEY = "vllm-api-key"
 KV_EVENTS_BIND = f"tcp://*:{KV_EVENTS_PORT}"
 KV_EVENTS_ENDPOINT = f"tcp://127.0.0.1:{KV_EVENTS_PORT}"
 KV_EVENTS_TOPIC = "kv-events"
+# A vLLM server runs one runner: an embedding deployment runs the pooling one,
+# the generative model's hidden states pooled into embeddings (vLLM's --convert embed).
+POOLING_ARGS = ["--runner=pooling", "--convert=embed"]
 # The image's entrypoint differs between vLLM's images (`vllm serve`, a shell);
 # the module is the same in every build, the CPU one included.
 COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
@@ -70,11 +75,17 @@ while True:
 
 
 def adapter_args(
-    model_id: str, model_path: str, engine: dict, shutdown_grace_seconds: int
+    model_id: str,
+    model_path: str,
+    engine: dict,
+    shutdown_grace_seconds: int,
+    serves: list[str] | None = None,
 ) -> list[str]:
     return [
         *serving_args(model_id, shutdown_grace_seconds),
         "--backend=vllm",
+        # embed: the adapter answers through vLLM's pooling runner (vllm_args).
+        *serves_args(serves),
         f"--vllm-url={VLLM_URL}",
         f"--vllm-kv-events-endpoint={KV_EVENTS_ENDPOINT}",
         f"--vllm-startup-timeout={STARTUP_SECONDS}",
@@ -89,7 +100,9 @@ def adapter_args(
     ]
 
 
-def vllm_args(model_id: str, model_path: str, engine: dict, gpus: int) -> list[str]:
+def vllm_args(
+    model_id: str, model_path: str, engine: dict, gpus: int, serves: list[str] | None = None
+) -> list[str]:
     kv_events = {
         "enable_kv_cache_events": True,
         "publisher": "zmq",
@@ -110,6 +123,7 @@ def vllm_args(model_id: str, model_path: str, engine: dict, gpus: int) -> list[s
         # Cached prompt tokens in usage, as the native engine reports them.
         "--enable-prompt-tokens-details",
         *common_args(engine),
+        *(POOLING_ARGS if serves == [EMBED] else []),
     ]
     kv_bytes = quantity_bytes(engine["kvCacheMemory"])
     if gpus and kv_bytes:
@@ -161,7 +175,7 @@ def vllm_container(
         "name": "vllm",
         "image": engine["vllm"].get("image") or default_image,
         "command": COMMAND,
-        "args": vllm_args(model_id, mount.model_path, engine, gpus),
+        "args": vllm_args(model_id, mount.model_path, engine, gpus, spec.get("serves")),
         "env": _env(engine, gpus, cache_dir),
         "ports": [{"name": "vllm-http", "containerPort": VLLM_PORT}],
         "startupProbe": _health_probe(10, STARTUP_SECONDS // 10),

@@ -9,6 +9,7 @@ conventions' current ones (`gen_ai.usage.input_tokens`, not the retired
 
 CHAT = "chat"
 TEXT_COMPLETION = "text_completion"
+EMBEDDINGS = "embeddings"
 
 
 def request_attributes(

@@ -40,11 +40,13 @@ from maas_services.common.logging import get_logger
 from maas_services.common.text_tokenizer import TextTokenizer
 from maas_services.engine import metrics
 from maas_services.engine.block_manager import BlockManager
+from maas_services.engine.embedding import embedding_vector
 from maas_services.engine.engine_config import EngineConfig
 from maas_services.engine.grammar.matcher import GrammarState
 from maas_services.engine.isolation import bisect_failures
 from maas_services.engine.logprobs import token_logprob
 from maas_services.engine.model_config import ModelConfig
+from maas_services.engine.model_runner import Forward
 from maas_services.engine.request import Request, SampleText, SeqOutput
 from maas_services.engine.resume import ResumeError, replay
 from maas_services.engine.sampler import Sampler, make_generator
@@ -68,7 +70,7 @@ class LLMEngine:
         self,
         config: EngineConfig,
         model_config: ModelConfig,
-        runner,  # ModelRunner: execute(scheduled, block_copies) -> logits
+        runner,  # ModelRunner: execute(scheduled, block_copies) -> Forward
         tokenizer: TextTokenizer,
         on_kv_event: Callable[[str, list[int]], None] | None = None,
     ):
@@ -146,12 +148,12 @@ class LLMEngine:
         if any(not 0 <= t < vocab for t in prompt_ids):
             raise RequestRejected(f"prompt token ids must be in [0, {vocab})")
         try:
-            params.validate(vocab)
+            params.validate(vocab, self.model_config.hidden_size)
             check_length(len(prompt_ids), params.max_tokens, self.config.max_model_len)
         except (ValueError, ContextLengthError) as exc:
             raise RequestRejected(str(exc)) from exc
         # The last sampled token is never fed back, so it needs no slot.
-        needed = len(prompt_ids) + params.max_tokens - 1
+        needed = len(prompt_ids) + max(params.max_tokens - 1, 0)
         if needed > self.capacity_tokens:
             raise RequestRejected(
                 f"prompt + max_tokens needs {needed} KV slots but this engine's cache holds "
@@ -315,9 +317,9 @@ class LLMEngine:
 
     def _run(
         self, plan: SchedulerOutput, culprits: dict[str, Exception], stats: StepStats
-    ) -> list[tuple[list[ScheduledSeq], torch.Tensor]]:
+    ) -> list[tuple[list[ScheduledSeq], Forward]]:
         """The forward over the schedule, bisected: the parts that ran with their
-        logits; the requests that failed alone join culprits."""
+        results; the requests that failed alone join culprits."""
         if not plan.scheduled:
             return []
         started = time.perf_counter()
@@ -328,7 +330,7 @@ class LLMEngine:
         culprits.update((item.seq.request_id, exc) for item, exc in failed)
         return parts
 
-    def _execute(self, part: list[ScheduledSeq], plan: SchedulerOutput) -> torch.Tensor:
+    def _execute(self, part: list[ScheduledSeq], plan: SchedulerOutput) -> Forward:
         copies = plan.block_copies
         if copies and len(part) < len(plan.scheduled):
             # Replaying another part's copies would overwrite KV that part already wrote.
@@ -338,7 +340,7 @@ class LLMEngine:
 
     def _postprocess(
         self,
-        ran: list[tuple[list[ScheduledSeq], torch.Tensor]],
+        ran: list[tuple[list[ScheduledSeq], Forward]],
         culprits: dict[str, Exception],
         stats: StepStats,
     ) -> list[SeqOutput]:
@@ -346,13 +348,18 @@ class LLMEngine:
         the outputs; the culprits fail last."""
         started = time.perf_counter()
         # Rows are cut before any bookkeeping: verification changes what
-        # num_logits would say, and may finish (and free) the sequence.
+        # num_logits would say, and may finish (and free) the sequence. An
+        # entry that pools gets its hidden row instead of logits.
         work: dict[str, list[tuple[ScheduledSeq, torch.Tensor]]] = {}
-        for part, logits in ran:
-            offset = 0
+        for part, forward in ran:
+            offset = pooled = 0
             for item in part:
-                rows = logits[offset : offset + item.num_logits]
-                offset += item.num_logits
+                if item.pools:
+                    rows = forward.pooled[pooled : pooled + 1]
+                    pooled += 1
+                else:
+                    rows = forward.logits[offset : offset + item.num_logits]
+                    offset += item.num_logits
                 work.setdefault(item.seq.request_id, []).append((item, rows))
         outputs: list[SeqOutput] = []
         pending: list[tuple[Sequence, torch.Tensor]] = []
@@ -390,7 +397,8 @@ class LLMEngine:
         self, items: list[tuple[ScheduledSeq, torch.Tensor]], stats: StepStats
     ) -> tuple[list[SeqOutput], list[tuple[Sequence, torch.Tensor]]]:
         """One request's bookkeeping after a step ran: the outputs of verified
-        drafts, and the samples still to draw, each with its logits row."""
+        drafts and finished embeddings, and the samples still to draw, each with
+        its logits row."""
         for item, _ in items:
             # Drafted positions count as computed only once accepted (below).
             item.seq.num_computed_tokens += item.num_new_tokens - item.seq.num_draft_tokens
@@ -402,7 +410,11 @@ class LLMEngine:
                 outputs += self._append_verified(seq, seq_rows, stats)
                 continue
             self.blocks.mark_computed(seq, seq.num_computed_tokens)
-            if len(seq_rows):
+            if seq.embeds:
+                # Its row is the pooled state, there only once its last chunk ran.
+                if len(seq_rows):
+                    outputs.append(self._embedded(seq, seq_rows[0], stats))
+            elif len(seq_rows):
                 to_sample += [(sample, seq_rows[-1]) for sample in [seq, *self._fork_samples(seq)]]
         return outputs, to_sample
 
@@ -425,6 +437,14 @@ class LLMEngine:
             if outputs[-1].finish_reason is not None:
                 break
         return outputs
+
+    def _embedded(self, seq: Sequence, hidden: torch.Tensor, stats: StepStats) -> SeqOutput:
+        """An embedding request's one output: its prompt is computed, its blocks
+        are cached (above), and it ends here."""
+        request = self.requests[seq.request_id]
+        vector = embedding_vector(hidden, seq.params.embedding)
+        self._finish(request, seq, "stop", time.monotonic(), stats)
+        return self._output(request, seq, [], "", "stop", embedding=vector)
 
     def _fork_samples(self, seq: Sequence) -> list[Sequence]:
         request = self.requests[seq.request_id]
@@ -488,7 +508,9 @@ class LLMEngine:
             tpot = (now - request.first_token_time) / (generated - 1)
         stats.finished.append(FinishedRequest(reason, now - request.arrival_time, tpot))
 
-    def _output(self, request, seq, tokens, text, reason, logprobs=(), error=None) -> SeqOutput:
+    def _output(
+        self, request, seq, tokens, text, reason, logprobs=(), error=None, embedding=()
+    ) -> SeqOutput:
         return SeqOutput(
             request_id=request.request_id,
             index=seq.index,
@@ -508,4 +530,5 @@ class LLMEngine:
             scheduled_time=request.scheduled_time,
             first_token_time=request.first_token_time,
             error=error,
+            embedding=list(embedding),
         )

@@ -5,6 +5,8 @@ from the settings and the model as loaded (choose_path), and passed to every
 forward.
 """
 
+from dataclasses import dataclass
+
 import torch
 
 from maas_services.engine import native_layers
@@ -16,6 +18,14 @@ from maas_services.engine.model import LlamaForCausalLM
 from maas_services.engine.model_config import ModelConfig
 from maas_services.engine.native_layers import Native
 from maas_services.engine.scheduler import ScheduledSeq
+
+
+@dataclass
+class Forward:
+    """What one step's forward returns, rows in the order of its entries."""
+
+    logits: torch.Tensor  # float32 [sum of num_logits, vocab], each entry's rows in order
+    pooled: torch.Tensor  # float32 [entries that pool, hidden_size]
 
 
 class ModelRunner:
@@ -39,12 +49,12 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(
         self, scheduled: list[ScheduledSeq], block_copies: list[tuple[int, int]]
-    ) -> torch.Tensor:
-        """Compute each entry's new tokens; float32 logits [sum of num_logits, vocab].
+    ) -> Forward:
+        """Compute each entry's new tokens: the logits of those that sample, the
+        pooled hidden states of those that pool (Forward).
 
-        Rows follow the order of the entries that sample, each entry's rows in
-        position order. The sequences are left
-        as they are: advancing num_computed_tokens is the caller's bookkeeping.
+        The sequences are left as they are: advancing num_computed_tokens is the
+        caller's bookkeeping.
         """
         self.kv_cache.copy_blocks(block_copies)
         # Single-token entries first: attention runs the leading ones as one batch, in
@@ -76,6 +86,9 @@ class ModelRunner:
             meta,
             self.path,
         )
+        # An embedding's vector is its last position's state (embedding.py).
+        pooled = [last_row[i] for i, entry in enumerate(scheduled) if entry.pools]
+        pooled_rows = hidden[torch.tensor(pooled, dtype=torch.long, device=self.device)]
         # A sampling entry needs its last position; one with draft tokens needs
         # every drafted position too, to verify them.
         rows = [
@@ -87,7 +100,7 @@ class ModelRunner:
         # (a decode-only step samples at every row, in order: nothing to pick).
         if rows != list(range(hidden.shape[0])):
             hidden = hidden[torch.tensor(rows, dtype=torch.long, device=self.device)]
-        return self.model.compute_logits(hidden).float()
+        return Forward(self.model.compute_logits(hidden).float(), pooled_rows.float())
 
 
 def choose_path(model: LlamaForCausalLM, compiled: bool, native: bool) -> ComputePath:

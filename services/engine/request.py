@@ -60,3 +60,5 @@ class SeqOutput:
     first_token_time: float | None = None
     # Set, with finish_reason "error", when the request made a step raise.
     error: str | None = None
+    # An embedding request's one output: its vector (services/engine/embedding.py).
+    embedding: list[float] = field(default_factory=list)

@@ -11,6 +11,10 @@ Seeds: OpenAI accepts any 64-bit seed, and sample i of a request with n > 1
 draws from seed + i. That sum wraps modulo 2**64 (sample_seed) rather than
 being refused: every seed the API accepts then works for every n, the
 samples' streams stay distinct (n is far below 2**64) and deterministic.
+
+An embedding request (embedding set) is a prefill with no decode
+(services/engine/embedding.py): max_tokens is 0 and nothing that shapes a
+sample applies, so validate() refuses whatever would ask for one.
 """
 
 import math
@@ -31,6 +35,13 @@ MAX_STOP_TOKEN_IDS = 256
 # logit turns the softmax into NaN; the gateway's bound above is 2.
 MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 2.0
 SEED_MODULUS = 2**64
+
+
+@dataclass
+class EmbeddingParams:
+    """An embedding request: keep the first `dimensions` of the vector (0: all of them)."""
+
+    dimensions: int = 0
 
 
 @dataclass
@@ -58,13 +69,17 @@ class SamplingParams:
     # docs/gateway.md "Migration"): generation continues after these tokens as
     # if this engine had sampled them (llm_engine.py replays them).
     resume_ids: list[int] = field(default_factory=list)
+    # Set: answer the prompt's embedding instead of generating (embedding.py).
+    embedding: EmbeddingParams | None = None
 
     def sample_seed(self, index: int) -> int | None:
         """The seed of sample `index`'s random stream (see the module docstring)."""
         return None if self.seed is None else (self.seed + index) % SEED_MODULUS
 
-    def validate(self, vocab_size: int) -> None:
+    def validate(self, vocab_size: int, hidden_size: int) -> None:
         """Raise ValueError naming the first field that holds an impossible value."""
+        if self.embedding is not None:
+            return self._validate_embedding(hidden_size)
         # Comparisons are written so that NaN fails them.
         checks = [
             (
@@ -123,14 +138,38 @@ class SamplingParams:
                 f"must be token ids in [0, {vocab_size})",
             ),
         ]
-        for name, ok, requirement in checks:
-            if not ok:
-                raise ValueError(f"{name} {requirement}, got {_shown(getattr(self, name))}")
+        _check(self, checks)
         if self.grammar is not None:
             try:
                 self.grammar.check()
             except GrammarError as exc:
                 raise ValueError(f"grammar: {exc}") from None
+
+    def _validate_embedding(self, hidden_size: int) -> None:
+        # The sampling fields are left at their defaults; the ones that would
+        # ask for output are refused by name.
+        checks = [
+            (
+                "embedding.dimensions",
+                0 <= self.embedding.dimensions <= hidden_size,
+                f"must be in [1, {hidden_size}] (0: the model's hidden size)",
+            ),
+            ("max_tokens", self.max_tokens == 0, "must be 0 for an embedding"),
+            ("n", self.n == 1, "must be 1 for an embedding"),
+            ("logprobs", not self.logprobs, "must be off for an embedding"),
+            ("grammar", self.grammar is None, "must be unset for an embedding"),
+            ("resume_ids", not self.resume_ids, "must be empty for an embedding"),
+        ]
+        _check(self, checks)
+
+
+def _check(params: SamplingParams, checks: list[tuple[str, bool, str]]) -> None:
+    for name, ok, requirement in checks:
+        if not ok:
+            value = params
+            for part in name.split("."):
+                value = getattr(value, part)
+            raise ValueError(f"{name} {requirement}, got {_shown(value)}")
 
 
 def _shown(value) -> str:

@@ -38,9 +38,15 @@ class ScheduledSeq:
         return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
 
     @property
+    def pools(self) -> bool:
+        """This step computes an embedding request's last token: its vector is
+        that position's hidden state (embedding.py), and nothing is sampled."""
+        return self.samples and self.seq.embeds
+
+    @property
     def num_logits(self) -> int:
         """Positions whose logits the step needs: the last, and one per draft token."""
-        return 1 + self.seq.num_draft_tokens if self.samples else 0
+        return 1 + self.seq.num_draft_tokens if self.samples and not self.seq.embeds else 0
 
 
 @dataclass

@@ -60,6 +60,11 @@ class Sequence:
             self.num_draft_tokens = 0
 
     @property
+    def embeds(self) -> bool:
+        """An embedding request: a prefill whose last hidden state is the answer."""
+        return self.params.embedding is not None
+
+    @property
     def seq_id(self) -> tuple[str, int]:
         return (self.request_id, self.index)
 

@@ -61,7 +61,7 @@ async def serve(settings: EngineSettings) -> None:
         # After the core is ready: the model cache it filled makes this quick.
         tokenizer = await asyncio.to_thread(load_tokenizer, resolve_model_path(settings.model_path))
         engine_id = settings.engine_id or f"{settings.host}:{settings.port}"
-        servicer = EngineServicer(settings.model_id, engine_id, engine, tokenizer)
+        servicer = EngineServicer(settings.model_id, engine_id, engine, tokenizer, settings.served)
         not_ready = engine.info.known_answer_failure
         # Refuses every Generate (UNAVAILABLE); GetLoad says why.
         servicer.draining = bool(not_ready)

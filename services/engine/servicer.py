@@ -16,6 +16,11 @@ ahead in a task of its own (common/ready_batches.py) and what piled up while a
 message was being written goes in the next one. Nothing waits for company, so
 a reader that keeps up sees every token as soon as it is made.
 
+An embedding request (sampling.embedding) is a prefill with no decode
+(embedding.py) and is answered by one message; an engine that does not serve
+what a request asks (--serves: generation, embeddings or both) refuses it
+with INVALID_ARGUMENT before it reaches the core.
+
 The Generate span (opened by the server interceptor) gets the GenAI attributes
 (common/gen_ai.py). The engine completes a prompt of tokens, whatever the
 client's endpoint was, so its operation is always text_completion.
@@ -36,6 +41,7 @@ from maas_services.common.grammar.proto import grammar_from_proto
 from maas_services.common.grammar.spec import GrammarError
 from maas_services.common.logging import get_logger
 from maas_services.common.ready_batches import ready_batches
+from maas_services.common.serves import DEFAULT_SERVES, EMBED, GENERATE
 from maas_services.engine.async_engine import (
     AsyncEngine,
     CoreDied,
@@ -44,7 +50,7 @@ from maas_services.engine.async_engine import (
     RequestFailed,
 )
 from maas_services.engine.request import SeqOutput
-from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.sampling_params import EmbeddingParams, SamplingParams
 
 log = get_logger(__name__)
 
@@ -60,6 +66,15 @@ def sampling_from_proto(p: engine_pb2.SamplingParams, unset_max_tokens: int) -> 
 
     Raises GrammarError (a ValueError) for a grammar of unknown kind.
     """
+    if p.HasField("embedding"):
+        # A prefill with no decode: max_tokens 0 (an unset 0 is not the default here).
+        return SamplingParams(
+            max_tokens=p.max_tokens,
+            n=p.n or 1,
+            logprobs=p.logprobs,
+            grammar=grammar_from_proto(p.grammar) if p.HasField("grammar") else None,
+            embedding=EmbeddingParams(dimensions=p.embedding.dimensions),
+        )
     return SamplingParams(
         temperature=p.temperature,
         top_p=p.top_p or 1.0,
@@ -114,6 +129,7 @@ def response_of(output: SeqOutput, tokenizer) -> engine_pb2.GenerateResponse:
         index=output.index,
         token_ids=output.token_ids,
         text=output.text,
+        embedding=output.embedding,
     )
     for lp in output.logprobs:
         response.logprobs.append(
@@ -140,7 +156,9 @@ def response_of(output: SeqOutput, tokenizer) -> engine_pb2.GenerateResponse:
     return response
 
 
-def load_report(model_id: str, load, info, draining: bool) -> engine_pb2.LoadReport:
+def load_report(
+    model_id: str, load, info, draining: bool, serves: list[str]
+) -> engine_pb2.LoadReport:
     """GetLoad's answer from a load (running, waiting, kv_cache_usage) and the engine's
     fixed facts; the vLLM backend (services/engine/vllm_backend) answers with it too."""
     return engine_pb2.LoadReport(
@@ -158,6 +176,7 @@ def load_report(model_id: str, load, info, draining: bool) -> engine_pb2.LoadRep
         cache_salt=info.cache_salt,
         prefix_cache_sharing=info.prefix_cache_sharing,
         kv_cache_blocks=info.num_blocks,
+        serves=serves,
     )
 
 
@@ -185,16 +204,40 @@ async def refuse_unservable(request, context, model_id: str, draining: bool) -> 
         await context.abort(grpc.StatusCode.UNAVAILABLE, "engine is draining")
 
 
+async def refuse_unserved(request, context, serves: list[str]) -> None:
+    """Abort a Generate asking for what this engine does not serve (--serves).
+
+    INVALID_ARGUMENT, not UNAVAILABLE: every replica of this deployment was
+    started the same way, so a retry elsewhere would be refused again.
+    """
+    kind = EMBED if request.sampling.HasField("embedding") else GENERATE
+    if kind not in serves:
+        what = "embeddings" if kind == EMBED else "generation"
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"this engine does not serve {what}: it serves {', '.join(serves)} (--serves)",
+        )
+
+
 class EngineServicer(engine_pb2_grpc.EngineServicer):
-    def __init__(self, model_id: str, engine_id: str, engine: AsyncEngine, tokenizer):
+    def __init__(
+        self,
+        model_id: str,
+        engine_id: str,
+        engine: AsyncEngine,
+        tokenizer,
+        serves: list[str] = DEFAULT_SERVES["native"],
+    ):
         self._model_id = model_id
         self._engine_id = engine_id
         self._engine = engine
         self._tokenizer = tokenizer  # for the text of logprobs' tokens
+        self._serves = serves  # --serves: "generate", "embed" or both
         self.draining = False
 
     async def Generate(self, request, context):
         await refuse_unservable(request, context, self._model_id, self.draining)
+        await refuse_unserved(request, context, self._serves)
         if not request.request_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request_id is required")
         prompt = list(request.prompt_token_ids)
@@ -209,7 +252,12 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         span = trace.get_current_span()
         span.set_attributes(
             gen_ai.request_attributes(
-                gen_ai.TEXT_COMPLETION, self._model_id, params.max_tokens, params.temperature
+                gen_ai.EMBEDDINGS
+                if request.sampling.HasField("embedding")
+                else gen_ai.TEXT_COMPLETION,
+                self._model_id,
+                params.max_tokens,
+                params.temperature,
             )
         )
         # By sample index: n samples share the prompt, each has its own output.
@@ -254,7 +302,9 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
 
     async def GetLoad(self, request, context):
         # The load as of the core's latest step (it sends one with every step).
-        return load_report(self._model_id, self._engine.load, self._engine.info, self.draining)
+        return load_report(
+            self._model_id, self._engine.load, self._engine.info, self.draining, self._serves
+        )
 
     async def Drain(self, request, context):
         if not self.draining:

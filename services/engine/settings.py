@@ -6,6 +6,7 @@ from maas_services.common.block_hash import BLOCK_SIZE
 from maas_services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from maas_services.common.model_files import DEFAULT_MODEL_ID
 from maas_services.common.quantization_methods import QuantizationMethod
+from maas_services.common.serves import DEFAULT_SERVES, KINDS
 from maas_services.common.settings import ServiceSettings
 from maas_services.engine.quantization.config import GROUP_SIZES
 
@@ -24,6 +25,13 @@ class EngineSettings(ServiceSettings):
     )
     vllm_startup_timeout: float = Field(
         600.0, gt=0, description="--backend vllm: seconds to wait for vLLM's /health"
+    )
+    serves: list[str] = Field(
+        default_factory=list,
+        description="what this engine serves: generate, embed or both (comma list); empty = "
+        "the backend's default: both for native (embeddings batch beside generation), "
+        "generate for vllm (a vLLM server runs one runner; embed fronts one started with "
+        "its pooling runner: services/engine/vllm_backend/embeddings.py)",
     )
     model_id: str = Field(DEFAULT_MODEL_ID, description="model name clients use")
     model_path: str = Field("", description="GGUF file or HF folder; empty = bundled SmolLM2")
@@ -142,6 +150,19 @@ class EngineSettings(ServiceSettings):
     http_body_timeout_seconds: float = Field(
         30.0, gt=0, description="HTTP front: to send a body once its headers are in; slower get 408"
     )
+
+    @field_validator("serves")
+    @classmethod
+    def _known_serves(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(KINDS))
+        if unknown:
+            raise ValueError(f"unknown {unknown}: each must be one of {list(KINDS)}")
+        return list(dict.fromkeys(value))
+
+    @property
+    def served(self) -> list[str]:
+        """--serves, or the backend's default when it is empty."""
+        return self.serves or list(DEFAULT_SERVES[self.backend])
 
     @field_validator("known_answer")
     @classmethod

@@ -3,12 +3,14 @@
 Pipeline.admit runs the steps before the engine, in order:
 1. limits pre-check: key caps (400), quota, RPM and concurrency, counted
    before any work is done for the request (for a tenant the limiter last
-   admitted, in step 4 instead, with its tokens: rate_limiter.py);
+   admitted, in step 4 instead, with its tokens, or, with no TPM, beside
+   step 3: rate_limiter.py);
 2. resolve route: the model name (alias, canary, tier) -> a running deployment,
    or one scaled to zero;
 3. tokenize (prompt_encoder.py);
 4. admit: reserve prompt + max_tokens against the tenant's TPM and, for a
-   prepaid tenant, their most cost against its balance (quota_gate.py), hold while a
+   prepaid tenant, their most cost against its balance (quota_gate.py), the two
+   in one Redis round trip (store_trip.py), hold while a
    deployment scaled to zero starts a replica (cold_start_hold.py), then wait
    for a fair share of the deployment's slots (deployment_queues.py);
 and returns the request's Run (run.py), whose deltas, as they are read, run
@@ -28,6 +30,7 @@ import asyncio
 from dataclasses import dataclass
 
 import grpc
+from opentelemetry import trace
 
 from maas.v1 import engine_pb2, router_pb2
 from maas_services.common.defaults import default_max_tokens
@@ -48,17 +51,24 @@ from maas_services.gateway.admission.fair_queue import (
     QueueTimeoutError,
 )
 from maas_services.gateway.admission.quota_gate import QuotaGate, Reservation
-from maas_services.gateway.admission.rate_limiter import RateLimiter
+from maas_services.gateway.admission.rate_limiter import LimitDecision, RateLimiter
+from maas_services.gateway.admission.store_trip import replies
 from maas_services.gateway.admission.tenants import Principal, Tenant
 from maas_services.gateway.background import Background
+from maas_services.gateway.routing.deployment_serves import check_serves
 from maas_services.gateway.routing.model_catalog import ModelCatalog
 from maas_services.gateway.routing.routes_watcher import RoutesWatcher
 from maas_services.gateway.routing.routing_table import NoDeploymentUpError, Route
 from maas_services.gateway.run import Run
 from maas_services.gateway.ticket import Ticket
 from maas_services.gateway.upstream.engine_client import EngineClient
-from maas_services.gateway.upstream.prompt_encoder import PromptEncoder
+from maas_services.gateway.upstream.prompt_encoder import Prompt, PromptEncoder
 from maas_services.gateway.usage.usage_emitter import UsageEmitter
+
+# One span per admission step, children of the request's HTTP or gRPC span
+# (the tokenizer's and router's calls have their own CLIENT spans): where a
+# request's time before its engine goes, in a trace (benchmarks/gateway_latency.py).
+tracer = trace.get_tracer("maas.gateway")
 
 
 @dataclass
@@ -92,45 +102,67 @@ class Pipeline:
         tenant = principal.tenant
         check_caps(request, tenant)
         floor = request.n * (request.max_tokens or 1)
-        # Before the quota's Redis round trip: a tenant refused for RPM is
-        # refused until its Retry-After, whatever its quota says.
-        self.limiter.refuse_blocked(tenant, floor)
-        await self.quotas.check(tenant.name)
-        counted = self.limiter.counts_first(tenant)
-        if counted:
-            try:
-                limits = await self.limiter.admit(tenant, request.request_id, floor, request.n)
-            except asyncio.CancelledError:
-                # Cancelled in flight (a client gone, a cancelled call), the script
-                # may have run with its reply unread: give back what it may have taken.
-                self._settle(tenant, request, 0)
-                raise
+        with tracer.start_as_current_span("gateway.limits"):
+            # Before the quota's Redis round trip: a tenant refused for RPM is
+            # refused until its Retry-After, whatever its quota says.
+            self.limiter.refuse_blocked(tenant, floor)
+            await self.quotas.check(tenant.name)
+            counted = self.limiter.counts_first(tenant)
+            if counted:
+                try:
+                    limits = await self.limiter.admit(tenant, request.request_id, floor, request.n)
+                except asyncio.CancelledError:
+                    # Cancelled in flight (a client gone, a cancelled call), the script
+                    # may have run with its reply unread: give back what it may have taken.
+                    self._settle(tenant, request, 0)
+                    raise
         reservation = self.quotas.reservation(tenant.name, request.request_id)
         try:
-            deployments = await self._deployments()
-            route = self._route(request, tenant, set(deployments))
-            prompt = await self.encoder.encode(route.tokenizer, request.prompt, request.max_tokens)
+            with tracer.start_as_current_span("gateway.route"):
+                deployments = await self._deployments()
+                route = self._route(request, tenant, set(deployments))
+            if counted or tenant.tpm:
+                prompt = await self.encoder.encode(
+                    route.tokenizer, request.prompt, request.max_tokens
+                )
+            else:
+                counted = True
+                prompt, limits = await self._encode_counted(tenant, request, route, floor)
             if request.sampling.HasField("grammar"):
                 await self.encoder.check_grammar(
                     route.tokenizer, request.sampling.grammar, request.grammar_param, tenant.name
                 )
+            check_serves(request, deployments.get(route.deployment))
             room = default_max_tokens(prompt.max_model_len, len(prompt.token_ids))
-            max_tokens = request.max_tokens or min(tenant.max_tokens or room, room)
+            # An embedding is a prefill only: nothing to generate, its reservation the prompt.
+            embeds = request.sampling.HasField("embedding")
+            max_tokens = 0 if embeds else request.max_tokens or min(tenant.max_tokens or room, room)
             need = len(prompt.token_ids) + request.n * max_tokens
-            if counted:
-                limits = await self.limiter.reserve(limits, request.request_id, need)
-            else:
-                # Whatever it answers, the request has been counted or refused.
-                counted = True
-                limits = await self.limiter.admit(
-                    tenant, request.request_id, floor, request.n, need
+            with tracer.start_as_current_span("gateway.reserve"):
+                # The TPM charge and the balance's hold in one round trip (store_trip.py).
+                if counted:
+                    charge = self.limiter.reserve_call(limits, request.request_id, need)
+                else:
+                    # Whatever it answers, the request has been counted or refused.
+                    counted = True
+                    charge = self.limiter.admit_call(
+                        tenant, request.request_id, floor, request.n, need
+                    )
+                hold = await self.quotas.hold_call(
+                    reservation, route.deployment, len(prompt.token_ids), request.n * max_tokens
                 )
-            await reservation.take(route.deployment, len(prompt.token_ids), request.n * max_tokens)
-            if route.scales_to_zero and not ready(deployments.get(route.deployment)):
-                # Before the queue, which is sized from the replicas that are ready.
-                deployments = await self.hold.until_ready(route.deployment, tenant.name)
-            queue = self.queues.queue(route, deployments[route.deployment])
-            await queue.acquire(tenant.name, route.tier.weight, request.n)
+                answers = iter(await replies(*(c for c in (charge, hold) if c is not None)))
+                # The limiter's first: a request it refuses releases its hold as it ends.
+                if charge is not None:
+                    limits = self.limiter.decided(charge, next(answers))
+                if hold is not None:
+                    self.quotas.hold_answered(hold, next(answers))
+            with tracer.start_as_current_span("gateway.queue"):
+                if route.scales_to_zero and not ready(deployments.get(route.deployment)):
+                    # Before the queue, which is sized from the replicas that are ready.
+                    deployments = await self.hold.until_ready(route.deployment, tenant.name)
+                queue = self.queues.queue(route, deployments[route.deployment])
+                await queue.acquire(tenant.name, route.tier.weight, request.n)
         except (QueueFullError, QueueTimeoutError) as exc:
             self._settle(tenant, request, 0, reservation)
             # Over its tenant's share of the queue (refused or displaced): 429, its own excess.
@@ -154,6 +186,28 @@ class Pipeline:
         sampling.CopyFrom(request.sampling)
         sampling.max_tokens = max_tokens
         return Ticket(principal, request, route, prompt, sampling, queue, limits, reservation)
+
+    async def _encode_counted(
+        self, tenant: Tenant, request: ParsedRequest, route: Route, floor: int
+    ) -> tuple[Prompt, LimitDecision]:
+        """Tokenize while the limiter counts the request (a tenant with no TPM,
+        which it last admitted: nothing to charge once tokenized), its round trip
+        in the tokenizer's time. The count is waited for whatever the tokenizer
+        answers, so the request is counted or refused, and a refusal is the
+        answer, as if it had been counted first."""
+        counting = asyncio.ensure_future(
+            self.limiter.admit(tenant, request.request_id, floor, request.n)
+        )
+        try:
+            prompt = await self.encoder.encode(route.tokenizer, request.prompt, request.max_tokens)
+        except asyncio.CancelledError:
+            # The caller is gone: the count only has to end before the request's settle.
+            await asyncio.wait([counting])
+            raise
+        except Exception:
+            await counting
+            raise
+        return prompt, await counting
 
     async def _deployments(self) -> dict[str, router_pb2.DeploymentStats]:
         try:

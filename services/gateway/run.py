@@ -26,7 +26,7 @@ when the deltas end, while the span is still open (the bill comes later).
 """
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from opentelemetry import trace
@@ -63,6 +63,8 @@ class Run:
     _stream: EngineStream | None = field(init=False, default=None)
     _ended: bool = field(init=False, default=False)
     _span: Span = field(init=False)
+    # The bill's task, once _end has started it (billed()).
+    _billing: asyncio.Task | None = field(init=False, default=None)
     # Each choice's finish reason as the client saw it (after the output filter).
     _finishes: dict[int, str] = field(init=False, default_factory=dict)
 
@@ -70,10 +72,13 @@ class Run:
         self.deltas = self._read()
         self._span = trace.get_current_span()
         request = self.ticket.request
-        operation = (
-            gen_ai.CHAT if isinstance(request.prompt, ChatPrompt) else gen_ai.TEXT_COMPLETION
-        )
         sampling = self.ticket.sampling
+        if sampling.HasField("embedding"):
+            operation = gen_ai.EMBEDDINGS
+        elif isinstance(request.prompt, ChatPrompt):
+            operation = gen_ai.CHAT
+        else:
+            operation = gen_ai.TEXT_COMPLETION
         self._span.set_attributes(
             gen_ai.request_attributes(
                 operation, request.model, sampling.max_tokens, sampling.temperature
@@ -144,9 +149,21 @@ class Run:
         self._ended = True
         self.ticket.queue.release(self.ticket.request.n)
         if self._stream is not None and self._stream.cut_short:
-            self.background.run(self._bill())
+            self._billing = self.background.run(self._bill())
         else:
-            self.background.after(self._closed, self._bill())
+            self._billing = self.background.after(self._closed, self._bill())
+
+    @property
+    def embedding(self) -> Sequence[float]:
+        """An embedding request's vector, once its deltas have ended; () before."""
+        return self._stream.embedding if self._stream is not None else ()
+
+    async def billed(self) -> None:
+        """After close(): wait until the request's bill is sent, and with it the end
+        of its concurrency lease. A front that runs one client request as several
+        (an embeddings request's inputs) waits for it, so that request's next
+        admission is not refused for the lease its last one held."""
+        await asyncio.shield(self._billing)
 
     def delivered(self, completion_tokens: int) -> None:
         """A streaming front's running count of the completion tokens it has written

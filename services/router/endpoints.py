@@ -35,6 +35,8 @@ class Endpoint:
     block_size: int = BLOCK_SIZE
     cache_salt: str = ""
     prefix_cache_sharing: str = "tenant"
+    # What the engine serves (LoadReport.serves); empty: an engine from before the field.
+    serves: tuple[str, ...] = ()
     kv_events_live: bool = False
     # This router's picks since the last GetLoad answer: not in its counts yet.
     picked_since_poll: int = 0

@@ -92,6 +92,7 @@ class EngineLink:
         e.block_size = load.block_size or e.block_size
         e.cache_salt = load.cache_salt
         e.prefix_cache_sharing = load.prefix_cache_sharing
+        e.serves = tuple(load.serves)
 
     async def _poll_forever(self) -> None:
         while True:

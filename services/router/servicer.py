@@ -6,6 +6,7 @@ import grpc
 from prometheus_client import Counter, Histogram
 
 from maas.v1 import router_pb2, router_pb2_grpc
+from maas_services.common import serves
 from maas_services.common.logging import get_logger
 from maas_services.common.metrics import LATENCY_BUCKETS
 from maas_services.router.held import HeldReportRefused, HeldRequests
@@ -42,6 +43,8 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"no engine serves model {request.model!r}"
             )
+        need = request.serve or serves.GENERATE
+        endpoints = [e for e in endpoints if need in serves.offered(e.serves)]
         profile = self._scheduler.profile(request.model, self._pool.routing.get(request.model))
         ctx = PickContext(
             request_id=request.request_id,
@@ -57,7 +60,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             PICKS.labels(request.model, profile.policy.name, "no_endpoint").inc()
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE,
-                f"no ready engine for model {request.model!r} "
+                f"no ready engine for model {request.model!r} that serves {need!r} "
                 f"({len(endpoints)} known, {len(ctx.exclude)} excluded)",
             )
         chosen = decision.endpoint

@@ -11,6 +11,7 @@ import weakref
 from prometheus_client.core import REGISTRY, GaugeMetricFamily
 
 from maas.v1 import router_pb2
+from maas_services.common.serves import offered
 from maas_services.router.endpoints import Endpoint
 from maas_services.router.prefix_index import PrefixIndex
 
@@ -49,6 +50,8 @@ def deployment_stats(
         capacity=sum(e.max_num_seqs for e in serving),
         kv_cache_usage=sum(e.kv_cache_usage for e in serving) / len(serving) if serving else 0.0,
         routing_policy=policy,
+        # What the gateway may send here: what any ready replica serves.
+        serves=sorted(set().union(*(offered(e.serves) for e in serving))),
     )
 
 

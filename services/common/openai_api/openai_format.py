@@ -144,6 +144,22 @@ class ResponseShape:
     def chunk(self, delta: Delta, include_usage: bool) -> dict:
         return self._chunk_body(self.chunk_choice(delta), include_usage)
 
+    def text_only(self, delta: Delta) -> bool:
+        """Whether delta's chunk holds nothing but its text (no finish, logprobs or
+        tool calls to read): all such chunks of a choice differ only in the text."""
+        return bool(
+            delta.text
+            and delta.finish_reason is None
+            and not self.with_logprobs
+            and not (self.chat and self.tool_mode)
+        )
+
+    def text_chunk(self, index: int, text: str, include_usage: bool) -> dict:
+        """The chunk of a text_only delta of choice `index` (what chunk() makes of it;
+        the text offsets chunk() keeps are for logprobs, which text_only excludes)."""
+        body = {"delta": {"content": text}} if self.chat else {"text": text}
+        return self._chunk_body(self._choice(index, body, None, ()), include_usage)
+
     def chunk_choice(self, delta: Delta) -> dict:
         """The one choice of delta's chunk, without the chunk's envelope (the gRPC front's)."""
         finish = delta.finish_reason

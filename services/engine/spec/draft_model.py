@@ -36,6 +36,7 @@ class DraftSeq:
     token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     num_draft_tokens: int = 0  # the draft has no drafts of its own
+    embeds: bool = False  # the draft only ever generates
     # Where token_ids starts in the real sequence, and how much of it came from
     # the real sequence (the rest are last call's guesses).
     offset: int = 0
@@ -126,7 +127,7 @@ class DraftModelProposer:
                     for _, slot in live
                 ],
                 [],
-            )
+            ).logits
             for (i, slot), token in zip(live, logits.argmax(-1).tolist(), strict=True):
                 slot.num_computed_tokens = slot.num_tokens
                 slot.token_ids.append(token)

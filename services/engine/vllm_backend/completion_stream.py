@@ -115,11 +115,8 @@ async def stream_chunks(client: httpx.AsyncClient, body: dict) -> AsyncIterator[
     HTTP stream, which is what makes vLLM abort the request."""
     try:
         async with client.stream("POST", "/v1/completions", json=body) as response:
-            if response.status_code >= 500:
-                raise VllmUnavailable(f"vLLM answered {response.status_code}")
             if response.status_code != 200:
-                content = await response.aread()
-                raise VllmRequestError(_error_message(_json_or_text(content)))
+                raise refusal(response.status_code, await response.aread())
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -137,6 +134,14 @@ async def stream_chunks(client: httpx.AsyncClient, body: dict) -> AsyncIterator[
                 yield chunk
     except httpx.TransportError as exc:
         raise VllmUnavailable(f"vLLM stream failed: {exc!r}") from exc
+
+
+def refusal(status_code: int, content: bytes) -> VllmRequestError | VllmUnavailable:
+    """What a vLLM answer other than 200 means: its 5xx is vLLM failing, its 4xx
+    the request refused (with vLLM's message)."""
+    if status_code >= 500:
+        return VllmUnavailable(f"vLLM answered {status_code}")
+    return VllmRequestError(_error_message(_json_or_text(content)))
 
 
 def _finish(reason: str) -> str:

@@ -6,6 +6,12 @@ process exits 1 with `vllm_tokenizer_mismatch`; /metrics gives the block size
 and pool size; vLLM's known-answer check (known_answer.py: a failure leaves
 the server NOT_SERVING, the reason in its log and GetLoad); then the KV-event
 subscription and the gRPC server start.
+
+A vLLM server runs one runner, so the adapter serves generation or
+embeddings (--serves embed: a vLLM started with its pooling runner,
+embeddings.py), never both. An embedding adapter has no known-answer check:
+vLLM's pooling runner has no prompt logprobs to score; a start-up embedding
+of one token checks that it pools at all.
 SIGTERM drains as the native engine does: new requests get UNAVAILABLE while
 those in flight finish.
 """
@@ -21,10 +27,13 @@ from maas.v1 import engine_pb2_grpc
 from maas_services.common.grpc_server import GrpcService, run_until_signalled, start_server
 from maas_services.common.logging import get_logger
 from maas_services.common.model_files import resolve_model_path
+from maas_services.common.serves import EMBED, VLLM_POOLING_ARGS
 from maas_services.common.tokenizer_loader import load_tokenizer
 from maas_services.engine.server import SERVICE_NAME, stay_not_serving
 from maas_services.engine.settings import EngineSettings
 from maas_services.engine.vllm_backend.cache_salt import SaltBook
+from maas_services.engine.vllm_backend.completion_stream import VllmRequestError, VllmUnavailable
+from maas_services.engine.vllm_backend.embeddings import embed
 from maas_services.engine.vllm_backend.known_answer import check_vllm
 from maas_services.engine.vllm_backend.kv_subscriber import KvSubscriber
 from maas_services.engine.vllm_backend.kv_translation import KvTranslator
@@ -92,20 +101,37 @@ async def probe(client: httpx.AsyncClient, settings: EngineSettings, tokenizer) 
         num_blocks=load.num_blocks,
         cache_salt=settings.cache_salt or settings.model_id,
         prefix_cache_sharing=settings.prefix_cache_sharing,
+        serves=tuple(settings.served),
     )
+
+
+async def check_pooling(client: httpx.AsyncClient, served_model: str) -> None:
+    """Exit 1 unless vLLM embeds: a generation runner answers /v1/embeddings with an error."""
+    try:
+        await embed(client, served_model, [0], cache_salt="start-up check")
+    except (VllmRequestError, VllmUnavailable) as exc:
+        log.error("vllm_not_pooling", error=str(exc), hint=" ".join(VLLM_POOLING_ARGS))
+        raise SystemExit(1) from exc
 
 
 async def serve(settings: EngineSettings) -> None:
     if not settings.vllm_url:
         log.error("vllm_url_missing", hint="--backend vllm needs --vllm-url")
         raise SystemExit(2)
+    if len(settings.served) > 1:
+        log.error("vllm_serves_both", hint="vLLM runs one runner: --serves generate or embed")
+        raise SystemExit(2)
     client = vllm_client(settings.vllm_url)
     try:
         await wait_healthy(client, settings.vllm_startup_timeout)
         tokenizer = await asyncio.to_thread(load_tokenizer, resolve_model_path(settings.model_path))
         info = await probe(client, settings, tokenizer)
-        # A vLLM that computes this model wrongly here (#32) never serves.
-        failure = await check_vllm(client, info.served_model, tokenizer, settings)
+        if EMBED in info.serves:
+            await check_pooling(client, info.served_model)
+            failure = ""
+        else:
+            # A vLLM that computes this model wrongly here (#32) never serves.
+            failure = await check_vllm(client, info.served_model, tokenizer, settings)
         info = dataclasses.replace(info, known_answer_failure=failure)
         salts, kv = SaltBook(), None
         if settings.vllm_kv_events_endpoint:

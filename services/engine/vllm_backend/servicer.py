@@ -12,6 +12,12 @@ Abort first ends our stream with an "abort" finish per sample whose report
 counts the whole prompt as computed (completion_stream.CompletionStream.aborted):
 vLLM says nothing of a prefill before its first token, and a request cut short
 is billed its prefill (docs/billing.md).
+
+Tokens ready together go in one message, as the native servicer sends them:
+the HTTP stream is read in a task of its own into a queue, and each message
+carries the chunks (up to READY_LIMIT) that queued while the previous one
+was being written (merged per sample: services/engine/servicer.py merged). A reader that keeps
+up gets each chunk alone, as soon as vLLM sends it.
 """
 
 import asyncio
@@ -25,10 +31,13 @@ from maas_services.common.block_hash import request_salt
 from maas_services.common.engine_metadata import SCHEDULED
 from maas_services.common.grammar.spec import GrammarError
 from maas_services.common.logging import get_logger
+from maas_services.common.serves import GENERATE
 from maas_services.engine.servicer import (
     kv_batch_proto,
     load_report,
+    merged,
     refuse_unservable,
+    refuse_unserved,
     response_of,
 )
 from maas_services.engine.vllm_backend.cache_salt import SaltBook
@@ -38,12 +47,18 @@ from maas_services.engine.vllm_backend.completion_stream import (
     VllmUnavailable,
     stream_chunks,
 )
+from maas_services.engine.vllm_backend.embeddings import embedding_response
 from maas_services.engine.vllm_backend.kv_subscriber import KvSubscriber
 from maas_services.engine.vllm_backend.load import LoadCache
 from maas_services.engine.vllm_backend.request_body import ResumeRefused, completion_body
 
 log = get_logger(__name__)
 
+# Chunks merged into one message at most, the native servicer's bound
+# (common/ready_batches.py): 64 steps' tokens already make a message's cost per
+# token small, and a message stays far below gRPC's size limit (logprobs
+# included) however far its reader has fallen behind.
+READY_LIMIT = 64
 _END = object()  # the HTTP stream ended
 _ABORT = object()  # the Abort RPC
 
@@ -62,6 +77,8 @@ class VllmInfo:
     prefix_cache_sharing: str
     # Why the start-up known-answer check failed (services/engine/known_answer.py).
     known_answer_failure: str = ""
+    # --serves: what the vLLM behind it runs (embed: its pooling runner, embeddings.py).
+    serves: tuple[str, ...] = (GENERATE,)
 
 
 class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
@@ -88,6 +105,10 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
     async def Generate(self, request, context):
         info = self._info
         await refuse_unservable(request, context, info.model_id, self.draining)
+        await refuse_unserved(request, context, list(info.serves))
+        if request.sampling.HasField("embedding"):
+            yield await embedding_response(request, context, info, self._client, self._salts)
+            return
         if not request.request_id or request.request_id in self._streams:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "request_id is required and must be unique"
@@ -111,21 +132,25 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
         self._streams[request.request_id] = queue
         scheduled = False
         try:
-            while (item := await queue.get()) is not _END:
-                if isinstance(item, VllmRequestError):
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(item))
-                if isinstance(item, VllmUnavailable):
-                    await context.abort(grpc.StatusCode.UNAVAILABLE, str(item))
-                if item is _ABORT:
-                    outputs = stream.aborted(body["n"])
-                else:
-                    outputs = stream.outputs(item)
+            while True:
+                outputs, last = [], None
+                for last in await ready_items(queue):
+                    if last is _END or last is _ABORT or isinstance(last, Exception):
+                        break
+                    outputs.extend(stream.outputs(last))
                     if not scheduled:
                         scheduled = True
                         await context.send_initial_metadata(SCHEDULED)
-                for output in outputs:
+                if last is _ABORT:
+                    outputs.extend(stream.aborted(body["n"]))
+                # What the stream had delivered goes out before the stream's end or failure.
+                for output in merged(outputs):
                     yield response_of(output, self._tokenizer)
-                if item is _ABORT:
+                if isinstance(last, VllmRequestError):
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(last))
+                if isinstance(last, VllmUnavailable):
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, str(last))
+                if last is _END or last is _ABORT:
                     return
         finally:
             self._streams.pop(request.request_id, None)
@@ -155,7 +180,9 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
             load = await self._load.get()
         except httpx.HTTPError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"vLLM /metrics: {exc!r}")
-        return load_report(self._info.model_id, load, self._info, self.draining)
+        return load_report(
+            self._info.model_id, load, self._info, self.draining, list(self._info.serves)
+        )
 
     async def Drain(self, request, context):
         if not self.draining:
@@ -170,3 +197,13 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
             )
         async for batch in self._kv.batches():
             yield kv_batch_proto(self._engine_id, batch)
+
+
+async def ready_items(queue: asyncio.Queue) -> list:
+    """What the reader has queued, up to READY_LIMIT items, waiting only when there
+    is nothing: chunks that piled up while the last message was written go out in
+    one (the module docstring)."""
+    items = [await queue.get()]
+    while len(items) < READY_LIMIT and not queue.empty():
+        items.append(queue.get_nowait())
+    return items

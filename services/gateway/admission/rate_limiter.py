@@ -8,7 +8,8 @@ sequences costs n of the tenant's concurrency.
 
 Two round trips before the first token are one too many for a tenant with
 room: one this replica last admitted is admitted once tokenized, counted and
-charged in one call (`admit` given `need`). A tenant it last refused, or
+charged in one call (`admit` given `need`), or, without a TPM, counted
+while the tokenizer works. A tenant it last refused, or
 has not seen, is counted before the tokenizer is asked, so a tenant at its
 limits still costs no work but the refusal (see `counts_first`).
 
@@ -34,6 +35,7 @@ from maas_services.common.logging import get_logger
 from maas_services.common.openai_api.errors import APIError, unavailable
 from maas_services.gateway.admission.limiter_scripts import ADMIT, RESERVE, SETTLE
 from maas_services.gateway.admission.store_faults import STORE_FAILURES, refused, unreachable
+from maas_services.gateway.admission.store_trip import StoreCall, replies
 from maas_services.gateway.admission.tenants import Tenant
 
 log = get_logger(__name__)
@@ -126,6 +128,15 @@ class Settlement:
             log.warning("rate_limit_settle_failed", tenant=self.tenant.name, error=str(result))
 
 
+@dataclass(frozen=True)
+class LimiterCall(StoreCall):
+    """admit() or reserve() as a StoreCall, to send with another gate's (store_trip.py)."""
+
+    tenant: Tenant
+    # admit(): the request is counted, so an RPM refusal blocks the tenant.
+    counting: bool
+
+
 class RateLimiter:
     def __init__(
         self,
@@ -154,12 +165,13 @@ class RateLimiter:
     def counts_first(self, tenant: Tenant) -> bool:
         """Whether to count the request before tokenizing it (admit, then
         reserve) rather than after (admit with its need): see the module doc.
-        Without a TPM there is nothing to reserve, so nothing to save.
+        Without a TPM there is nothing to charge once tokenized: such a request
+        is counted while it is tokenized instead (pipeline.py).
 
         The one-call path is claimed here and given back by the admission, so a
         tenant has at most one uncounted request at the tokenizer: a burst is
         counted before its requests are tokenized, all but the first."""
-        if not tenant.tpm or tenant.name not in self._roomy:
+        if tenant.name not in self._roomy:
             return True
         self._roomy.discard(tenant.name)
         return False
@@ -173,8 +185,18 @@ class RateLimiter:
         that cannot fit the TPM is refused before it is tokenized. Given its
         `need` (prompt + max_tokens), the request is also charged it, as
         reserve() would."""
-        if not tenant.limited:
+        call = self.admit_call(tenant, request_id, floor, sequences, need)
+        if call is None:
             return LimitDecision(tenant, admitted=True)
+        return self.decided(call, (await replies(call))[0])
+
+    def admit_call(
+        self, tenant: Tenant, request_id: str, floor: int, sequences: int = 1, need: int = 0
+    ) -> LimiterCall | None:
+        """admit() as a call to send with another's (None: nothing to ask); raises
+        the 429 of a tenant still refused for RPM without asking."""
+        if not tenant.limited:
+            return None
         self.refuse_blocked(tenant, floor)
         args = [
             request_id,
@@ -187,28 +209,38 @@ class RateLimiter:
             sequences,
             need,
         ]
-        decision = await self._run(self._admit, tenant, args)
-        if not decision.admitted and decision.reason == "requests":
-            self._blocked[(tenant.name, tenant.rpm)] = (time.monotonic(), decision)
-        return self._raise_refused(decision)
+        return LimiterCall(self._admit, self._keys(tenant.name), args, tenant, counting=True)
 
     async def reserve(self, admitted: LimitDecision, request_id: str, need: int) -> LimitDecision:
         """Charge an admitted request's `need` tokens, or raise the 429. A refused
         request keeps its lease: settle() it, as any request that ends."""
+        call = self.reserve_call(admitted, request_id, need)
+        if call is None:
+            return admitted
+        return self.decided(call, (await replies(call))[0])
+
+    def reserve_call(
+        self, admitted: LimitDecision, request_id: str, need: int
+    ) -> LimiterCall | None:
+        """reserve() as a call to send with another's (None: nothing to charge)."""
         tenant = admitted.tenant
         if not tenant.tpm or admitted.bypassed:
-            return admitted
+            return None
         args = [request_id, tenant.rpm, tenant.tpm, need, self._window_ms]
-        return self._raise_refused(await self._run(self._reserve, tenant, args))
+        return LimiterCall(self._reserve, self._keys(tenant.name), args, tenant, counting=False)
 
-    async def _run(self, script, tenant: Tenant, args: list) -> LimitDecision:
-        try:
-            raw = await script(keys=self._keys(tenant.name), args=args)
-        except STORE_FAILURES as exc:
-            if not unreachable(exc):
-                raise refused("rate-limit store", exc) from exc
-            return self._redis_down(tenant, exc)
-        return LimitDecision(tenant, bool(raw[0]), *raw[1:])
+    def decided(self, call: LimiterCall, reply: object) -> LimitDecision:
+        """The decision in a call's reply (or the store's exception for it), or its 429."""
+        tenant = call.tenant
+        if isinstance(reply, BaseException):
+            if not unreachable(reply):
+                raise refused("rate-limit store", reply) from reply
+            decision = self._redis_down(tenant, reply)
+        else:
+            decision = LimitDecision(tenant, bool(reply[0]), *reply[1:])
+        if call.counting and not decision.admitted and decision.reason == "requests":
+            self._blocked[(tenant.name, tenant.rpm)] = (time.monotonic(), decision)
+        return self._raise_refused(decision)
 
     def _raise_refused(self, decision: LimitDecision) -> LimitDecision:
         name = decision.tenant.name

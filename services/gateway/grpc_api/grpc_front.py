@@ -260,6 +260,12 @@ class GatewayServicer:
         self, shape: ResponseShape, parsed: ParsedRequest, delta: Delta
     ) -> tuple[gateway_pb2.CompletionChunk, bool]:
         """The delta's chunk, and whether it ends the choice."""
+        if shape.text_only(delta):
+            # Most of a stream's chunks: no choice body to build and read back.
+            chunk = gateway_pb2.CompletionChunk(
+                id=parsed.request_id, model=parsed.model, text=delta.text
+            )
+            return chunk, False
         choice = shape.chunk_choice(delta)
         body = choice["delta"] if shape.chat else choice
         screen_calls(self._pipeline.output_filter, choice, body)

@@ -20,7 +20,9 @@ from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.rate_limiter import RateLimiter
 from maas_services.gateway.http_api.http_metrics import RESPONSES
 
-COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
+COMPLETION_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"}
+)
 
 
 class AuthGate:

@@ -59,6 +59,29 @@ def sse(body: dict) -> bytes:
     return b"data: " + _ENCODE(body) + b"\n\n"
 
 
+class TextFrames:
+    """The SSE frames of a stream's text-only chunks (ResponseShape.text_only), most
+    of a stream's: a choice's differ only in the text, so the rest is encoded once
+    and each frame is that around the text's JSON string, not a chunk built and
+    encoded whole for every token."""
+
+    _MARK = "\x00"
+
+    def __init__(self, shape: ResponseShape, include_usage: bool):
+        self._shape = shape
+        self._include_usage = include_usage
+        self._around: dict[int, tuple[bytes, bytes]] = {}
+
+    def __call__(self, delta: Delta) -> bytes:
+        around = self._around.get(delta.index)
+        if around is None:
+            frame = sse(self._shape.text_chunk(delta.index, self._MARK, self._include_usage))
+            # The text is the chunk's last string: what follows it is nulls.
+            head, _, tail = frame.rpartition(_ENCODE(self._MARK))
+            around = self._around[delta.index] = (head, tail)
+        return around[0] + _ENCODE(delta.text) + around[1]
+
+
 class EventStream(StreamingResponse):
     """An SSE response sent from the request's own task. Starlette's streams
     from another, beside a third waiting for http.disconnect, unless the
@@ -158,6 +181,7 @@ async def _answer(
 
     async def events():
         last, blocked = first, set()
+        text_frame = TextFrames(shape, body.include_usage)
         frames = (
             [sse(shape.role_chunk(index, body.include_usage)) for index in range(body.n)]
             if shape.chat
@@ -173,6 +197,9 @@ async def _answer(
                         yield b"".join(frames) + sse(STREAM_BROKEN.body())
                         return
                     if delta.index in blocked:
+                        continue
+                    if shape.text_only(delta):
+                        frames.append(text_frame(delta))
                         continue
                     chunk = shape.chunk(delta, body.include_usage)
                     choice = chunk["choices"][0]

@@ -31,12 +31,13 @@ request is billed once, for the attempt it ended with.
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import grpc
 
 from maas.v1 import engine_pb2, router_pb2
+from maas_services.common import serves
 from maas_services.common.engine_metadata import was_scheduled
 from maas_services.common.finish_reasons import FINISH_NAMES
 from maas_services.common.logging import get_logger
@@ -118,6 +119,8 @@ class EngineStream:
 
     def __init__(self, client: "EngineClient", ticket: Ticket):
         self.cut_short = False
+        # An embedding request's vector, from the engine's one message (its own container).
+        self.embedding: Sequence[float] = ()
         # The tally once known; a task while the engine's report is awaited.
         self._tally: Tally | asyncio.Task | None = None
         self.deltas: AsyncIterator[Delta] = client._generate(ticket, self)
@@ -366,6 +369,8 @@ class EngineClient:
         try:
             while response is not grpc.aio.EOF:
                 tally.add(response)
+                if response.embedding:
+                    stream.embedding = response.embedding
                 delivered.extend(response.token_ids)
                 yield Delta(
                     text=response.text,
@@ -556,6 +561,7 @@ class EngineClient:
                 session_id=ticket.request.session_id,
                 exclude_endpoint_ids=sorted({*tried, *self._breakers.blocked()}),
                 share_prefix_cache=ticket.route.share_prefix_cache,
+                serve=serves.EMBED if ticket.sampling.HasField("embedding") else serves.GENERATE,
             )
             try:
                 return await self._up.router.Pick(request, timeout=10)

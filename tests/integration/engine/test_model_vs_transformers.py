@@ -125,7 +125,7 @@ def greedy_batch(
     while running:
         work = [ScheduledSeq(s, min(s.num_uncomputed_tokens, CHUNK)) for s in running]
         sampling = [w.seq for w in work if w.samples]
-        logits = runner.execute(work, [])
+        logits = runner.execute(work, []).logits
         for w in work:
             w.seq.num_computed_tokens += w.num_new_tokens
         for seq, row in zip(sampling, logits, strict=True):

@@ -4,12 +4,13 @@ Two real engine processes (the real model, float32, greedy), real Redis, the
 gateway's pipeline in the test's loop, the stub router (its log of picks and
 of the failures the gateway reports is what the test reads). Each test kills
 the replica serving its request at a chosen moment (during prefill, mid-stream,
-inside a grammar-constrained JSON answer) and compares what the client got with
-what the same request gives alone; a killed replica is started again before
-the next test.
+inside a grammar-constrained JSON answer, inside a forced tool call) and
+compares what the client got with what the same request gives alone; a killed
+replica is started again before the next test.
 """
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -29,6 +30,10 @@ from maas.v1 import (
 )
 from maas_services.common.grpc_client import open_channel
 from maas_services.common.model_files import ModelNotFoundError, default_model_path
+from maas_services.common.openai_api.delta import Delta
+from maas_services.common.openai_api.openai_format import ResponseShape
+from maas_services.common.openai_api.parsed_request import TextPrompt, chat_request
+from maas_services.common.openai_api.schemas import ChatCompletionRequest
 from maas_services.common.redis_client import open_redis
 from maas_services.common.tokenizer_loader import load_tokenizer
 from maas_services.gateway.admission.tenants import Principal, Tenant
@@ -52,6 +57,15 @@ SCHEMA = {
     "properties": {"city": {"type": "string", "maxLength": 12}, "people": {"type": "integer"}},
     "required": ["city", "people"],
     "additionalProperties": False,
+}
+WEATHER = {
+    "name": "get_weather",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+        "additionalProperties": False,
+    },
 }
 
 
@@ -162,23 +176,36 @@ def chat(tokenizer, text: str) -> list[int]:
     return tokenizer.encode_chat([{"role": "user", "content": text}])
 
 
-async def answer(gateway: Gateway, request, kill_after=None, replicas=()):
-    """(text, finish reasons, usage event, the replica killed) of one request;
+@dataclass
+class Answer:
+    deltas: list[Delta]
+    event: object  # the request's usage event
+    killed: Replica | None
+
+    @property
+    def text(self) -> str:
+        return "".join(delta.text for delta in self.deltas)
+
+    @property
+    def finishes(self) -> list[str]:
+        return [delta.finish_reason for delta in self.deltas if delta.finish_reason]
+
+
+async def answer(gateway: Gateway, request, kill_after=None, replicas=()) -> Answer:
+    """One request's deltas, usage event and the replica killed;
     `kill_after(deltas seen)` says when to kill -9 the replica serving it."""
     tenant = Tenant(name=f"kill-{uuid.uuid4().hex[:8]}", tpm=100_000_000)
     run = await gateway.pipeline.admit(Principal(tenant, "key_test"), request)
-    texts, finishes, killed = [], [], None
+    deltas, killed = [], None
     async with run:
         async for delta in run.deltas:
-            texts.append(delta.text)
-            if delta.finish_reason:
-                finishes.append(delta.finish_reason)
-            if kill_after is not None and killed is None and kill_after(len(texts)):
+            deltas.append(delta)
+            if kill_after is not None and killed is None and kill_after(len(deltas)):
                 killed = serving(gateway, replicas)
                 killed.kill()
     await gateway.pipeline.background.wait()
     event, _, _ = await billed(gateway.redis_url, tenant.name, request.request_id)
-    return "".join(texts), finishes, event, killed
+    return Answer(deltas, event, killed)
 
 
 def serving(gateway: Gateway, replicas) -> Replica:
@@ -204,17 +231,16 @@ def same_request(request):
 
 async def test_killed_mid_stream_the_stream_completes_as_alone(gateway, replicas, tokenizer):
     request = greedy(chat(tokenizer, "Tell me about rivers."), 40, ignore_eos=True)
-    alone, _, alone_event, _ = await answer(gateway, request)
+    alone = await answer(gateway, request)
 
     again = same_request(request)
-    text, finishes, event, killed = await answer(
-        gateway, again, kill_after=lambda seen: seen >= 8, replicas=replicas
-    )
-    assert killed is not None and not killed.alive
-    assert text == alone
-    assert finishes == ["length"]
+    cut = await answer(gateway, again, kill_after=lambda seen: seen >= 8, replicas=replicas)
+    assert cut.killed is not None and not cut.killed.alive
+    assert cut.text == alone.text
+    assert cut.finishes == ["length"]
+    event = cut.event
     assert (event.prompt_tokens, event.completion_tokens) == (len(request.prompt.text), 40)
-    assert event.completion_tokens == alone_event.completion_tokens
+    assert event.completion_tokens == alone.event.completion_tokens
     assert event.migration_prefill_tokens >= len(request.prompt.text) + 8
     assert gateway.router.releases == [again.request_id]
 
@@ -224,7 +250,7 @@ async def test_killed_before_the_first_token_the_stream_completes_as_alone(
 ):
     long = "Summarise this. " + " ".join(f"Line {i} of a long report." for i in range(60))
     request = greedy(chat(tokenizer, long), 12, ignore_eos=True)
-    alone, _, _, _ = await answer(gateway, request)
+    alone = await answer(gateway, request)
 
     again = same_request(request)
     pending = asyncio.create_task(answer(gateway, again))
@@ -234,10 +260,13 @@ async def test_killed_before_the_first_token_the_stream_completes_as_alone(
     victim = serving(gateway, replicas)
     await until_running(victim.address)
     victim.kill()
-    text, finishes, event, _ = await pending
-    assert text == alone
-    assert finishes == ["length"]
-    assert (event.prompt_tokens, event.completion_tokens) == (len(request.prompt.text), 12)
+    cut = await pending
+    assert cut.text == alone.text
+    assert cut.finishes == ["length"]
+    assert (cut.event.prompt_tokens, cut.event.completion_tokens) == (
+        len(request.prompt.text),
+        12,
+    )
     assert len(gateway.router.picks) == 3  # alone, then the killed one and its successor
 
 
@@ -246,16 +275,62 @@ async def test_killed_inside_a_json_answer_the_json_completes_as_alone(
 ):
     grammar = common_pb2.Grammar(kind=common_pb2.Grammar.KIND_JSON_SCHEMA, text=json.dumps(SCHEMA))
     request = greedy(chat(tokenizer, "Describe Paris in JSON."), 64, grammar=grammar)
-    alone, _, alone_event, _ = await answer(gateway, request)
-    jsonschema.validate(json.loads(alone), SCHEMA)
+    alone = await answer(gateway, request)
+    jsonschema.validate(json.loads(alone.text), SCHEMA)
 
-    text, finishes, event, killed = await answer(
+    cut = await answer(
         gateway, same_request(request), kill_after=lambda seen: seen >= 4, replicas=replicas
     )
-    assert killed is not None
-    assert text == alone
-    assert finishes == ["stop"]
-    assert event.completion_tokens == alone_event.completion_tokens
+    assert cut.killed is not None
+    assert cut.text == alone.text
+    assert cut.finishes == ["stop"]
+    assert cut.event.completion_tokens == alone.event.completion_tokens
+
+
+def forced_call(tokenizer, text: str):
+    """A chat request whose tool_choice names get_weather, as the HTTP front parses
+    it (the grammar that admits only that call), its prompt in token ids."""
+    body = ChatCompletionRequest(
+        model=MODEL,
+        messages=[{"role": "user", "content": text}],
+        tools=[{"type": "function", "function": WEATHER}],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=64,
+        temperature=0,
+    )
+    return dataclasses.replace(chat_request(body, None), prompt=TextPrompt(chat(tokenizer, text)))
+
+
+def streamed_calls(request, deltas: list[Delta]) -> tuple[list[dict], str | None]:
+    """The tool calls and the finish a client streaming these deltas is sent."""
+    shape = ResponseShape(request.request_id, MODEL, chat=True, tool_mode=request.tool_mode)
+    calls, finish = [], None
+    for delta in deltas:
+        choice = shape.chunk_choice(delta)
+        calls += choice["delta"].get("tool_calls", [])
+        finish = choice["finish_reason"] or finish
+    return calls, finish
+
+
+async def test_killed_inside_a_tool_call_the_call_completes_as_alone(gateway, replicas, tokenizer):
+    request = forced_call(tokenizer, "What will the weather be in Lyon this week?")
+    alone = await answer(gateway, request)
+    alone_calls, alone_finish = streamed_calls(request, alone.deltas)
+    assert [call["function"]["name"] for call in alone_calls] == ["get_weather"]
+    arguments = "".join(call["function"]["arguments"] for call in alone_calls)
+    jsonschema.validate(json.loads(arguments), WEATHER["parameters"])
+    assert alone_finish == "tool_calls"
+
+    again = dataclasses.replace(request, request_id=f"again-{uuid.uuid4().hex}")
+    cut = await answer(gateway, again, kill_after=lambda seen: seen >= 4, replicas=replicas)
+    calls, finish = streamed_calls(again, cut.deltas)
+    assert cut.killed is not None and not cut.killed.alive
+    assert len(cut.deltas) > 4  # the kill came while the call was still being written
+    assert [call["function"]["name"] for call in calls] == ["get_weather"]
+    assert "".join(call["function"]["arguments"] for call in calls) == arguments
+    assert finish == "tool_calls"
+    assert cut.event.completion_tokens == alone.event.completion_tokens
+    assert cut.event.migration_prefill_tokens > 0
 
 
 async def test_the_last_replica_killed_ends_with_an_error_billed_as_cut_short(
@@ -264,11 +339,10 @@ async def test_the_last_replica_killed_ends_with_an_error_billed_as_cut_short(
     only = replicas[0]
     gateway.router.endpoints[:] = [(only.name, only.address, MODEL)]
     request = greedy(chat(tokenizer, "Tell me about mountains."), 40, ignore_eos=True)
-    text, finishes, event, killed = await answer(
-        gateway, request, kill_after=lambda seen: seen >= 6, replicas=replicas
-    )
-    assert killed is only
-    assert finishes == ["error"]
+    cut = await answer(gateway, request, kill_after=lambda seen: seen >= 6, replicas=replicas)
+    event = cut.event
+    assert cut.killed is only
+    assert cut.finishes == ["error"]
     # The prompt it caused and the tokens delivered before the kill: no more, no less.
     assert event.prompt_tokens == len(request.prompt.text)
     assert 6 <= event.completion_tokens < 40

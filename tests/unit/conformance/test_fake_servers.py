@@ -11,7 +11,12 @@ import pytest
 from maas_tools.conformance.main import main
 from tests.unit.conformance.fake_server import LIMITED_KEY, RUNNING_METRIC, Defects, serve
 
-NOT_OFFERED = {"endpoints.responses", "endpoints.embeddings", "endpoints.batches"}
+NOT_OFFERED = {
+    "endpoints.responses",
+    "endpoints.embeddings",
+    "endpoints.embeddings_base64",
+    "endpoints.batches",
+}
 ERRORS = {
     "errors.missing_model",
     "errors.unknown_model",

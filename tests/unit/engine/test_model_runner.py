@@ -50,7 +50,7 @@ def make_seq(token_ids: list[int], block_table: list[int], computed: int = 0) ->
 
 def step(runner: ModelRunner, work: list[tuple[Sequence, int]], copies=()) -> torch.Tensor:
     """Run one step and advance the sequences, as the engine does after it."""
-    logits = runner.execute([ScheduledSeq(seq, n) for seq, n in work], list(copies))
+    logits = runner.execute([ScheduledSeq(seq, n) for seq, n in work], list(copies)).logits
     for seq, n in work:
         seq.num_computed_tokens += n
     return logits

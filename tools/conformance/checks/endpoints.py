@@ -3,14 +3,20 @@
 A route the server does not have (404, 405, 501) is "not offered"; an
 embeddings route may also refuse (4xx) for a model that cannot embed, which
 is that deployment not offering it. Where a route answers, its object holds
-to the reference's shape. Batches are read (the list), not run: a batch may
-take up to its 24 h window.
+to the reference's shape; an embeddings route's base64 encoding is the same
+vector as its float one, and its usage counts input tokens only. Batches are
+read (the list), not run: a batch may take up to its 24 h window.
 """
+
+import base64
+import binascii
+import math
+import struct
 
 import httpx
 
 from maas_tools.conformance.registry import check
-from maas_tools.conformance.result import NotOffered, expect
+from maas_tools.conformance.result import CheckFailed, NotOffered, expect
 from maas_tools.conformance.target import Target, json_body, refused
 
 ABSENT = (404, 405, 501)
@@ -55,31 +61,79 @@ def responses(target: Target) -> str:
     return texts[0][:60]
 
 
-@check("endpoints", "embeddings")
-def embeddings(target: Target) -> str:
-    inputs = ["The cat sat on the mat.", "Stock markets fell today."]
-    reply = target.post("/embeddings", target.body(input=inputs))
+EMBED_INPUTS = ["The cat sat on the mat.", "Stock markets fell today."]
+
+
+def embedded(target: Target, encoding_format: str) -> list:
+    """POST /embeddings for EMBED_INPUTS: each item's `embedding`, the shape checked."""
+    reply = target.post(
+        "/embeddings", target.body(input=EMBED_INPUTS, encoding_format=encoding_format)
+    )
     if reply.status_code in ABSENT:
         raise NotOffered(f"POST /embeddings: HTTP {reply.status_code}")
     refused(reply, "POST /embeddings")
     body = json_body(reply)
     expect(body.get("object") == "list", f"object is 'list', got {body.get('object')!r}")
     data = body.get("data") or []
-    expect(len(data) == len(inputs), f"one embedding per input: {len(data)} for {len(inputs)}")
-    sizes = set()
+    expect(
+        len(data) == len(EMBED_INPUTS),
+        f"one embedding per input: {len(data)} for {len(EMBED_INPUTS)}",
+    )
     for i, item in enumerate(data):
         expect(item.get("object") == "embedding", f"data[{i}].object is 'embedding'")
         expect(item.get("index") == i, f"data[{i}].index is {i}, got {item.get('index')!r}")
-        vector = item.get("embedding")
+    usage = body.get("usage") or {}
+    prompt = usage.get("prompt_tokens")
+    expect(isinstance(prompt, int) and prompt > 0, "usage.prompt_tokens is a positive integer")
+    expect(
+        usage.get("total_tokens") == prompt,
+        f"usage.total_tokens = prompt_tokens (no completion), got {usage.get('total_tokens')!r}"
+        f" for {prompt}",
+    )
+    return [item.get("embedding") for item in data]
+
+
+@check("endpoints", "embeddings")
+def embeddings(target: Target) -> str:
+    vectors = embedded(target, "float")
+    for i, vector in enumerate(vectors):
         expect(
             isinstance(vector, list) and vector and all(isinstance(x, int | float) for x in vector),
             f"data[{i}].embedding is a list of numbers (encoding_format float)",
         )
-        sizes.add(len(vector))
+    sizes = {len(v) for v in vectors}
     expect(len(sizes) == 1, f"every embedding has one dimension, got {sorted(sizes)}")
-    usage = body.get("usage") or {}
-    expect(isinstance(usage.get("prompt_tokens"), int), "usage.prompt_tokens is an integer")
     return f"dimension {sizes.pop()}"
+
+
+@check("endpoints", "embeddings_base64")
+def embeddings_base64(target: Target) -> str:
+    """OpenAI's base64 is each vector's little-endian float32 bytes: the same
+    vector as the float encoding (within a batch's rounding: cosine 0.999)."""
+    plain = embedded(target, "float")
+    packed = embedded(target, "base64")
+    for i, (vector, text) in enumerate(zip(plain, packed, strict=True)):
+        expect(isinstance(text, str), f"data[{i}].embedding is a base64 string")
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except binascii.Error as exc:
+            raise CheckFailed(f"data[{i}].embedding is not base64: {exc}") from exc
+        expect(
+            len(raw) == 4 * len(vector),
+            f"data[{i}]: {len(raw)} bytes for {len(vector)} float32 values",
+        )
+        decoded = struct.unpack(f"<{len(vector)}f", raw)
+        expect(
+            cosine(decoded, vector) >= 0.999,
+            f"data[{i}]: base64 decoded as little-endian float32 is not the float vector",
+        )
+    return ""
+
+
+def cosine(a, b) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norms = math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+    return dot / norms if norms else 0.0
 
 
 @check("endpoints", "batches")
