@@ -9,6 +9,7 @@ from maas_services.engine.sampling_params import SamplingParams
 
 EOS = 2
 VOCAB = 50
+HIDDEN = 16  # the model width an embedding request is checked against
 
 
 @dataclass
@@ -186,7 +187,7 @@ def test_temperature_flattens_and_sharpens():
 
 
 def test_default_params_are_valid():
-    SamplingParams().validate(VOCAB)
+    SamplingParams().validate(VOCAB, HIDDEN)
 
 
 @pytest.mark.parametrize(
@@ -224,24 +225,24 @@ def test_default_params_are_valid():
 )
 def test_validate_rejects_and_names_the_field(name, value):
     with pytest.raises(ValueError, match=name):
-        SamplingParams(**{name: value}).validate(VOCAB)
+        SamplingParams(**{name: value}).validate(VOCAB, HIDDEN)
 
 
 def test_top_logprobs_cannot_exceed_the_vocabulary():
     with pytest.raises(ValueError, match="top_logprobs must be in \\[0, 5\\]"):
-        SamplingParams(top_logprobs=6).validate(5)
+        SamplingParams(top_logprobs=6).validate(5, HIDDEN)
 
 
 def test_a_long_rejected_value_is_not_echoed_whole():
     with pytest.raises(ValueError) as caught:
-        SamplingParams(stop=["x" * 100_000]).validate(VOCAB)
+        SamplingParams(stop=["x" * 100_000]).validate(VOCAB, HIDDEN)
     assert len(str(caught.value)) < 400
 
 
 @pytest.mark.parametrize("seed", [0, 2**64 - 1])
 def test_every_sample_of_any_seed_gets_a_distinct_valid_stream(seed):
     params = SamplingParams(seed=seed, n=16)
-    params.validate(VOCAB)
+    params.validate(VOCAB, HIDDEN)
     seeds = [params.sample_seed(i) for i in range(params.n)]
     assert len(set(seeds)) == 16
     for s in seeds:
