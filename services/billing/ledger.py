@@ -36,7 +36,7 @@ from maas_services.billing.store.line_items import HOUR, LineItem, LineItemStore
 from maas_services.billing.store.partitions import DAY, Window
 from maas_services.common.billing_keys import PREFIX, tenant_key
 from maas_services.common.logging import get_logger
-from maas_services.common.prices import PriceTable
+from maas_services.common.prices import ModelPrice, PriceTable
 from maas_services.common.usage_event import UsageEvent
 
 __all__ = ["DAY", "HOUR", "PREFIX", "Ledger", "Retention", "Totals", "bucket_start"]
@@ -95,6 +95,11 @@ class Ledger:
         self._consumer = consumer
         self._totals = RunningTotals(redis, stream, group)
 
+    def price(self, event: UsageEvent) -> ModelPrice:
+        """The deployment's price; a batch line's is its batch price."""
+        price = self._prices.for_deployment(event.served_by)
+        return price.for_batch() if event.batch_id else price
+
     def line_item(self, event: UsageEvent) -> LineItem:
         deployment = event.served_by
         return LineItem(
@@ -108,7 +113,7 @@ class Ledger:
             prompt_tokens=event.prompt_tokens,
             cached_prompt_tokens=event.cached_prompt_tokens,
             completion_tokens=event.completion_tokens,
-            cost_nano_usd=self._prices.for_deployment(deployment).cost_nano_usd(
+            cost_nano_usd=self.price(event).cost_nano_usd(
                 event.prompt_tokens, event.cached_prompt_tokens, event.completion_tokens
             ),
             finish_reason=event.finish_reason,

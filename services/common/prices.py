@@ -23,7 +23,14 @@ a price of p USD per million tokens is p * 1000 nano-USD per token.
 
     models:
       smollm2-135m-instruct: {input: 0.05, cached_input: 0.025, output: 0.10}
+      # A batch column of its own; without one a batch line costs half (BATCH_DEFAULT_FACTOR).
+      smollm2-135m-instruct-q8:
+        {input: 0.06, output: 0.12, batch: {input: 0.02, output: 0.04}}
     default: {input: 0.0, cached_input: 0.0, output: 0.0}
+
+A batch line (a usage event with `batch_id`, services/gateway/batches/) is
+priced at its model's `batch` prices; the gateway's prepaid reservation
+holds the interactive (dearer) price and settles to the batch price.
 """
 
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -35,6 +42,8 @@ from pydantic import BaseModel, Field
 from maas_services.common.canary import canary_of
 
 NANO_PER_TOKEN_PER_USD_PER_MILLION = Decimal(1000)
+# A batch line costs this much of the interactive price unless the table says (OpenAI's 50%).
+BATCH_DEFAULT_FACTOR = Decimal("0.5")
 # The table as billing last loaded it (PriceTable's JSON), for the gateway.
 PRICES_KEY = "maas:billing:prices"
 
@@ -43,6 +52,19 @@ class ModelPrice(BaseModel):
     input: Decimal = Field(Decimal(0), ge=0)
     cached_input: Decimal = Field(Decimal(0), ge=0)
     output: Decimal = Field(Decimal(0), ge=0)
+    # A batch line's prices (/v1/batches; its own `batch` is not read); None:
+    # the interactive prices times BATCH_DEFAULT_FACTOR.
+    batch: "ModelPrice | None" = None
+
+    def for_batch(self) -> "ModelPrice":
+        """The prices a batch line is billed at."""
+        if self.batch is not None:
+            return self.batch
+        return ModelPrice(
+            input=self.input * BATCH_DEFAULT_FACTOR,
+            cached_input=self.cached_input * BATCH_DEFAULT_FACTOR,
+            output=self.output * BATCH_DEFAULT_FACTOR,
+        )
 
     def cost_nano_usd(self, prompt: int, cached: int, completion: int) -> int:
         uncached = max(prompt - cached, 0)

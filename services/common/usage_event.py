@@ -29,6 +29,9 @@ class UsageEvent(BaseModel):
     migration_prefill_tokens: int = Field(0, ge=0)
     # W3C trace context of the request, so billing's span joins its trace.
     traceparent: str = ""
+    # The batch the request was a line of ("" for an interactive request):
+    # billing prices it at the batch price (prices.py).
+    batch_id: str = ""
 
     @property
     def served_by(self) -> str:

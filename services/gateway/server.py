@@ -26,6 +26,8 @@ from maas_services.gateway.admission.quota_gate import QuotaGate
 from maas_services.gateway.admission.rate_limiter import RateLimiter
 from maas_services.gateway.admission.tenants import TenantStore
 from maas_services.gateway.background import Background
+from maas_services.gateway.batches.service import BatchService
+from maas_services.gateway.batches.worker import BatchWorker, WorkerSettings
 from maas_services.gateway.grpc_api.grpc_front import start_grpc_front
 from maas_services.gateway.http_api.http_app import create_app
 from maas_services.gateway.http_api.http_protocol import ConnectionLimits, GuardedHttpProtocol
@@ -162,6 +164,7 @@ async def run_gateway(settings: GatewaySettings) -> None:
     responses = await ResponseStore.open(
         settings.responses_database_url, StoreLimits.from_settings(settings)
     )
+    batch_service = await BatchService.from_settings(settings)
     gateway = Gateway(
         pipeline,
         auth,
@@ -171,7 +174,18 @@ async def run_gateway(settings: GatewaySettings) -> None:
         settings.body_timeout_seconds,
         budget,
         responses,
+        batch_service,
     )
+    # Batch lines run in this process, in capacity its interactive requests leave idle.
+    worker = BatchWorker(
+        batch_service.batches,
+        batch_service.files,
+        pipeline,
+        TenantStore(redis),
+        WorkerSettings.from_settings(settings),
+    )
+    if settings.batch_concurrency:
+        worker.start()
     http = http_server(settings, gateway)
     http_task = asyncio.create_task(http.serve())
     stop = asyncio.Event()
@@ -181,11 +195,13 @@ async def run_gateway(settings: GatewaySettings) -> None:
     await handle.set_serving(False)
     http.should_exit = True
     await asyncio.gather(http_task, handle.server.stop(settings.shutdown_grace_seconds))
+    await worker.stop()
     await routes.stop()
     await pipeline.hold.close()
     await pipeline.background.wait()
     await pipeline.usage.stop()
     await responses.close()
+    await batch_service.close()
     await upstreams.close()
     await redis.aclose()
     log.info("shutdown_complete")

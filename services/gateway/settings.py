@@ -161,6 +161,64 @@ class GatewaySettings(ServiceSettings):
         30 * 24 * 3600.0, gt=0, description="how long a stored response is kept"
     )
 
+    # /v1/files and /v1/batches (services/gateway/batches/, docs/batches.md).
+    batches_database_url: str = Field(
+        "",
+        description="SQLAlchemy async URL of the files' and batches' records; empty = the"
+        " stored responses' database. Several gateway replicas need one shared database",
+    )
+    files_dir: str = Field(
+        ".maas/files",
+        description="folder of uploaded and batch output files; with several gateway"
+        " replicas, one volume they all mount (ReadWriteMany)",
+    )
+    files_max_file_bytes: int = Field(
+        200 * 1024 * 1024, gt=0, description="largest file one upload may be; larger get 413"
+    )
+    files_max_per_tenant: int = Field(
+        100, ge=1, description="uploaded files a tenant may keep; one more gets 413"
+    )
+    files_max_bytes_per_tenant: int = Field(
+        1024 * 1024 * 1024,
+        gt=0,
+        description="bytes of uploaded files a tenant may keep; an upload past it gets 413",
+    )
+    files_max_uploads_per_tenant: int = Field(
+        2, ge=1, description="uploads one tenant may stream at once per replica; more get 429"
+    )
+    batch_max_lines: int = Field(
+        50_000, ge=1, description="requests in one batch input file (OpenAI's limit)"
+    )
+    batch_concurrency: int = Field(
+        4, ge=0, description="batch lines this replica runs at once (0: no batch worker)"
+    )
+    batch_lease_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="a claimed line's lease, renewed while it runs; a dead worker's lines"
+        " are run again once it passes",
+    )
+    batch_poll_seconds: float = Field(
+        1.0, gt=0, description="how often an idle batch worker looks for lines and batches"
+    )
+    batch_reserve_fraction: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="of a deployment's slots, the share batch lines leave to interactive"
+        " requests (at least one slot)",
+    )
+    batch_max_attempts: int = Field(
+        5, ge=1, description="times a line is tried before it ends as an error line"
+    )
+    batch_quiet_seconds: float = Field(
+        1.0,
+        ge=0,
+        description="a batch line starts only where no interactive request was seen for"
+        " this long (0: none in flight is enough; where an engine step's cost hardly grows"
+        " with its batch, as on a GPU)",
+    )
+
     # Metrics.
     metrics_tenant_labels: int = Field(
         0,

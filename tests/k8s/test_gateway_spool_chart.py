@@ -20,10 +20,17 @@ def gateway_parts(docs) -> tuple[dict, dict[str, dict], dict]:
     return pod, env, volume
 
 
+def claims(docs, name: str) -> list[dict]:
+    """The chart's PersistentVolumeClaims of that name (the files volume has its own)."""
+    return [
+        d for d in docs if d["kind"] == "PersistentVolumeClaim" and d["metadata"]["name"] == name
+    ]
+
+
 def test_spool_is_on_a_shared_claim_with_a_folder_per_pod(helm):  # noqa: F811
     docs = render_set(helm)
     pod, env, volume = gateway_parts(docs)
-    (claim,) = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    (claim,) = claims(docs, "maas-gateway-spool")
     for doc in (claim, *[d for d in docs if d["kind"] == "Deployment"]):
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
     assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
@@ -45,11 +52,11 @@ def test_spool_is_on_a_shared_claim_with_a_folder_per_pod(helm):  # noqa: F811
 
 def test_an_existing_claim_or_an_empty_dir_instead(helm):  # noqa: F811
     docs = render_set(helm, "gateway.spool.persistence.existingClaim=spools")
-    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert not claims(docs, "maas-gateway-spool")
     assert gateway_parts(docs)[2]["persistentVolumeClaim"] == {"claimName": "spools"}
 
     docs = render_set(helm, "gateway.spool.persistence.enabled=false")
-    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert not claims(docs, "maas-gateway-spool")
     assert gateway_parts(docs)[2]["emptyDir"] == {}
 
 

@@ -216,6 +216,8 @@ class Stack:
                     "responses-database-url": (
                         f"sqlite:///{(cfg.state_dir / 'responses.db').resolve()}"
                     ),
+                    # Uploaded and batch output files (/v1/files), beside the records.
+                    "files-dir": cfg.state_dir / "files",
                 },
             ),
             f"{self.gateway_url}/readyz",

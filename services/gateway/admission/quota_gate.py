@@ -50,6 +50,7 @@ from maas_services.common.quota import Quotas, QuotaState
 from maas_services.common.usage_event import UsageEvent
 from maas_services.gateway.admission.published_prices import PublishedPrices
 from maas_services.gateway.admission.store_faults import STORE_FAILURES, refused, unreachable
+from maas_services.gateway.admission.store_trip import StoreCall, replies
 
 log = get_logger(__name__)
 
@@ -95,7 +96,9 @@ class Reservation:
         if not self.held or self.price is None:
             return None
         self.held = False
-        cost = self.price.cost_nano_usd(
+        # A batch line costs its batch price (prices.py), as billing prices it.
+        price = self.price.for_batch() if event.batch_id else self.price
+        cost = price.cost_nano_usd(
             event.prompt_tokens, event.cached_prompt_tokens, event.completion_tokens
         )
         return ReservationSettlement(self, cost)
@@ -125,6 +128,14 @@ class ReservationSettlement:
             await self.reservation.gate.settle(self)
         elif isinstance(result, Exception):
             log.warning("balance_settle_failed", tenant=self.reservation.tenant, error=str(result))
+
+
+@dataclass(frozen=True)
+class HoldCall(StoreCall):
+    """reserve()'s script as a StoreCall, to send with another gate's (store_trip.py)."""
+
+    reservation: Reservation
+    cost_nano_usd: int
 
 
 class QuotaGate:
@@ -178,28 +189,48 @@ class QuotaGate:
         """Hold the most `prompt_tokens` and `completion_tokens` can cost at the
         deployment's price against a prepaid balance, or raise the 429. A tenant
         without a balance (pay as you go) holds nothing."""
+        call = await self.hold_call(reservation, deployment, prompt_tokens, completion_tokens)
+        if call is not None:
+            self.hold_answered(call, (await replies(call))[0])
+
+    async def hold_call(
+        self, reservation: Reservation, deployment: str, prompt_tokens: int, completion_tokens: int
+    ) -> HoldCall | None:
+        """reserve()'s script as a call to send with another's; None when there is
+        nothing to hold (pay as you go, or the store unreachable and the policy open)."""
         tenant = reservation.tenant
         try:
             if (await self._state(tenant)).balance_nano_usd is None:
-                return
+                return None
             table = await self._prices.table()
-            if table is None:
-                # Billing has published no prices yet: only a used-up balance refuses.
-                QUOTA_CHECKS.labels("unpriced").inc()
-            price = table.for_deployment(deployment) if table else ModelPrice()
-            cost = price.most_nano_usd(prompt_tokens, completion_tokens)
-            reservation.price = price
-            # From here a cancelled call may have reserved: the request's end releases.
-            reservation.held = True
-            admitted, available = await self._reserve(
-                keys=[*reservation_keys(tenant), full_guard_key(tenant)],
-                args=[reservation.request_id, cost, self._hold_ms, balance_key(tenant)],
-            )
         except STORE_FAILURES as exc:
-            # Refused by Redis, the script changed nothing; unreachable, it may have.
-            reservation.held = reservation.held and unreachable(exc)
             self._store_failed(tenant, exc)
+            return None
+        if table is None:
+            # Billing has published no prices yet: only a used-up balance refuses.
+            QUOTA_CHECKS.labels("unpriced").inc()
+        price = table.for_deployment(deployment) if table else ModelPrice()
+        cost = price.most_nano_usd(prompt_tokens, completion_tokens)
+        reservation.price = price
+        # From here a cancelled call may have reserved: the request's end releases.
+        reservation.held = True
+        return HoldCall(
+            self._reserve,
+            [*reservation_keys(tenant), full_guard_key(tenant)],
+            [reservation.request_id, cost, self._hold_ms, balance_key(tenant)],
+            reservation,
+            cost,
+        )
+
+    def hold_answered(self, call: HoldCall, reply: object) -> None:
+        """The hold's reply (or the store's exception for it); raises the 429."""
+        reservation, cost = call.reservation, call.cost_nano_usd
+        if isinstance(reply, BaseException):
+            # Refused by Redis, the script changed nothing; unreachable, it may have.
+            reservation.held = unreachable(reply)
+            self._store_failed(reservation.tenant, reply)
             return
+        admitted, available = reply
         if not admitted:
             reservation.held = False
             QUOTA_CHECKS.labels("insufficient").inc()

@@ -3,7 +3,9 @@
 The routes live in routes/, one module per OpenAI route family:
 chat (POST /v1/chat/completions), completions (POST /v1/completions), models
 (GET /v1/models), usage (GET /v1/usage), responses (POST /v1/responses, GET and
-DELETE /v1/responses/{id}), health (/healthz, /health, /readyz).
+DELETE /v1/responses/{id}), embeddings (POST /v1/embeddings), files (/v1/files,
+uploads streamed by files.FileUploads), batches (/v1/batches), health (/healthz,
+/health, /readyz).
 
 Nothing here tells an unauthenticated caller more than it must: POST keys are
 checked before the body is read (auth_gate.py), the body is read within the
@@ -24,14 +26,18 @@ from maas_services.gateway.http_api.auth_gate import AuthGate
 from maas_services.gateway.http_api.body_guard import BodyGuard
 from maas_services.gateway.http_api.http_metrics import RESPONSES, route_label
 from maas_services.gateway.http_api.routes import (
+    batches,
     chat,
     completions,
+    embeddings,
+    files,
     health,
     models,
     responses,
     usage,
 )
 from maas_services.gateway.http_api.routes.deps import Gateway
+from maas_services.gateway.http_api.routes.files import FileUploads
 from maas_services.gateway.http_api.tracing_middleware import TracingMiddleware
 from maas_services.gateway.settings import GatewaySettings
 
@@ -105,6 +111,8 @@ def create_app(gw: Gateway) -> FastAPI:
         read_timeout=gw.body_timeout_seconds,
         budget=budget,
     )
+    # Between AuthGate and BodyGuard: an upload is streamed, never read whole.
+    app.add_middleware(FileUploads)
     # Outside BodyGuard: the key is checked before the body is read.
     app.add_middleware(AuthGate, auth=gw.auth, limiter=gw.pipeline.limiter)
     # Added last, so outermost: the span and the timings cover every byte.
@@ -113,6 +121,6 @@ def create_app(gw: Gateway) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _http)
     app.add_exception_handler(Exception, _bug)
-    for family in (health, models, usage, chat, completions, responses):
+    for family in (health, models, usage, chat, completions, responses, embeddings, files, batches):
         app.include_router(family.router)
     return app

@@ -15,6 +15,7 @@ from maas.v1 import billing_pb2_grpc
 from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.body_budget import BodyBudget
 from maas_services.gateway.admission.tenants import Principal
+from maas_services.gateway.batches.service import BatchService
 from maas_services.gateway.http_api.body_guard import LEASE
 from maas_services.gateway.pipeline import Pipeline
 from maas_services.gateway.responses.store import ResponseStore
@@ -32,6 +33,8 @@ class Gateway:
     body_budget: BodyBudget | None = None
     # Stored responses (/v1/responses); None: those routes answer 503.
     responses: ResponseStore | None = None
+    # Files and batches (/v1/files, /v1/batches); None: those routes answer 503.
+    batch_service: BatchService | None = None
 
 
 async def gateway(request: Request) -> Gateway:
