@@ -14,9 +14,11 @@ Pipeline.admit runs the steps before the engine, in order:
    deployment scaled to zero starts a replica (cold_start_hold.py), then wait
    for a fair share of the deployment's slots (deployment_queues.py);
 and returns the request's Run (run.py), whose deltas, as they are read, run
-5. pick, 6. generate (engine_client.py, retries included) and 7. the output
-filter, and which alone owns 8. the end: the slot freed, the usage event
-with the TPM and balance settlements in its round trip.
+5. pick (sent beside step 4's reserve trip and queue where the request would
+take a slot at once: engine_client.EarlyPick), 6. generate (engine_client.py,
+retries included) and 7. the output filter, and which alone owns 8. the end:
+the slot freed, the usage event with the TPM and balance settlements in its
+round trip.
 
 A request that passed the limiter counts toward the tenant's RPM even if it
 then fails (an unknown model, a prompt too long for the context, queue full,
@@ -61,7 +63,7 @@ from maas_services.gateway.routing.routes_watcher import RoutesWatcher
 from maas_services.gateway.routing.routing_table import NoDeploymentUpError, Route
 from maas_services.gateway.run import Run
 from maas_services.gateway.ticket import Ticket
-from maas_services.gateway.upstream.engine_client import EngineClient
+from maas_services.gateway.upstream.engine_client import EarlyPick, EngineClient
 from maas_services.gateway.upstream.prompt_encoder import Prompt, PromptEncoder
 from maas_services.gateway.usage.usage_emitter import UsageEmitter
 
@@ -117,6 +119,7 @@ class Pipeline:
                     self._settle(tenant, request, 0)
                     raise
         reservation = self.quotas.reservation(tenant.name, request.request_id)
+        early: EarlyPick | None = None
         try:
             with tracer.start_as_current_span("gateway.route"):
                 deployments = await self._deployments()
@@ -138,6 +141,13 @@ class Pipeline:
             embeds = request.sampling.HasField("embedding")
             max_tokens = 0 if embeds else request.max_tokens or min(tenant.max_tokens or room, room)
             need = len(prompt.token_ids) + request.n * max_tokens
+            stats = deployments.get(route.deployment)
+            # The router's pick runs beside the reserve trip and the queue, for a
+            # request that would take a slot at once: one that waits picks when
+            # admitted anyway (EARLY_PICK_SECONDS), and a full queue's refusals
+            # then leave no pick counted at a replica (engine_client.EarlyPick).
+            if ready(stats) and not self.queues.queue(route, stats).waiting:
+                early = self.engine.pick_early(request, route, prompt, tenant.name)
             with tracer.start_as_current_span("gateway.reserve"):
                 # The TPM charge and the balance's hold in one round trip (store_trip.py).
                 if counted:
@@ -164,6 +174,8 @@ class Pipeline:
                 queue = self.queues.queue(route, deployments[route.deployment])
                 await queue.acquire(tenant.name, route.tier.weight, request.n)
         except (QueueFullError, QueueTimeoutError) as exc:
+            if early is not None:
+                early.cancel()
             self._settle(tenant, request, 0, reservation)
             # Over its tenant's share of the queue (refused or displaced): 429, its own excess.
             refusal = (
@@ -173,6 +185,8 @@ class Pipeline:
             )
             raise with_headers(refusal, limits.headers()) from exc
         except BaseException as exc:
+            if early is not None:
+                early.cancel()
             if counted:
                 self._settle(tenant, request, 0, reservation)
             elif isinstance(exc, Exception):
@@ -185,7 +199,9 @@ class Pipeline:
         sampling = engine_pb2.SamplingParams()
         sampling.CopyFrom(request.sampling)
         sampling.max_tokens = max_tokens
-        return Ticket(principal, request, route, prompt, sampling, queue, limits, reservation)
+        return Ticket(
+            principal, request, route, prompt, sampling, queue, limits, reservation, early
+        )
 
     async def _encode_counted(
         self, tenant: Tenant, request: ParsedRequest, route: Route, floor: int

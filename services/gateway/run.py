@@ -148,6 +148,8 @@ class Run:
             return
         self._ended = True
         self.ticket.queue.release(self.ticket.request.n)
+        if self.ticket.pick is not None:
+            self.ticket.pick.cancel()  # closed before its deltas used the pick
         if self._stream is not None and self._stream.cut_short:
             self._billing = self.background.run(self._bill())
         else:

@@ -1,6 +1,7 @@
 """An admitted request: what the pipeline decided for it, carried to the engine."""
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from maas.v1 import engine_pb2
 from maas_services.common.openai_api.parsed_request import ParsedRequest
@@ -10,6 +11,9 @@ from maas_services.gateway.admission.rate_limiter import LimitDecision
 from maas_services.gateway.admission.tenants import Principal
 from maas_services.gateway.routing.routing_table import Route
 from maas_services.gateway.upstream.prompt_encoder import Prompt
+
+if TYPE_CHECKING:  # engine_client.py imports this module
+    from maas_services.gateway.upstream.engine_client import EarlyPick
 
 
 @dataclass
@@ -30,6 +34,9 @@ class Ticket:
     # The prepaid balance's hold (quota_gate.Reservation), which the request's
     # Run settles to the real cost with the usage event, or releases.
     reservation: Reservation
+    # The first attempt's pick, sent during admission (engine_client.EarlyPick);
+    # None where it was not (pipeline.py). The Run cancels it if never used.
+    pick: "EarlyPick | None" = None
 
     @property
     def headers(self) -> dict[str, str]:

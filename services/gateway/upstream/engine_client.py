@@ -43,7 +43,9 @@ from maas_services.common.finish_reasons import FINISH_NAMES
 from maas_services.common.logging import get_logger
 from maas_services.common.openai_api.delta import Delta
 from maas_services.common.openai_api.errors import APIError, from_upstream
+from maas_services.common.openai_api.parsed_request import ParsedRequest
 from maas_services.gateway.background import Background
+from maas_services.gateway.routing.routing_table import Route
 from maas_services.gateway.ticket import Ticket
 from maas_services.gateway.upstream.circuit_breaker import Breakers
 from maas_services.gateway.upstream.migration import (
@@ -55,6 +57,7 @@ from maas_services.gateway.upstream.migration import (
     MigrationPolicy,
     Migrations,
 )
+from maas_services.gateway.upstream.prompt_encoder import Prompt
 from maas_services.gateway.upstream.upstreams import Upstreams
 
 log = get_logger(__name__)
@@ -76,6 +79,13 @@ BREAKING = RETRYABLE - {grpc.StatusCode.RESOURCE_EXHAUSTED}
 ABORT_SECONDS = 10.0
 # Waiting for a replica to migrate to: the first and the longest pause between Picks.
 HOLD_POLL_SECONDS = (0.05, 1.0)
+# How long a pick sent during admission (EarlyPick) stays good for the first
+# attempt: the router's load report period (router settings' poll_interval_seconds,
+# 0.5 s). Until the replica's next report the router counts the pick and chose it
+# on loads at most a period old; after it, the report shows loads the pick never
+# saw and the router no longer counts it, so a request admitted later (it waited
+# in the fair queue) picks again, on fresh loads, and is counted once.
+EARLY_PICK_SECONDS = 0.5
 
 
 @dataclass
@@ -107,6 +117,34 @@ class Tally:
                 # Aborted in prefill: only what the engine computed.
                 self.prompt_tokens = response.computed_prompt_tokens
             self.cached_prompt_tokens = min(response.usage.cached_prompt_tokens, self.prompt_tokens)
+
+
+class EarlyPick:
+    """The first attempt's pick, sent once the prompt is tokenized, while the
+    request's reserve trip and fair queue run (pipeline.py).
+
+    A request that fails admission cancels it. If the router answered, that
+    pick counts at its replica until the replica's next load report, as a
+    request that ended at once does, and the router is told nothing: it ignores
+    Release(success=true), and success=false would stop its picks of a replica
+    that did not fail (docs/router.md).
+    """
+
+    def __init__(self, task: asyncio.Task):
+        self._task = task
+        self._sent = time.monotonic()
+
+    def cancel(self) -> None:
+        self._task.cancel()
+
+    async def answer(self, blocked: list[str]) -> router_pb2.PickResponse | None:
+        """The pick while it is good (EARLY_PICK_SECONDS, an endpoint whose
+        breaker is closed); None: pick again."""
+        if time.monotonic() - self._sent > EARLY_PICK_SECONDS:
+            self._task.cancel()
+            return None
+        pick = await self._task
+        return None if pick is None or pick.endpoint_id in blocked else pick
 
 
 class EngineStream:
@@ -190,6 +228,21 @@ class EngineClient:
         self._background = background
         self._migration = migration
 
+    def pick_early(
+        self, request: ParsedRequest, route: Route, prompt: Prompt, tenant: str
+    ) -> EarlyPick:
+        """Send the first attempt's pick now (EarlyPick); the Ticket carries it."""
+        exclude = sorted(self._breakers.blocked())
+        pick = pick_request(request, route, prompt.token_ids, tenant, exclude)
+        return EarlyPick(asyncio.ensure_future(self._early_pick(pick)))
+
+    async def _early_pick(self, request: router_pb2.PickRequest) -> router_pb2.PickResponse | None:
+        try:
+            return await self._up.router.Pick(request, timeout=10)
+        except grpc.aio.AioRpcError:
+            # The first attempt picks again: its error, if it fails too, is the client's.
+            return None
+
     def open(self, ticket: Ticket) -> EngineStream:
         """The request's engine stream; nothing is sent before its deltas are read."""
         return EngineStream(self, ticket)
@@ -229,7 +282,10 @@ class EngineClient:
         attempts, migrating = 0, False
         try:
             while True:
-                if not migrating:
+                if not attempts and ticket.pick is not None:
+                    pick = await ticket.pick.answer(self._breakers.blocked())
+                    pick = pick or await self._pick(ticket, tried, failure)
+                elif not migrating:
                     pick = await self._pick(ticket, tried, failure)
                 else:
                     pick = await self._migration_pick(ticket, tried, failure, deadline)
@@ -553,15 +609,12 @@ class EngineClient:
         until = min(time.monotonic() + hold, deadline) if hold else 0.0
         pause, longest = HOLD_POLL_SECONDS
         while True:
-            request = router_pb2.PickRequest(
-                request_id=ticket.request.request_id,
-                model=ticket.route.deployment,
-                token_ids=ticket.prompt.token_ids,
-                tenant=ticket.principal.tenant.name,
-                session_id=ticket.request.session_id,
-                exclude_endpoint_ids=sorted({*tried, *self._breakers.blocked()}),
-                share_prefix_cache=ticket.route.share_prefix_cache,
-                serve=serves.EMBED if ticket.sampling.HasField("embedding") else serves.GENERATE,
+            request = pick_request(
+                ticket.request,
+                ticket.route,
+                ticket.prompt.token_ids,
+                ticket.principal.tenant.name,
+                sorted({*tried, *self._breakers.blocked()}),
             )
             try:
                 return await self._up.router.Pick(request, timeout=10)
@@ -574,3 +627,23 @@ class EngineClient:
                     raise from_upstream(exc, ticket.request.model) from exc
             await asyncio.sleep(pause)
             pause = min(pause * 2, longest)
+
+
+def pick_request(
+    request: ParsedRequest,
+    route: Route,
+    token_ids: Sequence[int],
+    tenant: str,
+    exclude: list[str],
+) -> router_pb2.PickRequest:
+    """What the router is asked, for the first pick (sent early or not) and every later one."""
+    return router_pb2.PickRequest(
+        request_id=request.request_id,
+        model=route.deployment,
+        token_ids=token_ids,
+        tenant=tenant,
+        session_id=request.session_id,
+        exclude_endpoint_ids=exclude,
+        share_prefix_cache=route.share_prefix_cache,
+        serve=serves.EMBED if request.sampling.HasField("embedding") else serves.GENERATE,
+    )
