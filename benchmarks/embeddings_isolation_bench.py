@@ -12,7 +12,7 @@ native engine on SmolLM2), creates two tenants, and measures from outside:
 
 The gateway admits each input as its own request through the tenant's fair
 queue, at most `max_concurrency` (`--embedder-concurrency`; unset, 8) at once for one request
-(services/gateway/http_api/routes/embeddings.py), so the victim should wait
+(services/common/openai_api/embeddings.py), so the victim should wait
 for at most the embeddings already in the engine's batch, not for the list.
 
 Smoke run: `python -m benchmarks.embeddings_isolation_bench --inputs 64 --requests 5`.

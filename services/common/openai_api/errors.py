@@ -8,6 +8,10 @@ from dataclasses import dataclass
 
 import grpc
 
+# The status both fronts log for a client that closed the connection before
+# the answer (nginx's; no response reaches that client).
+CLIENT_CLOSED = 499
+
 
 @dataclass
 class APIError(Exception):

@@ -1,4 +1,4 @@
-"""The front's routes (Starlette): OpenAI completions and chat, models, health, metrics.
+"""The front's routes (Starlette): OpenAI completions, chat and embeddings, models, health, metrics.
 
 POST /v1/chat/completions and /v1/completions: one JSON body, or an SSE stream
 of OpenAI chunks ending with `data: [DONE]` (the gateway's chunk shapes,
@@ -8,13 +8,20 @@ failure after the stream began is an error event, and the stream ends. A
 client that leaves, while it waits for a whole answer, for its first token or
 during its stream, cancels its work, and the engine aborts the request.
 
+POST /v1/embeddings: OpenAI's embeddings, parsed and answered as at the
+gateway (embedding.py). Each route serves what the engine was started to
+serve (--serves): an embed-only engine answers completions and chat with a
+400 saying it serves embeddings only, as vLLM's pooling server refuses
+generation, and a generate-only one embeddings likewise, before the body is
+read.
+
 GET /v1/models: this engine's model. GET /health: 200 while it takes
 requests, 503 draining. GET /metrics: Prometheus text of this process's
 registry (maas_engine_* and the model-server protocol's vllm:* series,
 model_server_metrics.py), where an endpoint picker looks for them by
 default: on the port its InferencePool targets.
 
-Every error is an OpenAI error body (services/gateway/errors.APIError).
+Every error is an OpenAI error body (common/openai_api/errors.APIError).
 """
 
 import asyncio
@@ -23,7 +30,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -33,26 +39,26 @@ from starlette.routing import Route
 
 from maas_services.common.logging import get_logger
 from maas_services.common.openai_api.delta import Delta
-from maas_services.common.openai_api.errors import APIError
+from maas_services.common.openai_api.embeddings import (
+    EmbeddingRequest,
+    embedding_list,
+    embedding_requests,
+)
+from maas_services.common.openai_api.errors import CLIENT_CLOSED, APIError, bad_request
 from maas_services.common.openai_api.openai_format import Choices, ResponseShape
 from maas_services.common.openai_api.parsed_request import chat_request, text_request
 from maas_services.common.openai_api.schemas import ChatCompletionRequest, CompletionRequest
+from maas_services.common.openai_api.sse import DONE, sse
+from maas_services.common.serves import EMBED, GENERATE
 from maas_services.engine.http_front.bounded_body import parse_body, read_body
 from maas_services.engine.http_front.completion import EngineFront
+from maas_services.engine.http_front.embedding import embed_all
 from maas_services.engine.http_front.http_metrics import CountResponses
 from maas_services.engine.http_front.token_gate import TokenGate
 
 log = get_logger(__name__)
 
-_ENCODE = msgspec.json.Encoder().encode
-DONE = b"data: [DONE]\n\n"
-# What nginx logs for a client that closed the connection before the answer.
-CLIENT_CLOSED = 499
 T = TypeVar("T")
-
-
-def sse(body: dict) -> bytes:
-    return b"data: " + _ENCODE(body) + b"\n\n"
 
 
 @dataclass(frozen=True)
@@ -61,11 +67,28 @@ class BodyLimits:
     timeout_seconds: float
 
 
+# What each kind of work is called in a refusal, and where a client asks for it.
+SERVED_AS = {
+    GENERATE: "generation (POST /v1/completions, /v1/chat/completions)",
+    EMBED: "embeddings (POST /v1/embeddings)",
+}
+
+
 class Routes:
-    def __init__(self, front: EngineFront, limits: BodyLimits):
+    def __init__(self, front: EngineFront, limits: BodyLimits, serves: list[str]):
         self._front = front
         self._limits = limits
+        self._serves = serves  # --serves: "generate", "embed" or both
         self._created = int(time.time())
+
+    def _check_serves(self, kind: str) -> None:
+        if kind not in self._serves:
+            only = " and ".join(SERVED_AS[served] for served in self._serves)
+            raise bad_request(
+                f"This model serves {only} only; this engine was started with "
+                f"--serves {','.join(self._serves)}.",
+                param="model",
+            )
 
     async def chat(self, request: Request) -> Response:
         return await self._complete(request, chat=True)
@@ -74,6 +97,7 @@ class Routes:
         return await self._complete(request, chat=False)
 
     async def _complete(self, request: Request, chat: bool) -> Response:
+        self._check_serves(GENERATE)
         raw = await read_body(request, self._limits.max_bytes, self._limits.timeout_seconds)
         body = parse_body(ChatCompletionRequest if chat else CompletionRequest, raw)
         del raw  # parsed: the bytes are not held through the answer
@@ -102,6 +126,24 @@ class Routes:
             events(shape, first, deltas, body.n, body.include_usage),
             media_type="text/event-stream",
         )
+
+    async def embeddings(self, request: Request) -> Response:
+        self._check_serves(EMBED)
+        raw = await read_body(request, self._limits.max_bytes, self._limits.timeout_seconds)
+        body = parse_body(EmbeddingRequest, raw)
+        del raw
+        self._front.check_servable(body.model)
+        inputs = embedding_requests(body, None)
+        encoding_format = body.encoding_format
+        del body  # the inputs hold what is left of it
+        embedded = await unless_gone(request, embed_all(self._front, inputs))
+        answer = embedding_list(
+            self._front.model_id,
+            [e.vector for e in embedded],
+            sum(e.prompt_tokens for e in embedded),
+            encoding_format,
+        )
+        return Response(answer, media_type="application/json")
 
     async def models(self, request: Request) -> Response:
         model = {
@@ -205,11 +247,14 @@ async def _bug(request: Request, exc: Exception) -> Response:
     return _error_response(APIError(500, "internal error", type="api_error", code="internal_error"))
 
 
-def create_app(front: EngineFront, limits: BodyLimits, token: str) -> CountResponses:
-    routes = Routes(front, limits)
+def create_app(
+    front: EngineFront, limits: BodyLimits, token: str, serves: list[str]
+) -> CountResponses:
+    routes = Routes(front, limits, serves)
     table = [
         Route("/v1/chat/completions", routes.chat, methods=["POST"]),
         Route("/v1/completions", routes.completions, methods=["POST"]),
+        Route("/v1/embeddings", routes.embeddings, methods=["POST"]),
         Route("/v1/models", routes.models, methods=["GET"]),
         Route("/health", routes.health, methods=["GET"]),
         Route("/metrics", routes.metrics, methods=["GET"]),

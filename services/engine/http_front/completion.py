@@ -9,6 +9,9 @@ engine's SamplingParams by the function the gRPC servicer uses; the answer is
 shaped by the gateway's ResponseShape. So a request means the same at either
 door, and what this front adds is only the glue.
 
+An embedding input (embedding.py) takes the same way: its prompt encoded and
+checked here, its outputs (one, the vector) from the same engine call.
+
 Bounded before it costs: a text too long for the context in any encoding is
 refused on its character count before it is encoded (length_check), and
 rendering and encoding run on a thread, never on the loop that serves every
@@ -23,6 +26,7 @@ to read another tenant's prefix cache by its timing.
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from maas_services.common.chat_messages import decoded_tools, message_dict
@@ -40,6 +44,7 @@ from maas_services.common.openai_api.errors import (
 from maas_services.common.openai_api.parsed_request import ChatPrompt, ParsedRequest
 from maas_services.common.text_tokenizer import TextTokenizer
 from maas_services.engine.async_engine import AsyncEngine, CoreDied, EngineFailed, RequestFailed
+from maas_services.engine.request import SeqOutput
 from maas_services.engine.servicer import response_of, sampling_from_proto
 
 
@@ -98,8 +103,8 @@ class EngineFront:
         # The caller's own raw prompt: special tokens it writes are honoured (as vLLM does).
         return Prompt(tokenizer.encode(text, add_special_tokens=True))
 
-    async def deltas(self, parsed: ParsedRequest, prompt: Prompt) -> AsyncIterator[Delta]:
-        """The engine's outputs as the gateway's Deltas; APIError for a failure."""
+    async def outputs(self, parsed: ParsedRequest, prompt: Prompt) -> AsyncIterator[SeqOutput]:
+        """The engine's outputs for the request; APIError for a failure."""
         unset = default_max_tokens(self.engine.info.max_model_len, len(prompt.token_ids))
         try:
             params = sampling_from_proto(parsed.sampling, unset)
@@ -107,6 +112,17 @@ class EngineFront:
             raise bad_request(f"grammar: {exc}", param=parsed.grammar_param or None) from None
         outputs = self.engine.generate(parsed.request_id, prompt.token_ids, params)
         try:
+            async for output in outputs:
+                yield output
+        except (RequestFailed, EngineFailed, CoreDied) as exc:
+            raise engine_error(exc) from None
+        finally:
+            # A client gone mid-stream: the engine aborts the request at once.
+            await outputs.aclose()
+
+    async def deltas(self, parsed: ParsedRequest, prompt: Prompt) -> AsyncIterator[Delta]:
+        """The engine's outputs as the gateway's Deltas; APIError for a failure."""
+        async with aclosing(self.outputs(parsed, prompt)) as outputs:
             async for output in outputs:
                 # The logprobs' token texts, as the gRPC answer carries them.
                 logprobs = response_of(output, self.tokenizer).logprobs if output.logprobs else ()
@@ -119,11 +135,6 @@ class EngineFront:
                     output.cached_prompt_tokens,
                     logprobs,
                 )
-        except (RequestFailed, EngineFailed, CoreDied) as exc:
-            raise engine_error(exc) from None
-        finally:
-            # A client gone mid-stream: the engine aborts the request at once.
-            await outputs.aclose()
 
 
 def _is_chat(parsed: ParsedRequest) -> bool:

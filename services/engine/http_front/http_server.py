@@ -53,7 +53,7 @@ async def start_http_front(settings: EngineSettings, front: EngineFront) -> Http
     """Serve the front on settings.http_port; SystemExit if it cannot listen there."""
     limits = BodyLimits(settings.http_max_body_bytes, settings.http_body_timeout_seconds)
     config = uvicorn.Config(
-        create_app(front, limits, service_token()),
+        create_app(front, limits, service_token(), settings.served),
         host=settings.host,
         port=settings.http_port,
         log_config=None,

@@ -31,32 +31,24 @@ from starlette.background import BackgroundTask
 from starlette.types import Receive, Scope, Send
 
 from maas_services.common.openai_api.delta import Delta, merged
-from maas_services.common.openai_api.errors import APIError
+from maas_services.common.openai_api.errors import CLIENT_CLOSED, APIError
 from maas_services.common.openai_api.openai_format import Choices, ResponseShape, screen_calls
 from maas_services.common.openai_api.output_filter import OutputFilter
 from maas_services.common.openai_api.parsed_request import ParsedRequest
 from maas_services.common.openai_api.schemas import SamplingFields
+from maas_services.common.openai_api.sse import DONE, sse
 from maas_services.common.ready_batches import prepend, ready_batches
 from maas_services.gateway.http_api.disconnect import ClientGoneError, cancelled_if_gone
 from maas_services.gateway.http_api.http_metrics import RESPONSES
 from maas_services.gateway.pipeline import Pipeline, with_headers
 from maas_services.gateway.run import Run
 
-# What nginx logs for a client that closed the connection before the answer.
-CLIENT_CLOSED = 499
 STREAM_BROKEN = APIError(
     502, "the model stopped responding mid-stream", type="api_error", code="upstream_error"
 )
 
 
 _ENCODE = msgspec.json.Encoder().encode
-DONE = b"data: [DONE]\n\n"
-
-
-def sse(body: dict) -> bytes:
-    """One SSE frame, as bytes (the server would encode text again); msgspec
-    writes a chunk's JSON in a fraction of json.dumps's time, once per token."""
-    return b"data: " + _ENCODE(body) + b"\n\n"
 
 
 class TextFrames:

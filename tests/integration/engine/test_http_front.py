@@ -6,21 +6,26 @@ front must answer chat and text completions (streamed and not) as the gRPC
 path computes them, refuse callers without the token and bodies over the
 limit with OpenAI errors, export every series the protocol requires, moving
 with the engine's load, abort the work of a client that leaves, and drain on
-SIGTERM as the gRPC side does.
+SIGTERM as the gRPC side does. Embeddings: the vectors the gRPC path computes,
+in both encodings, a list of the largest size a few inputs at a time, and an
+engine started to serve only one kind refusing the other.
 """
 
 import asyncio
+import base64
 import json
 import signal
 from dataclasses import dataclass
 
 import grpc
 import httpx
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
 from maas_services.common.model_files import DEFAULT_MODEL_ID
+from maas_services.common.openai_api.embeddings import IN_FLIGHT, MAX_INPUTS
 from maas_services.common.service_token import METADATA_KEY
 from maas_tools.local.ports import free_port
 from maas_tools.local.processes import ManagedProcess, serve_argv
@@ -50,9 +55,10 @@ class Engine:
     metrics: str  # the metrics port's /metrics URL
 
 
-def start_engine(log_dir) -> tuple[ManagedProcess, Engine]:
+def start_engine(log_dir, **more_flags) -> tuple[ManagedProcess, Engine]:
     port, http_port, metrics_port = free_port(), free_port(), free_port()
     flags = {
+        **more_flags,
         "port": port,
         "metrics-port": metrics_port,
         "http-port": http_port,
@@ -79,6 +85,16 @@ def front(tmp_path_factory):
     """One engine with the front on."""
     process, engine = start_engine(tmp_path_factory.mktemp("http-front"))
     yield engine
+    process.stop(timeout=30)
+
+
+@pytest.fixture(scope="module", params=["embed", "generate"])
+def serving_one_kind(request, tmp_path_factory):
+    """An engine with the front on started with --serves embed, then one with
+    --serves generate: (what it serves, the engine)."""
+    log_dir = tmp_path_factory.mktemp(f"http-front-{request.param}")
+    process, engine = start_engine(log_dir, serves=request.param)
+    yield request.param, engine
     process.stop(timeout=30)
 
 
@@ -376,3 +392,144 @@ def test_a_draining_engine_finishes_its_streams_and_takes_nothing_new(tmp_path):
     assert frames[-1] == "data: [DONE]"
     # The role chunk, forty tokens, then [DONE].
     assert len(frames) == 42
+
+
+async def grpc_embedding(address: str, prompt_ids: list[int], dimensions: int = 0) -> list[float]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        call = engine_pb2_grpc.EngineStub(channel).Generate(
+            engine_pb2.GenerateRequest(
+                request_id="grpc-embedding",
+                prompt_token_ids=prompt_ids,
+                sampling=engine_pb2.SamplingParams(
+                    embedding=engine_pb2.Embedding(dimensions=dimensions)
+                ),
+            ),
+            metadata=((METADATA_KEY, TOKEN),),
+        )
+        (response,) = [r async for r in call]
+    return list(response.embedding)
+
+
+def embeddings_body(inputs, **fields) -> dict:
+    return {"model": DEFAULT_MODEL_ID, "input": inputs, **fields}
+
+
+async def test_embeddings_are_the_vectors_the_grpc_path_computes(front, tokenizer):
+    texts = ["The capital of France is Paris.", "hello"]
+    ids = [1, 9690, 198, 19556, 451, 253, 1345, 30]
+    async with httpx.AsyncClient(base_url=front.http, timeout=120, headers=AUTH) as client:
+        of_texts = await client.post("/v1/embeddings", json=embeddings_body(texts))
+        of_ids = await client.post("/v1/embeddings", json=embeddings_body(ids, dimensions=32))
+    assert of_texts.status_code == 200, of_texts.text
+    body = of_texts.json()
+    assert body["object"] == "list" and body["model"] == DEFAULT_MODEL_ID
+    assert [item["index"] for item in body["data"]] == [0, 1]
+    # Encoded as the tokenizer service encodes a text prompt for the gateway.
+    encoded = [tokenizer.encode(text, add_special_tokens=True) for text in texts]
+    for item, prompt_ids in zip(body["data"], encoded, strict=True):
+        expected = await grpc_embedding(front.grpc, prompt_ids)
+        assert item["embedding"] == pytest.approx(expected, abs=1e-5)
+    prompt_tokens = sum(len(prompt_ids) for prompt_ids in encoded)
+    assert body["usage"] == {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}
+    assert of_ids.status_code == 200, of_ids.text
+    [item] = of_ids.json()["data"]
+    assert item["embedding"] == pytest.approx(await grpc_embedding(front.grpc, ids, 32), abs=1e-5)
+
+
+async def test_base64_embeddings_decode_to_the_float_answer(front):
+    async with httpx.AsyncClient(base_url=front.http, timeout=120, headers=AUTH) as client:
+        floats = await client.post("/v1/embeddings", json=embeddings_body("hello there"))
+        packed = await client.post(
+            "/v1/embeddings", json=embeddings_body("hello there", encoding_format="base64")
+        )
+    assert packed.status_code == 200, packed.text
+    [item] = packed.json()["data"]
+    # As OpenAI's SDK decodes it: little-endian float32.
+    vector = np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4")
+    expected = floats.json()["data"][0]["embedding"]
+    assert vector.tolist() == pytest.approx(expected, abs=1e-6)
+    assert len(vector) == len(expected) == 576
+
+
+@pytest.mark.parametrize(
+    ("inputs", "fields", "param", "words"),
+    [
+        ([f"input {i}" for i in range(MAX_INPUTS + 1)], {}, "input", f"at most {MAX_INPUTS}"),
+        (["fine", [1, 2]], {}, "input", "input must be"),
+        ("", {}, "input", "empty string"),
+        (["fine", "x" * 60_000], {}, "input", "input[1]: This model's maximum context length"),
+        ("hello", {"dimensions": 577}, "dimensions", "embedding.dimensions must be in [1, 576]"),
+    ],
+)
+async def test_bad_embedding_requests_get_a_400_naming_the_field(
+    front, inputs, fields, param, words
+):
+    async with httpx.AsyncClient(base_url=front.http, timeout=60, headers=AUTH) as client:
+        reply = await client.post("/v1/embeddings", json=embeddings_body(inputs, **fields))
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == param
+    assert words in error["message"]
+
+
+async def in_engine(client: httpx.AsyncClient) -> float:
+    """The engine's requests, waiting and running."""
+    families = await scrape(client)
+    return gauge(families, "vllm:num_requests_waiting") + gauge(
+        families, "vllm:num_requests_running"
+    )
+
+
+async def test_the_largest_list_goes_a_few_inputs_at_a_time_and_its_client_can_leave(front):
+    """2048 inputs hold at most IN_FLIGHT places in the engine: another caller's
+    chat is answered as it is alone while the list runs, and the list's work
+    ends when its client leaves."""
+    # Within the front's body limit.
+    largest = embeddings_body([f"item {i}" for i in range(MAX_INPUTS)])
+    async with httpx.AsyncClient(base_url=front.http, timeout=300, headers=AUTH) as client:
+        alone = await client.post("/v1/chat/completions", json=chat_body(max_tokens=8))
+        listing = asyncio.create_task(client.post("/v1/embeddings", json=largest))
+        while await in_engine(client) == 0:  # the list under way
+            assert not listing.done(), listing.result().text
+            await asyncio.sleep(0.05)
+        beside = asyncio.create_task(
+            client.post("/v1/chat/completions", json=chat_body(max_tokens=8))
+        )
+        peak = 0.0
+        while not beside.done():
+            peak = max(peak, await in_engine(client))
+            await asyncio.sleep(0.05)
+        listed_throughout = not listing.done()
+        listing.cancel()
+        await asyncio.gather(listing, return_exceptions=True)
+        for _ in range(600):
+            if (left := await in_engine(client)) == 0:
+                break
+            await asyncio.sleep(0.1)
+    assert listed_throughout
+    assert (await beside).json()["choices"] == alone.json()["choices"]
+    # The list's inputs in flight, and the chat beside them.
+    assert 1 < peak <= IN_FLIGHT + 1
+    assert left == 0
+
+
+async def test_an_engine_serving_one_kind_refuses_the_other_with_a_400(serving_one_kind):
+    serves, engine = serving_one_kind
+    async with httpx.AsyncClient(base_url=engine.http, timeout=120, headers=AUTH) as client:
+        chat = await client.post("/v1/chat/completions", json=chat_body(max_tokens=2))
+        text = await client.post(
+            "/v1/completions", json={"model": DEFAULT_MODEL_ID, "prompt": "Hi", "max_tokens": 2}
+        )
+        embedded = await client.post("/v1/embeddings", json=embeddings_body("hello"))
+    refused, served = (
+        ([chat, text], [embedded]) if serves == "embed" else ([embedded], [chat, text])
+    )
+    for reply in refused:
+        assert reply.status_code == 400, reply.text
+        error = reply.json()["error"]
+        assert error["type"] == "invalid_request_error"
+        only = "embeddings" if serves == "embed" else "generation"
+        assert f"This model serves {only}" in error["message"]
+        assert f"--serves {serves}" in error["message"]
+    for reply in served:
+        assert reply.status_code == 200, reply.text

@@ -11,14 +11,8 @@ tenants' requests instead of taking 2048 slots at once, and each input is
 refused, settled and billed by the code every request already goes through.
 
 One client request holds few inputs in the engines at once: at most
-IN_FLIGHT (fewer if its key's max_concurrency is lower), and while more than
-one is in flight, at most TOKENS_IN_FLIGHT prompt tokens (TokenWindow). An
-engine step computes up to 2048 prompt tokens beside its decodes, so another
-tenant's stream pays for every token of the list in the step it shares.
-Measured on the real stack (docs/embeddings.md): with eight 300-token inputs
-in flight another tenant's chat request (0.3 s alone) took 16.6 s, with the
-window (two) at most 4.3 s, for the same embedding throughput; short inputs
-still go eight at a time, 2.6x the inputs per second of two.
+IN_FLIGHT (fewer if its key's max_concurrency is lower), within a window of
+prompt tokens (common/openai_api/embeddings.py's each_input, which says why).
 
 A key with a max_concurrency has each slot wait for its input's bill (which
 ends the input's concurrency lease, run.Run.billed) before admitting the
@@ -32,16 +26,16 @@ others (each billed for what its engine computed, as any request cut short)
 and is the request's answer, naming the input by its index.
 """
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from maas_services.common.defaults import MAX_NUM_BATCHED_TOKENS
 from maas_services.common.openai_api.embeddings import (
+    IN_FLIGHT,
     EmbeddingRequest,
+    each_input,
     embedding_list,
     embedding_requests,
 )
@@ -57,14 +51,6 @@ from maas_services.gateway.pipeline import Pipeline, with_headers
 router = APIRouter()
 
 ROUTE = "/v1/embeddings"
-# Inputs of one request in flight at once, at most (module docstring).
-IN_FLIGHT = 8
-# Prompt tokens of one request in flight at once once it has more than one:
-# half an engine step's default budget.
-TOKENS_IN_FLIGHT = MAX_NUM_BATCHED_TOKENS // 2
-# English runs about four characters a token; the window needs no more than a
-# guess before the tokenizer has counted.
-CHARS_PER_TOKEN = 4
 
 
 @dataclass
@@ -108,62 +94,16 @@ async def create_embeddings(
     return Response(answer, media_type="application/json", headers=embedded[-1].headers)
 
 
-class TokenWindow:
-    """Prompt tokens in flight: an input waits while others hold `budget`; one
-    alone always goes, however long."""
-
-    def __init__(self, budget: int):
-        self._budget = budget
-        self._used = 0
-        self._changed = asyncio.Condition()
-
-    async def take(self, tokens: int) -> None:
-        async with self._changed:
-            await self._changed.wait_for(
-                lambda: not self._used or self._used + tokens <= self._budget
-            )
-            self._used += tokens
-
-    async def give(self, tokens: int) -> None:
-        async with self._changed:
-            self._used -= tokens
-            self._changed.notify_all()
-
-
-def guessed_tokens(parsed: ParsedRequest) -> int:
-    text = parsed.prompt.text
-    return len(text) if isinstance(text, list) else -(-len(text) // CHARS_PER_TOKEN)
-
-
 async def embed_all(
     pipe: Pipeline, principal: Principal, inputs: list[ParsedRequest]
 ) -> list[Embedded]:
     """Every input's vector, in input order, or the first failure (module docstring)."""
-    results: list[Embedded | None] = [None] * len(inputs)
-    todo = iter(enumerate(inputs))
-    window = TokenWindow(TOKENS_IN_FLIGHT)
     leased = bool(principal.tenant.max_concurrency)
-
-    async def slot() -> None:
-        for index, parsed in todo:
-            tokens = guessed_tokens(parsed)
-            await window.take(tokens)
-            try:
-                results[index] = await embed_one(pipe, principal, parsed, leased)
-            except APIError as exc:
-                raise named(exc, index, len(inputs)) from None
-            finally:
-                await window.give(tokens)
-
-    width = min(principal.tenant.max_concurrency or IN_FLIGHT, IN_FLIGHT, len(inputs))
-    slots = [asyncio.create_task(slot()) for _ in range(width)]
-    try:
-        await asyncio.gather(*slots)
-    finally:
-        for task in slots:
-            task.cancel()
-        await asyncio.gather(*slots, return_exceptions=True)
-    return results
+    return await each_input(
+        inputs,
+        principal.tenant.max_concurrency or IN_FLIGHT,
+        lambda parsed: embed_one(pipe, principal, parsed, leased),
+    )
 
 
 async def embed_one(
@@ -186,14 +126,3 @@ async def embed_one(
     if leased:
         await run.billed()
     return Embedded(vector, len(run.ticket.prompt.token_ids), run.headers)
-
-
-def named(error: APIError, index: int, count: int) -> APIError:
-    """The field a refusal is about: the tokenizer names the prompt (a text over
-    the model's context), the engine nothing (its refusals of `dimensions`
-    above the model's size say so); the client sent `input`."""
-    if error.status == 400 and error.param in (None, "prompt"):
-        error.param = "dimensions" if "dimensions" in error.message else "input"
-        if count > 1 and error.param == "input":
-            error.message = f"input[{index}]: {error.message}"
-    return error
