@@ -28,8 +28,10 @@ async def test_each_request_goes_to_a_replica_that_serves_it(cluster):
     both.load.serves[:] = ["generate", "embed"]
     router = await cluster.router(routing_policy="least_load")
     await eventually(
-        lambda: all(e.ready for e in router.pool.endpoints.values())
-        and router.pool.endpoints["emb"].serves == ("embed",),
+        lambda: (
+            all(e.ready for e in router.pool.endpoints.values())
+            and router.pool.endpoints["emb"].serves == ("embed",)
+        ),
         what="three reachable, their serves known",
     )
     assert generator.load.serves == []  # an engine from before the field: generation
