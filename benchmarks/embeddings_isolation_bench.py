@@ -27,11 +27,10 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.isolation_bench import tenant_keys
 from benchmarks.machine import machine
 from benchmarks.results_file import report
 from maas_services.common.model_files import DEFAULT_MODEL_ID
-from maas_services.common.redis_client import open_redis
-from maas_services.gateway.admission.tenants import TenantStore
 from maas_tools.bench.local_stack import local_stack
 from maas_tools.bench.stats import distribution
 from maas_tools.bench.text import words
@@ -40,17 +39,10 @@ LIMITS = {"rpm": 10**6, "tpm": 10**9}
 
 
 async def create_keys(redis_url: str, embedder_concurrency: int) -> dict[str, str]:
-    limits = {"victim": LIMITS, "embedder": {**LIMITS, "max_concurrency": embedder_concurrency}}
-    redis = open_redis(redis_url)
-    try:
-        store = TenantStore(redis)
-        keys = {}
-        for name, tenant_limits in limits.items():
-            await store.create_tenant(name, **tenant_limits)
-            keys[name] = (await store.create_key(name))[1]
-        return keys
-    finally:
-        await redis.aclose()
+    return await tenant_keys(
+        redis_url,
+        {"victim": LIMITS, "embedder": {**LIMITS, "max_concurrency": embedder_concurrency}},
+    )
 
 
 async def victim_latencies(

@@ -219,13 +219,20 @@ async def attack_phase(name: str, target: Target, sizes: Sizes, victim: Victim, 
 
 
 async def create_keys(redis_url: str, args: argparse.Namespace) -> dict[str, str]:
-    limits = {
-        "victim": VICTIM_LIMITS,
-        "attacker": {**GENEROUS, "max_concurrency": args.attacker_concurrency},
-        # Headroom over its flood, so its refusals come from the queue, not from its own
-        # slots still being released after an answer.
-        "flooder": {**GENEROUS, "max_concurrency": 2 * args.flood_requests},
-    }
+    return await tenant_keys(
+        redis_url,
+        {
+            "victim": VICTIM_LIMITS,
+            "attacker": {**GENEROUS, "max_concurrency": args.attacker_concurrency},
+            # Headroom over its flood, so its refusals come from the queue, not from its own
+            # slots still being released after an answer.
+            "flooder": {**GENEROUS, "max_concurrency": 2 * args.flood_requests},
+        },
+    )
+
+
+async def tenant_keys(redis_url: str, limits: dict[str, dict]) -> dict[str, str]:
+    """A tenant per name with those limits, and a key for each: {name: key}."""
     redis = open_redis(redis_url)
     try:
         store = TenantStore(redis)

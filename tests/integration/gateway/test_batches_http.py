@@ -40,6 +40,16 @@ async def wait_for(api, batch_id: str, statuses=("completed", "failed", "expired
     raise AssertionError(f"batch {batch_id} still {batch['status']}")
 
 
+async def run_to_end(app, batch_id: str) -> dict:
+    """The batch as it ends, run by a worker started for it and stopped after."""
+    worker = app.worker()
+    worker.start()
+    try:
+        return await wait_for(app, batch_id)
+    finally:
+        await worker.stop()
+
+
 def lines_of(content: bytes) -> list[dict]:
     return [json.loads(line) for line in content.splitlines()]
 
@@ -63,12 +73,7 @@ async def test_a_batch_runs_to_completion_with_openais_files_and_shapes(api):
     assert batch["request_counts"] == {"total": 5, "completed": 0, "failed": 0}
     assert batch["metadata"] == {"job": "nightly"}
 
-    worker = app.worker()
-    worker.start()
-    try:
-        done = await wait_for(app, batch["id"])
-    finally:
-        await worker.stop()
+    done = await run_to_end(app, batch["id"])
     assert done["status"] == "completed"
     assert done["request_counts"] == {"total": 5, "completed": 5, "failed": 0}
     assert done["error_file_id"] is None
@@ -98,12 +103,7 @@ async def test_lines_a_model_refuses_are_error_lines(api):
     requests = [chat_line("good", MODEL), chat_line("bad", "no-such-model")]
     file = (await app.upload(jsonl(requests))).json()
     batch = (await app.create_batch(input_file_id=file["id"])).json()
-    worker = app.worker()
-    worker.start()
-    try:
-        done = await wait_for(app, batch["id"])
-    finally:
-        await worker.stop()
+    done = await run_to_end(app, batch["id"])
     assert done["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
     [error] = lines_of((await app.get(f"/v1/files/{done['error_file_id']}/content")).content)
     assert error["custom_id"] == "bad"
@@ -224,12 +224,7 @@ async def test_a_cancelled_batch_ends_cancelled_with_its_unrun_lines_as_errors(a
         f"/v1/batches/{batch['id']}/cancel", json={}, headers=app.auth()
     )
     assert cancelling.json()["status"] == "cancelling"
-    worker = app.worker()
-    worker.start()
-    try:
-        done = await wait_for(app, batch["id"])
-    finally:
-        await worker.stop()
+    done = await run_to_end(app, batch["id"])
     assert done["status"] == "cancelled"
     assert done["output_file_id"] is None
     errors = lines_of((await app.get(f"/v1/files/{done['error_file_id']}/content")).content)

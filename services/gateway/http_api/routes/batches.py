@@ -22,7 +22,7 @@ from maas_services.gateway.batches.file_store import not_found as file_not_found
 from maas_services.gateway.batches.service import BatchService
 from maas_services.gateway.http_api.http_metrics import RESPONSES
 from maas_services.gateway.http_api.routes.deps import PrincipalDep, release_body
-from maas_services.gateway.http_api.routes.files import batch_service
+from maas_services.gateway.http_api.routes.files import batch_service, list_page
 
 router = APIRouter()
 
@@ -81,17 +81,8 @@ async def list_batches(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> Response:
     found, more = await service.batches.page(who.tenant.name, after, limit)
-    data = [b.object() for b in found]
     RESPONSES.labels(ROUTE, 200).inc()
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": more,
-        }
-    )
+    return JSONResponse(list_page([b.object() for b in found], more))
 
 
 @router.get(ITEM_ROUTE)

@@ -21,6 +21,18 @@ from maas_services.gateway.batches.service import BatchService
 from maas_services.gateway.http_api.http_metrics import RESPONSES
 from maas_services.gateway.http_api.routes.deps import GatewayDep, PrincipalDep
 
+
+def list_page(data: list[dict], more: bool) -> dict:
+    """One page of a list, as OpenAI pages files and batches (cursor `after`)."""
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": more,
+    }
+
+
 router = APIRouter()
 
 ROUTE = "/v1/files"
@@ -76,16 +88,7 @@ async def list_files(
 ) -> Response:
     found, more = await files.page(who.tenant.name, after, limit, purpose)
     RESPONSES.labels(ROUTE, 200).inc()
-    data = [f.object() for f in found]
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": more,
-        }
-    )
+    return JSONResponse(list_page([f.object() for f in found], more))
 
 
 @router.get(ITEM_ROUTE)
