@@ -156,6 +156,15 @@ def embedding_requests(body: EmbeddingRequest, session_header: str | None) -> li
     ]
 
 
+def returned(vector: Sequence[float]) -> Sequence[float]:
+    """An input's vector once its run has ended; none is the engine's failure (502)."""
+    if not vector:
+        raise APIError(
+            502, "the model returned no embedding", type="api_error", code="upstream_error"
+        )
+    return vector
+
+
 def encoded(vector: Sequence[float], encoding_format: str) -> list[float] | str:
     if encoding_format == "base64":
         return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")

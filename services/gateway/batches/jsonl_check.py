@@ -1,8 +1,8 @@
 """Every line of a batch input file checked as it streams in, before the file is accepted.
 
-A line is one request: a JSON object with a unique `custom_id`, `method`
-"POST", a `url` among the batch endpoints and a `body` that endpoint accepts
-(its schema, as the route checks it; endpoints.py). The first bad line ends
+A line is one request (an embeddings line, one per input): a JSON object with
+a unique `custom_id`, `method` "POST", a `url` among the batch endpoints and a
+`body` that endpoint accepts (its schema, as the route checks it; endpoints.py). The first bad line ends
 the upload with a 400 naming its line number and field; nothing is stored.
 
 What this holds: the unfinished line (at most max_line_bytes, a request

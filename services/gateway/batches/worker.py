@@ -8,26 +8,30 @@ written once (BatchStore.answer) and billed once (batch_run.py).
 
 A line runs as an interactive request of its batch's tenant would: the
 endpoint's request (endpoints.py), Pipeline.admit with the tenant's limits,
-then the route's answer; only the gate in front of admission (idle_capacity.py)
-and the engine priority differ. Admission refusing for now (429, 503) puts
-the line back, due after the refusal's Retry-After; a line that keeps failing
-so ends as an error line after `max_attempts`. Other refusals (400, 404) are
-the line's answer, in the error file as OpenAI writes them.
+then the route's answer (an embeddings line: each input so, in turn); only
+the gate in front of admission (idle_capacity.py) and the engine priority
+differ. Admission refusing for now (429, 503) puts the line back, due after
+the refusal's Retry-After; a line that keeps failing so ends as an error line
+after `max_attempts`. Other refusals (400, 404) are the line's answer, in
+the error file as OpenAI writes them.
 """
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import msgspec
 
 from maas_services.common.logging import get_logger
-from maas_services.common.openai_api.errors import APIError
-from maas_services.gateway.admission.tenants import Principal, TenantStore
+from maas_services.common.openai_api.errors import APIError, bad_request
+from maas_services.common.openai_api.parsed_request import ParsedRequest
+from maas_services.gateway.admission.tenants import Principal, Tenant, TenantStore
 from maas_services.gateway.batches.batch_run import BatchRun
 from maas_services.gateway.batches.batch_store import BatchStore, Claimed
 from maas_services.gateway.batches.endpoints import endpoint_for
@@ -184,17 +188,17 @@ class BatchWorker:
             tenant = await self.tenants.get_tenant(line.tenant)
             if tenant is None or not tenant.active:
                 raise APIError(403, "The batch's tenant is disabled.", code="tenant_disabled")
-            async with self._gate.admitting(tenant, prepared.parsed.model, self._lines):
-                run = await self.pipeline.admit(Principal(tenant, line.key_id), prepared.parsed)
-            # Counted before the gate's next line can look (no await in between).
-            deployment = run.ticket.route.deployment
-            self._lines[deployment] += 1
-            try:
-                run = BatchRun.taking_over(run, line.batch_id, line.line, line.started_at)
-                async with run:
-                    body = await endpoint.answer(run, prepared, self.pipeline.output_filter)
-            finally:
-                self._lines[deployment] -= 1
+            count = len(prepared.requests)
+            if tenant.rpm and count > tenant.rpm:
+                # An embeddings line: each input is a request against the RPM, so a
+                # list longer than it would be refused part-way on every attempt.
+                raise bad_request(
+                    f"input has {count} items, and each counts as one request against "
+                    f"this key's limit of {tenant.rpm} requests per minute.",
+                    param="body.input",
+                )
+            admit = functools.partial(self._admitted, tenant, line)
+            body = await endpoint.answer(admit, prepared, self.pipeline.output_filter)
         except APIError as exc:
             if exc.status in RETRY_LATER or exc.status >= 500:
                 delay = float((exc.headers or {}).get("Retry-After", 1))
@@ -202,6 +206,24 @@ class BatchWorker:
                 return None
             return False, result_line(line.custom_id, exc.status, request_id, exc.body())
         return True, result_line(line.custom_id, 200, request_id, body)
+
+    @contextlib.asynccontextmanager
+    async def _admitted(
+        self, tenant: Tenant, line: Claimed, parsed: ParsedRequest, index: int | None
+    ) -> AsyncIterator[BatchRun]:
+        """One request of `line` (the input `index` of an embeddings line) through
+        the gate and admission, running as a BatchRun until the block ends."""
+        async with self._gate.admitting(tenant, parsed.model, self._lines):
+            run = await self.pipeline.admit(Principal(tenant, line.key_id), parsed)
+        # Counted before the gate's next line can look (no await in between).
+        deployment = run.ticket.route.deployment
+        self._lines[deployment] += 1
+        try:
+            run = BatchRun.taking_over(run, line.batch_id, line.line, line.started_at, index)
+            async with run:
+                yield run
+        finally:
+            self._lines[deployment] -= 1
 
     async def _finalize_ready(self) -> None:
         try:

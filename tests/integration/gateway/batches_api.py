@@ -35,6 +35,15 @@ def chat_line(custom_id: str, model: str, content: str = "Hi", **body) -> dict:
     }
 
 
+def embedding_line(custom_id: str, model: str, input, **body) -> dict:
+    return {
+        "custom_id": custom_id,
+        "method": "POST",
+        "url": "/v1/embeddings",
+        "body": {"model": model, "input": input, **body},
+    }
+
+
 @dataclass
 class BatchesApi:
     client: httpx.AsyncClient

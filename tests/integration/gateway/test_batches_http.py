@@ -7,10 +7,18 @@ import json
 
 import pytest
 
+from maas_services.common.openai_api.embeddings import MAX_INPUTS
+from maas_services.gateway.admission.tenants import TenantStore
 from maas_services.gateway.batches.batch_run import BATCH_PRIORITY
 from maas_services.gateway.batches.file_store import FileLimits
-from tests.integration.gateway.batches_api import chat_line, jsonl, open_batches_api
+from tests.integration.gateway.batches_api import (
+    chat_line,
+    embedding_line,
+    jsonl,
+    open_batches_api,
+)
 from tests.integration.gateway.conftest import CHUNKS, MODEL
+from tests.integration.gateway.embedding_stubs import with_serves
 
 TEXT = "".join(CHUNKS)
 
@@ -126,6 +134,16 @@ async def test_lines_a_model_refuses_are_error_lines(api):
         ),
         (jsonl([chat_line("a", MODEL, stream=True)]), 1, "body.stream"),
         (b"\n" + jsonl([{**chat_line("a", MODEL), "custom_id": 7}]), 2, "custom_id"),
+        (
+            jsonl([embedding_line("a", MODEL, "Hi"), embedding_line("b", MODEL, [])]),
+            2,
+            "body.input",
+        ),
+        (
+            jsonl([embedding_line("a", MODEL, "Hi", encoding_format="hex")]),
+            1,
+            "body.encoding_format",
+        ),
     ],
 )
 async def test_a_bad_line_refuses_the_file_naming_its_line_and_field(api, content, line, param):
@@ -360,3 +378,130 @@ async def test_an_interactive_request_arriving_beside_batch_lines_gets_a_slot_at
     finally:
         await worker.stop()
     assert done["request_counts"]["completed"] == 3
+
+
+async def test_an_embeddings_batch_answers_what_the_route_does_billing_each_input(api, monkeypatch):
+    with_serves(monkeypatch)
+    app = await api()
+    bodies = [
+        {"input": "The cat sat."},
+        {"input": ["Hello there", "General Kenobi"]},
+        {"input": "Base sixty four", "encoding_format": "base64"},
+    ]
+    requests = [embedding_line(f"e{i}", MODEL, **body) for i, body in enumerate(bodies)]
+    file = (await app.upload(jsonl(requests))).json()
+    created = await app.create_batch(input_file_id=file["id"], endpoint="/v1/embeddings")
+    assert created.status_code == 200, created.text
+    batch = created.json()
+    done = await run_to_end(app, batch["id"])
+    assert done["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
+    output = lines_of((await app.get(f"/v1/files/{done['output_file_id']}/content")).content)
+    assert [line["custom_id"] for line in output] == ["e0", "e1", "e2"]
+    for line, body in zip(output, bodies, strict=True):
+        direct = await app.client.post(
+            "/v1/embeddings", json={"model": MODEL, **body}, headers=app.auth()
+        )
+        assert direct.status_code == 200, direct.text
+        assert line["response"]["status_code"] == 200
+        assert line["response"]["body"] == direct.json()
+    assert isinstance(output[2]["response"]["body"]["data"][0]["embedding"], str)
+    # One usage event per input, as batch lines, under (batch, line, input index).
+    await app.pipeline.background.wait()
+    billed = [e for e in await app.usage_events() if e.batch_id == batch["id"]]
+    assert sorted(e.request_id for e in billed) == [
+        f"{batch['id']}:{n}" for n in ("1:0", "2:0", "2:1", "3:0")
+    ]
+    assert all(e.completion_tokens == 0 for e in billed)
+
+
+async def test_an_embeddings_line_run_again_after_its_worker_stopped_bills_each_input_once(
+    api, monkeypatch
+):
+    with_serves(monkeypatch)
+    app = await api()
+    engine = app.cluster.engines[0]
+    engine.embed_delay = 0.2
+    inputs = ["one", "two", "three"]
+    file = (await app.upload(jsonl([embedding_line("e", MODEL, inputs)]))).json()
+    batch = (await app.create_batch(input_file_id=file["id"], endpoint="/v1/embeddings")).json()
+    dying = app.worker(lease_seconds=0.5, concurrency=1)
+    dying.start()
+    for _ in range(1000):
+        if await app.usage_events():
+            break
+        await asyncio.sleep(0.01)
+    # Stopped mid-line: its first input billed, the rest not yet.
+    await dying.stop()
+    assert 1 <= len(engine.embedded) < len(inputs)
+    engine.embed_delay = 0.0
+    done = await run_to_end(app, batch["id"])
+    assert done["request_counts"] == {"total": 1, "completed": 1, "failed": 0}
+    # The line ran again from its first input; each input's events share one
+    # (id, start), billing's dedup key, so each input is billed once.
+    await app.pipeline.background.wait()
+    events = await app.usage_events()
+    keys = {(e.request_id, e.started_at) for e in events}
+    assert sorted(key[0] for key in keys) == [f"{batch['id']}:1:{i}" for i in range(3)]
+    assert {e.batch_id for e in events} == {batch["id"]}
+
+
+async def test_the_largest_embeddings_line_costs_only_its_sender(api, monkeypatch):
+    """A line of MAX_INPUTS inputs holds one slot, one input at a time, while another
+    tenant's requests find the reserve free and are all served before it ends."""
+    with_serves(monkeypatch)
+    app = await api(routes=f"deployments:\n  {MODEL}: {{max_in_flight: 2}}\n")
+    engine = app.cluster.engines[0]
+    engine.embed_delay = 0.002
+    inputs = [f"input {i}" for i in range(MAX_INPUTS)]
+    file = (await app.upload(jsonl([embedding_line("big", MODEL, inputs)]))).json()
+    batch = (await app.create_batch(input_file_id=file["id"], endpoint="/v1/embeddings")).json()
+    worker = app.worker(quiet_seconds=0.05)
+    worker.start()
+    try:
+        while len(engine.embedded) < 50:
+            await asyncio.sleep(0.01)
+        other = app.tenants[1]
+        for _ in range(10):
+            response = await app.client.post(
+                "/v1/chat/completions",
+                json=chat_line("x", MODEL)["body"],
+                headers=app.auth(other),
+            )
+            assert response.status_code == 200, response.text
+        assert (await app.get(f"/v1/batches/{batch['id']}")).json()["status"] == "in_progress"
+        done = await wait_for(app, batch["id"])
+    finally:
+        await worker.stop()
+    assert engine.embedding_peak == 1
+    assert done["request_counts"] == {"total": 1, "completed": 1, "failed": 0}
+    [line] = lines_of((await app.get(f"/v1/files/{done['output_file_id']}/content")).content)
+    assert len(line["response"]["body"]["data"]) == MAX_INPUTS
+    await app.pipeline.background.wait()
+    assert len([e for e in await app.usage_events() if e.batch_id == batch["id"]]) == MAX_INPUTS
+
+
+async def test_an_embeddings_line_within_the_keys_limits_is_never_refused_for_itself(
+    api, monkeypatch
+):
+    """Inputs go one at a time, each after the last one's lease has ended, so a key
+    with max_concurrency 1 embeds a list; a list longer than the key's RPM is the
+    line's 400 at once rather than a refusal part-way on every attempt."""
+    with_serves(monkeypatch)
+    app = await api()
+    await TenantStore(app.redis).update_tenant(app.tenants[0], rpm=3, max_concurrency=1)
+    lines = [
+        embedding_line("fits", MODEL, ["a", "b", "c"]),
+        embedding_line("over", MODEL, ["a"] * 4),
+    ]
+    file = (await app.upload(jsonl(lines))).json()
+    batch = (await app.create_batch(input_file_id=file["id"], endpoint="/v1/embeddings")).json()
+    done = await run_to_end(app, batch["id"])
+    assert done["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
+    [ok] = lines_of((await app.get(f"/v1/files/{done['output_file_id']}/content")).content)
+    assert ok["custom_id"] == "fits"
+    assert len(ok["response"]["body"]["data"]) == 3
+    [error] = lines_of((await app.get(f"/v1/files/{done['error_file_id']}/content")).content)
+    assert error["custom_id"] == "over"
+    assert error["response"]["status_code"] == 400
+    assert error["response"]["body"]["error"]["param"] == "body.input"
+    assert len(app.cluster.engines[0].embedded) == 3

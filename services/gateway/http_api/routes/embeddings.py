@@ -38,6 +38,7 @@ from maas_services.common.openai_api.embeddings import (
     each_input,
     embedding_list,
     embedding_requests,
+    returned,
 )
 from maas_services.common.openai_api.errors import APIError, bad_request
 from maas_services.common.openai_api.parsed_request import ParsedRequest
@@ -118,11 +119,7 @@ async def embed_one(
                 pass
         except APIError as exc:
             raise with_headers(exc, run.headers) from None
-        vector = run.embedding
-        if not vector:
-            raise APIError(
-                502, "the model returned no embedding", type="api_error", code="upstream_error"
-            )
+        vector = returned(run.embedding)
     if leased:
         await run.billed()
     return Embedded(vector, len(run.ticket.prompt.token_ids), run.headers)
