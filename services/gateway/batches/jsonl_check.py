@@ -2,8 +2,9 @@
 
 A line is one request (an embeddings line, one per input): a JSON object with
 a unique `custom_id`, `method` "POST", a `url` among the batch endpoints and a
-`body` that endpoint accepts (its schema, as the route checks it; endpoints.py). The first bad line ends
-the upload with a 400 naming its line number and field; nothing is stored.
+`body` that endpoint accepts (its schema, as the route checks it; endpoints.py).
+The first bad line ends the upload with a 400 naming its line number and
+field; nothing is stored.
 
 What this holds: the unfinished line (at most max_line_bytes, a request
 body's limit) and a 16-byte digest per custom_id seen (at most max_lines),
