@@ -43,9 +43,17 @@ def usage(tenant: str, traceparent: str = "") -> UsageEvent:
     )
 
 
-async def consume(redis) -> None:
-    """A fresh group reads the stream from the start, then stops."""
-    consumer = UsageConsumer(redis, f"g-{uuid.uuid4().hex[:6]}", "c0", batch=100, block_ms=100)
+async def fresh_group(redis) -> str:
+    """A consumer group that starts after what is on the stream now: the stream is
+    the session's, and what earlier tests left there is not this test's."""
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    await redis.xgroup_create(USAGE_STREAM, group, id="$", mkstream=True)
+    return group
+
+
+async def consume(redis, group: str) -> None:
+    """The group reads what was added since it was made, then stops."""
+    consumer = UsageConsumer(redis, group, "c0", batch=100, block_ms=100)
     task = asyncio.create_task(consumer.run())
     await asyncio.sleep(0.5)
     task.cancel()
@@ -67,8 +75,9 @@ def billed(tenant: str, kind: str) -> float:
 async def test_the_commit_is_a_span_in_the_requests_trace(redis, spans):
     with tracer.start_as_current_span("gateway request") as request:
         event = usage(f"t-{uuid.uuid4().hex[:6]}", current_traceparent())
+    group = await fresh_group(redis)
     await redis.xadd(USAGE_STREAM, event.to_fields())
-    await consume(redis)
+    await consume(redis, group)
     (commit,) = commits(spans, event.request_id)
     assert commit.kind == SpanKind.CONSUMER
     assert commit.context.trace_id == request.get_span_context().trace_id
@@ -80,9 +89,10 @@ async def test_the_commit_is_a_span_in_the_requests_trace(redis, spans):
 async def test_a_duplicate_is_traced_but_billed_once(redis, spans):
     tenant = f"t-{uuid.uuid4().hex[:6]}"
     event = usage(tenant)
+    group = await fresh_group(redis)
     for _ in range(2):
         await redis.xadd(USAGE_STREAM, event.to_fields())
-    await consume(redis)
+    await consume(redis, group)
     outcomes = [s.attributes["maas.billing.outcome"] for s in commits(spans, event.request_id)]
     assert outcomes == ["applied", "duplicate"]
     # An event from before traceparent existed starts a trace of its own.
