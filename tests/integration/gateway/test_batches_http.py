@@ -48,9 +48,9 @@ async def wait_for(api, batch_id: str, statuses=("completed", "failed", "expired
     raise AssertionError(f"batch {batch_id} still {batch['status']}")
 
 
-async def run_to_end(app, batch_id: str) -> dict:
+async def run_to_end(app, batch_id: str, **settings) -> dict:
     """The batch as it ends, run by a worker started for it and stopped after."""
-    worker = app.worker()
+    worker = app.worker(**settings)
     worker.start()
     try:
         return await wait_for(app, batch_id)
@@ -268,12 +268,7 @@ async def test_lines_billed_by_a_worker_that_died_before_their_results_are_bille
     await dying.stop()
     assert len(await app.usage_events()) == 4
     assert app.cluster.engines[0].served == 4
-    survivor = app.worker(lease_seconds=0.5)
-    survivor.start()
-    try:
-        done = await wait_for(app, batch["id"])
-    finally:
-        await survivor.stop()
+    done = await run_to_end(app, batch["id"], lease_seconds=0.5)
     assert done["request_counts"] == {"total": 4, "completed": 4, "failed": 0}
     output = lines_of((await app.get(f"/v1/files/{done['output_file_id']}/content")).content)
     assert sorted(line["custom_id"] for line in output) == [f"r{i}" for i in range(4)]
@@ -315,12 +310,7 @@ async def test_a_worker_stopped_mid_batch_leaves_its_done_lines_done_and_bills_e
     cut = served_before - done_before["completed"]
     assert done_before["completed"] >= 2
     assert cut in (0, 1)
-    survivor = app.worker(lease_seconds=0.5)
-    survivor.start()
-    try:
-        done = await wait_for(app, batch["id"])
-    finally:
-        await survivor.stop()
+    done = await run_to_end(app, batch["id"], lease_seconds=0.5)
     assert done["request_counts"] == {"total": 4, "completed": 4, "failed": 0}
     # The lines done before the stop did not run again; the one cut short did.
     assert app.cluster.engines[0].served == 4 + cut
