@@ -13,44 +13,20 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import httpx
 
+from benchmarks.base_gateway import export, start_base_gateway
 from benchmarks.gateway_bench import (
     Processes,
     cpu_seconds,
-    pin,
     start_stack,
     tenant_key,
     through_gateway,
 )
-from maas_tools.local.ports import free_port
-from maas_tools.local.processes import serve_argv
-
-
-def export(revision: str, state: Path) -> Path:
-    """The revision's tree, in `state`/base."""
-    into = state / "base"
-    into.mkdir()
-    archive = subprocess.run(["git", "archive", revision], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
-
-
-async def ready(url: str) -> None:
-    async with httpx.AsyncClient() as client:
-        for _ in range(600):
-            try:
-                if (await client.get(f"{url}/readyz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"the base gateway at {url} never became ready")
 
 
 async def run(args) -> dict:
@@ -58,32 +34,14 @@ async def run(args) -> dict:
         state = Path(state)
         base = export(args.base, state)
         procs = Processes(state)
-        old = None
         try:
             stack = await start_stack(procs, args.tokens)
-            url = f"http://127.0.0.1:{free_port()}"
-            flags = {
-                "port": url.rsplit(":", 1)[1],
-                "redis-url": stack["redis_url"],
-                "tokenizer-address": stack["tokenizer"],
-                "router-address": stack["router"],
-                "routes-file": state / "routes.yaml",
-                "log-level": "warning",
-            }
-            # `python -m` puts the working directory first: the base tree's code runs.
-            env = {**os.environ, "PYTHONPATH": f"{base}:{base / 'proto'}"}
-            with open(state / "base-gateway.log", "wb") as log:
-                old = subprocess.Popen(
-                    serve_argv("gateway", flags), cwd=base, env=env, stdout=log, stderr=log
-                )
-            await ready(url)
-            for pid in (old.pid, stack["gateway_pid"]):
-                pin(pid, {0})
+            url, pid = await start_base_gateway(procs, stack, base)
             key = await tenant_key(
                 stack["redis_url"], "ab", rpm=10**9, tpm=10**12, max_concurrency=10**4
             )
             headers = {"Authorization": f"Bearer {key}"}
-            sides = {"new": (stack["url"], stack["gateway_pid"]), "base": (url, old.pid)}
+            sides = {"new": (stack["url"], stack["gateway_pid"]), "base": (url, pid)}
             cpu = {name: [] for name in sides}
             ttft = {name: [] for name in sides}
             for turn in range(args.rounds + 1):
@@ -101,9 +59,6 @@ async def run(args) -> dict:
                         ttft[name].append(statistics.median(firsts) * 1000)
                         cpu[name].append((cpu_seconds(pid) - before) * 1000 / args.runs)
         finally:
-            if old is not None:
-                old.terminate()
-                old.wait(10)
             procs.stop()
     return {
         "base": args.base,

@@ -12,10 +12,10 @@ latency), straight to the stub engine's Generate (the engine's own latency,
 what the gateway's is compared with), and traced (the stage table), from two
 tenants with limits (TENANTS): RPM, TPM and concurrency, pay as you go or
 prepaid (its balance is held too), and RPM and concurrency only. With
-`--baseline DIR`, a second gateway runs the source tree in DIR (maas_services
-and maas, as importable folders: a copy taken before a change), on the same
-core, beside the same tokenizer, router and engine, and every round sends to
-both in turn: an A/B from one run.
+`--baseline DIR`, a second gateway runs the source tree in DIR (a checkout or
+a copy taken before a change: base_gateway.py), on the same core, beside the
+same tokenizer, router and engine, and every round sends to both in turn: an
+A/B from one run.
 
 Stages, p50 / p99 / mean over the traced requests, from the gateway's spans:
 the HTTP span (the request's arrival to its response's end), its admission
@@ -41,6 +41,7 @@ import grpc
 import httpx
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from benchmarks.base_gateway import start_base_gateway
 from benchmarks.gateway_bench import (
     MESSAGES,
     Processes,
@@ -49,7 +50,6 @@ from benchmarks.gateway_bench import (
     direct,
     ms,
     pct,
-    pin,
     start_stack,
     tenant_key,
 )
@@ -58,8 +58,6 @@ from benchmarks.results_file import report
 from maas_services.common.billing_keys import balance_key
 from maas_services.common.redis_client import open_redis
 from maas_tools.local.ports import free_port
-from maas_tools.local.processes import ManagedProcess, serve_argv
-from maas_tools.local.readiness import wait_ready
 
 HTTP_SPAN = "POST /v1/chat/completions"
 # The tenants the requests come from: name -> its limits, and whether it is prepaid.
@@ -169,35 +167,6 @@ def summary(values: list[float]) -> dict:
     }
 
 
-async def start_baseline(procs: Processes, stack: dict, source: Path) -> tuple[str, int]:
-    """A second gateway, running the source in `source`, beside the same services."""
-    url = f"http://127.0.0.1:{free_port()}"
-    argv = serve_argv(
-        "gateway",
-        {
-            "port": url.rsplit(":", 1)[1],
-            "redis-url": stack["redis_url"],
-            "tokenizer-address": stack["tokenizer"],
-            "router-address": stack["router"],
-            "routes-file": procs.state / "routes.yaml",
-            "usage-spool-dir": procs.state / "spool-baseline",
-            "log-level": "warning",
-        },
-    )
-    process = ManagedProcess(
-        "gateway-baseline",
-        argv,
-        procs.state / "logs" / "gateway-baseline.log",
-        env={"PYTHONPATH": str(source.resolve())},
-    )
-    process.start()
-    procs.running.append(process)
-    await wait_ready(process, f"{url}/readyz", 180)
-    if hasattr(os, "sched_setaffinity") and os.cpu_count() > 1:
-        pin(process.pid, {0})  # the same core as the other gateway
-    return url, process.pid
-
-
 async def measure(args) -> dict:
     collector = SpanCollector()
     server, address = await collector.start()
@@ -215,7 +184,7 @@ async def measure(args) -> dict:
                 stack = await start_stack(procs, 1)
                 gateways = {args.label: (stack["url"], stack["gateway_pid"])}
                 if args.baseline:
-                    gateways["baseline"] = await start_baseline(procs, stack, args.baseline)
+                    gateways["baseline"] = await start_base_gateway(procs, stack, args.baseline)
                 keys = {kind: await tenant(stack["redis_url"], kind) for kind in TENANTS}
                 return await rounds(args, stack, gateways, keys, collector)
             finally:

@@ -9,44 +9,20 @@ revision's tree, both pinned to core 0, alternating rounds of `--streams`
 paced chat streams (gateway_stream_bench.level); each round's CPU per token,
 and the medians.
 
-The revision's tree is imported under the installed names (maas_services,
-maas_tools, ...) through links in a directory put first on PYTHONPATH, so the
-editable install's own mapping to this checkout never serves the old side.
+The old gateway: base_gateway.py.
 """
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
-from benchmarks.gateway_ab import export, ready
-from benchmarks.gateway_bench import Processes, pin, start_stack, tenant_key
+from benchmarks.base_gateway import export, start_base_gateway
+from benchmarks.gateway_bench import Processes, start_stack, tenant_key
 from benchmarks.gateway_stream_bench import ENGINES, level
 from benchmarks.machine import machine
 from benchmarks.results_file import report
-from maas_tools.local.ports import free_port
-from maas_tools.local.processes import serve_argv
-
-# Import name -> folder of the tree (pyproject's package-dir).
-PACKAGES = {
-    "maas": "proto/maas",
-    "maas_services": "services",
-    "maas_tools": "tools",
-    "maas_operator": "operators",
-    "maas_kernels": "kernels",
-}
-
-
-def import_path(tree: Path, state: Path) -> Path:
-    """A directory in `state` whose entries import the tree under the installed names."""
-    links = state / "imports"
-    links.mkdir()
-    for name, folder in PACKAGES.items():
-        (links / name).symlink_to(tree / folder)
-    return links
 
 
 async def run(args) -> dict:
@@ -54,33 +30,15 @@ async def run(args) -> dict:
     with tempfile.TemporaryDirectory() as state:
         state = Path(state)
         tree = Path(args.base_tree).resolve() if args.base_tree else export(args.base, state)
-        links = import_path(tree, state)
         procs = Processes(state)
-        old = None
         try:
             pace = (0.01 * engine.burst, 0.03 * engine.burst)
             stack = await start_stack(procs, args.tokens, pace, engine.args)
-            url = f"http://127.0.0.1:{free_port()}"
-            flags = {
-                "port": url.rsplit(":", 1)[1],
-                "redis-url": stack["redis_url"],
-                "tokenizer-address": stack["tokenizer"],
-                "router-address": stack["router"],
-                "routes-file": state / "routes.yaml",
-                "log-level": "warning",
-            }
-            env = {**os.environ, "PYTHONPATH": str(links)}
-            with open(state / "base-gateway.log", "wb") as log:
-                old = subprocess.Popen(
-                    serve_argv("gateway", flags), cwd=state, env=env, stdout=log, stderr=log
-                )
-            await ready(url)
-            for pid in (old.pid, stack["gateway_pid"]):
-                pin(pid, {0})
+            url, pid = await start_base_gateway(procs, stack, tree)
             key = await tenant_key(
                 stack["redis_url"], "ab", rpm=10**9, tpm=10**12, max_concurrency=10**4
             )
-            sides = {"new": stack, "base": {**stack, "url": url, "gateway_pid": old.pid}}
+            sides = {"new": stack, "base": {**stack, "url": url, "gateway_pid": pid}}
             cpu: dict[str, list[float]] = {name: [] for name in sides}
             for turn in range(args.rounds + 1):
                 order = list(sides) if turn % 2 else list(reversed(sides))
@@ -89,9 +47,6 @@ async def run(args) -> dict:
                     if turn:  # the first turn warms both up
                         cpu[name].append(result["gateway_cpu_ms_per_token"])
         finally:
-            if old is not None:
-                old.terminate()
-                old.wait(10)
             procs.stop()
     return {
         "machine": machine(),

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.gateway_ab import export
+from benchmarks.base_gateway import export
 from benchmarks.gateway_bench import RENDER, Processes, cpu_seconds, pin, prompt_ids, start_stack
 from maas.v1 import router_pb2, router_pb2_grpc, tokenizer_pb2_grpc
 from maas_services.common.grpc_client import open_channel
