@@ -19,6 +19,8 @@ from maas_services.engine.model_config import ModelConfig
 from maas_services.engine.native_layers import Native
 from maas_services.engine.scheduler import ScheduledSeq
 
+NOTHING_POOLED = torch.empty(0)
+
 
 @dataclass
 class Forward:
@@ -86,9 +88,14 @@ class ModelRunner:
             meta,
             self.path,
         )
-        # An embedding's vector is its last position's state (embedding.py).
+        # An embedding's vector is its last position's state (embedding.py); a step
+        # without one (most steps) gathers nothing.
         pooled = [last_row[i] for i, entry in enumerate(scheduled) if entry.pools]
-        pooled_rows = hidden[torch.tensor(pooled, dtype=torch.long, device=self.device)]
+        pooled_rows = (
+            hidden[torch.tensor(pooled, dtype=torch.long, device=self.device)].float()
+            if pooled
+            else NOTHING_POOLED
+        )
         # A sampling entry needs its last position; one with draft tokens needs
         # every drafted position too, to verify them.
         rows = [
@@ -100,7 +107,7 @@ class ModelRunner:
         # (a decode-only step samples at every row, in order: nothing to pick).
         if rows != list(range(hidden.shape[0])):
             hidden = hidden[torch.tensor(rows, dtype=torch.long, device=self.device)]
-        return Forward(self.model.compute_logits(hidden).float(), pooled_rows.float())
+        return Forward(self.model.compute_logits(hidden).float(), pooled_rows)
 
 
 def choose_path(model: LlamaForCausalLM, compiled: bool, native: bool) -> ComputePath:
