@@ -85,6 +85,19 @@ class ResponseShape:
     _emitted: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     _tool_streams: dict[int, ToolParser] = field(default_factory=dict)
 
+    @classmethod
+    def answering(cls, parsed, body, chat: bool, tool_format: str) -> "ResponseShape":
+        """The answer's shape for a chat or text completion request: its ParsedRequest,
+        its body as the route validated it, and the prompt's tool-call format."""
+        return cls(
+            parsed.request_id,
+            body.model,
+            chat=chat,
+            with_logprobs=body.top_logprobs_count is not None,
+            tool_mode=parsed.tool_mode,
+            tool_format=tool_format,
+        )
+
     @property
     def object(self) -> str:
         return "chat.completion" if self.chat else "text_completion"

@@ -104,14 +104,7 @@ class Routes:
         self._front.check_servable(body.model)
         parsed = chat_request(body, None) if chat else text_request(body, None)
         prompt = await self._front.prompt(parsed)
-        shape = ResponseShape(
-            parsed.request_id,
-            body.model,
-            chat=chat,
-            with_logprobs=body.top_logprobs_count is not None,
-            tool_mode=parsed.tool_mode,
-            tool_format=prompt.tool_format,
-        )
+        shape = ResponseShape.answering(parsed, body, chat, prompt.tool_format)
         deltas = self._front.deltas(parsed, prompt)
         try:
             # The first output before answering: a refusal still gets its status.

@@ -111,14 +111,8 @@ class Completions:
             return await self._collect(run, prepared, output_filter)
 
     async def _collect(self, run: Run, prepared: Prepared, output_filter: OutputFilter) -> dict:
-        body = prepared.body
-        shape = ResponseShape(
-            prepared.parsed.request_id,
-            body.model,
-            chat=self.chat,
-            with_logprobs=body.top_logprobs_count is not None,
-            tool_mode=prepared.parsed.tool_mode,
-            tool_format=run.ticket.prompt.tool_format,
+        shape = ResponseShape.answering(
+            prepared.parsed, prepared.body, self.chat, run.ticket.prompt.tool_format
         )
         first = await anext(run.deltas)
         return await collect(shape, first, run.deltas, output_filter)

@@ -100,14 +100,7 @@ async def respond(
             run = await pipeline.admit(request.state.principal, parsed)
     except ClientGoneError:
         return gone(request.url.path)
-    shape = ResponseShape(
-        parsed.request_id,
-        body.model,
-        chat=chat,
-        with_logprobs=body.top_logprobs_count is not None,
-        tool_mode=parsed.tool_mode,
-        tool_format=run.ticket.prompt.tool_format,
-    )
+    shape = ResponseShape.answering(parsed, body, chat, run.ticket.prompt.tool_format)
     try:
         return await _answer(request, shape, body, run, pipeline.output_filter)
     except APIError as exc:
