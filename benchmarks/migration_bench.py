@@ -29,8 +29,6 @@ machine it ran on.
 import argparse
 import asyncio
 import json
-import os
-import signal
 import tempfile
 import time
 import uuid
@@ -41,8 +39,7 @@ from prometheus_client import REGISTRY
 
 from benchmarks.machine import machine
 from benchmarks.results_file import update_results
-from maas.v1 import engine_pb2, engine_pb2_grpc
-from maas_services.common.grpc_client import open_channel
+from maas.v1 import engine_pb2
 from maas_services.common.logging import configure_logging
 from maas_services.common.model_files import DEFAULT_MODEL_ID, default_model_path
 from maas_services.common.openai_api.errors import APIError
@@ -60,9 +57,9 @@ from maas_services.router.settings import RouterSettings
 from maas_services.tokenizer.server import start_tokenizer
 from maas_services.tokenizer.settings import TokenizerSettings
 from maas_tools.local.ports import free_port
-from maas_tools.local.processes import ManagedProcess, serve_argv
 from maas_tools.local.readiness import wait_ready
 from maas_tools.local.redis_server import redis_process
+from tests.engine_replica import EngineReplica
 
 QUESTIONS = [
     "Tell me about rivers.",
@@ -96,39 +93,17 @@ class Load:
     kills: list[Kill] = field(default_factory=list)
 
 
-class Replica:
-    """One engine process on fixed ports: killed with SIGKILL, then started again."""
-
-    def __init__(self, name: str, log_dir: Path):
-        self.name, self.port = name, free_port()
-        flags = {
-            "port": self.port,
-            "metrics-port": free_port(),
+def killable(name: str, log_dir: Path) -> EngineReplica:
+    return EngineReplica(
+        name,
+        log_dir,
+        {
             "model-id": DEFAULT_MODEL_ID,
             "max-model-len": 1024,
             "max-num-seqs": 8,
             "torch-threads": 1,
-        }
-        self.process = ManagedProcess(name, serve_argv("engine", flags), log_dir / f"{name}.log")
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self.process.start()
-        await wait_ready(self.process, self.address, timeout=600)
-
-    async def running(self) -> int:
-        """Its running requests; -1 when it does not answer."""
-        try:
-            async with open_channel(self.address, "bench") as channel:
-                report = await engine_pb2_grpc.EngineStub(channel).GetLoad(
-                    engine_pb2.GetLoadRequest(), timeout=2
-                )
-                return report.running
-        except Exception:
-            return -1
+        },
+    )
 
 
 async def one_stream(pipeline, prompt: list[int], max_tokens: int) -> Stream:
@@ -162,7 +137,9 @@ async def client_loop(pipeline, prompts, index: int, until: float, max_tokens: i
         turn += 1
 
 
-async def kill_loop(replicas: list[Replica], started: float, until: float, every: float, load):
+async def kill_loop(
+    replicas: list[EngineReplica], started: float, until: float, every: float, load
+):
     """Every `every` seconds, kill -9 the busiest replica and start it again.
 
     Only while every replica answers: a kill while the last victim is still
@@ -176,7 +153,7 @@ async def kill_loop(replicas: list[Replica], started: float, until: float, every
         if len(alive) < len(replicas):
             continue
         victim = next(r for r in replicas if r.name == max(alive, key=alive.get))
-        os.kill(victim.process.pid, signal.SIGKILL)
+        victim.kill()
         load.kills.append(
             Kill(round(time.monotonic() - started, 1), victim.name, alive[victim.name])
         )
@@ -244,7 +221,7 @@ async def measure(args, state: Path) -> dict:
     redis = redis_process(state, redis_port)
     redis.start()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
-    replicas = [Replica(f"engine-{i}", state) for i in range(args.replicas)]
+    replicas = [killable(f"engine-{i}", state) for i in range(args.replicas)]
     servers, pipeline, upstreams, store = [], None, None, None
     try:
         await wait_ready(redis, redis_url, timeout=30)

@@ -12,8 +12,6 @@ replica is started again before the next test.
 import asyncio
 import dataclasses
 import json
-import os
-import signal
 import uuid
 from dataclasses import dataclass
 
@@ -42,9 +40,7 @@ from maas_services.gateway.routing.routes_watcher import RoutesWatcher
 from maas_services.gateway.server import build_pipeline
 from maas_services.gateway.settings import GatewaySettings
 from maas_services.gateway.upstream.upstreams import Upstreams
-from maas_tools.local.ports import free_port
-from maas_tools.local.processes import ManagedProcess, serve_argv
-from maas_tools.local.readiness import wait_ready
+from tests.engine_replica import EngineReplica
 from tests.integration.gateway.conftest import MODEL, parsed
 from tests.integration.gateway.stubs import StubRouter, StubTokenizer, start
 from tests.integration.gateway.test_prefill_billing import billed
@@ -69,15 +65,12 @@ WEATHER = {
 }
 
 
-class Replica:
+def killable(name: str, log_dir) -> EngineReplica:
     """One engine process on fixed ports, which a test may kill and the next restart."""
-
-    def __init__(self, name: str, log_dir):
-        self.name = name
-        self.port = free_port()
-        flags = {
-            "port": self.port,
-            "metrics-port": free_port(),
+    return EngineReplica(
+        name,
+        log_dir,
+        {
             "model-id": MODEL,
             "dtype": "float32",
             "max-num-seqs": 4,
@@ -85,23 +78,8 @@ class Replica:
             "max-num-batched-tokens": CHUNK,
             "kv-cache-memory": 32_000_000,
             "torch-threads": 1,
-        }
-        self.process = ManagedProcess(name, serve_argv("engine", flags), log_dir / f"{name}.log")
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self.process.start()
-        await wait_ready(self.process, self.address, timeout=300)
-
-    def kill(self) -> None:
-        os.kill(self.process.pid, signal.SIGKILL)
-
-    @property
-    def alive(self) -> bool:
-        return self.process.pid is not None and self.process.exited() is None
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -115,10 +93,10 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("replicas")
-    started = [Replica(f"r{i}", log_dir) for i in range(2)]
+    started = [killable(f"r{i}", log_dir) for i in range(2)]
 
     async def start_all():
-        await asyncio.gather(*(r.start() for r in started))
+        await asyncio.gather(*(r.start(timeout=300) for r in started))
 
     asyncio.run(start_all())
     yield started
@@ -143,7 +121,7 @@ class Gateway:
 @pytest.fixture
 async def gateway(replicas, redis_url, tmp_path):
     """The gateway's pipeline over both replicas, each alive (a killed one started again)."""
-    await asyncio.gather(*(r.start() for r in replicas if not r.alive))
+    await asyncio.gather(*(r.start(timeout=300) for r in replicas if not r.alive))
     router = StubRouter([(r.name, r.address, MODEL) for r in replicas])
     router_server, router_address = await start(
         router, router_pb2_grpc.add_RouterServicer_to_server
@@ -180,7 +158,7 @@ def chat(tokenizer, text: str) -> list[int]:
 class Answer:
     deltas: list[Delta]
     event: object  # the request's usage event
-    killed: Replica | None
+    killed: EngineReplica | None
 
     @property
     def text(self) -> str:
@@ -208,7 +186,7 @@ async def answer(gateway: Gateway, request, kill_after=None, replicas=()) -> Ans
     return Answer(deltas, event, killed)
 
 
-def serving(gateway: Gateway, replicas) -> Replica:
+def serving(gateway: Gateway, replicas) -> EngineReplica:
     return next(r for r in replicas if r.name == gateway.router.picks[-1])
 
 
