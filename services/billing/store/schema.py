@@ -70,23 +70,21 @@ line_items = Table(
     postgresql_partition_by="RANGE (day)",
 )
 
-usage_hours = Table(
-    "usage_hours",
-    metadata,
-    Column("tenant", String, nullable=False),
-    Column("start", BigInteger, nullable=False),
-    *_sum_columns(),
-    PrimaryKeyConstraint("tenant", "start"),
-)
 
-usage_days = Table(
-    "usage_days",
-    metadata,
-    Column("tenant", String, nullable=False),
-    Column("start", BigInteger, nullable=False),
-    *_sum_columns(),
-    PrimaryKeyConstraint("tenant", "start"),
-)
+def _rollup(name: str) -> Table:
+    """A tenant's sums per bucket, the bucket named by its start."""
+    return Table(
+        name,
+        metadata,
+        Column("tenant", String, nullable=False),
+        Column("start", BigInteger, nullable=False),
+        *_sum_columns(),
+        PrimaryKeyConstraint("tenant", "start"),
+    )
+
+
+usage_hours = _rollup("usage_hours")
+usage_days = _rollup("usage_days")
 
 batches = Table(
     "batches",
