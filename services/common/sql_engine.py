@@ -11,6 +11,8 @@ own). A PostgreSQL server that does not answer fails a call within the
 caller's timeouts instead of hanging it.
 """
 
+import sqlite3
+import time
 from pathlib import Path
 
 from sqlalchemy import event
@@ -18,6 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
+SQLITE_BUSY_SECONDS = 30.0
 ASYNC_DRIVERS = {"postgresql": "postgresql+asyncpg", "sqlite": "sqlite+aiosqlite"}
 
 
@@ -39,17 +42,35 @@ def open_engine(url: str, connect_seconds: float, command_seconds: float) -> Asy
             connect_args={"timeout": connect_seconds, "command_timeout": command_seconds},
         )
     path = parsed.database
+    busy = {"timeout": SQLITE_BUSY_SECONDS}
     if not path or path == ":memory:":
-        engine = create_async_engine(url, poolclass=StaticPool)
+        engine = create_async_engine(url, poolclass=StaticPool, connect_args=busy)
     else:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url)
+        engine = create_async_engine(url, connect_args=busy)
 
     @event.listens_for(engine.sync_engine, "connect")
-    def _pragmas(dbapi_connection, _record) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
+    def _wal(dbapi_connection, _record) -> None:
+        _switch_to_wal(dbapi_connection)
 
     return engine
+
+
+def _switch_to_wal(dbapi_connection) -> None:
+    # Switching a new file to WAL needs its exclusive lock, and SQLite answers
+    # "database is locked" at once (no busy wait, which could deadlock) while
+    # another connection opening the same file holds a lock: replicas starting
+    # together retry within the busy budget. WAL persists in the file, so only
+    # a database's first connections ever race here.
+    deadline = time.monotonic() + SQLITE_BUSY_SECONDS
+    while True:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+        finally:
+            cursor.close()
