@@ -84,14 +84,18 @@ def _digest(head: bytes, salted: bytes, ids: bytes | memoryview) -> bytes:
     return digest.digest()
 
 
-def request_salt(engine_salt: str, sharing: str, tenant: str, share_requested: bool) -> str:
-    """The salt of one request's blocks: its tenant's own, or the engine's own when shared.
+def request_salt(
+    engine_salt: str, sharing: str, tenant: str, share_requested: bool, adapter: str = ""
+) -> str:
+    """The salt of one request's blocks: its tenant's own, or the engine's own when shared,
+    and its LoRA adapter's.
 
     `sharing` is the engine's --prefix-cache-sharing; only "global" lets a
     request that asks share. NUL separates the tenant because a configured
     salt, from a flag or the environment, cannot hold one: no tenant's salt
     equals the shared salt or another tenant's, the empty tenant's included.
+    An adapter changes every layer's keys and values, so its blocks are its
+    own (a second NUL, then its name); the base model's salt is unchanged.
     """
-    if sharing == "global" and share_requested:
-        return engine_salt
-    return f"{engine_salt}\x00{tenant}"
+    salt = engine_salt if sharing == "global" and share_requested else f"{engine_salt}\x00{tenant}"
+    return f"{salt}\x00\x00{adapter}" if adapter else salt

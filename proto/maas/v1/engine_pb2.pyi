@@ -57,7 +57,7 @@ class Embedding(_message.Message):
     def __init__(self, dimensions: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "model", "prompt_token_ids", "sampling", "priority", "tenant", "share_prefix_cache", "resume_token_ids")
+    __slots__ = ("request_id", "model", "prompt_token_ids", "sampling", "priority", "tenant", "share_prefix_cache", "resume_token_ids", "adapter")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class GenerateRequest(_message.Message):
     TENANT_FIELD_NUMBER: _ClassVar[int]
     SHARE_PREFIX_CACHE_FIELD_NUMBER: _ClassVar[int]
     RESUME_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -74,7 +75,8 @@ class GenerateRequest(_message.Message):
     tenant: str
     share_prefix_cache: bool
     resume_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., tenant: _Optional[str] = ..., share_prefix_cache: _Optional[bool] = ..., resume_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    adapter: str
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., tenant: _Optional[str] = ..., share_prefix_cache: _Optional[bool] = ..., resume_token_ids: _Optional[_Iterable[int]] = ..., adapter: _Optional[str] = ...) -> None: ...
 
 class TopLogprob(_message.Message):
     __slots__ = ("token_id", "token", "logprob")
@@ -137,7 +139,7 @@ class GetLoadRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class LoadReport(_message.Message):
-    __slots__ = ("model", "running", "waiting", "kv_cache_usage", "max_num_seqs", "max_model_len", "draining", "block_size", "cache_salt", "kv_cache_blocks", "prefix_cache_sharing", "not_ready_reason", "serves")
+    __slots__ = ("model", "running", "waiting", "kv_cache_usage", "max_num_seqs", "max_model_len", "draining", "block_size", "cache_salt", "kv_cache_blocks", "prefix_cache_sharing", "not_ready_reason", "serves", "adapters", "max_loras")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +153,8 @@ class LoadReport(_message.Message):
     PREFIX_CACHE_SHARING_FIELD_NUMBER: _ClassVar[int]
     NOT_READY_REASON_FIELD_NUMBER: _ClassVar[int]
     SERVES_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LORAS_FIELD_NUMBER: _ClassVar[int]
     model: str
     running: int
     waiting: int
@@ -164,7 +168,39 @@ class LoadReport(_message.Message):
     prefix_cache_sharing: str
     not_ready_reason: str
     serves: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, model: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., draining: _Optional[bool] = ..., block_size: _Optional[int] = ..., cache_salt: _Optional[str] = ..., kv_cache_blocks: _Optional[int] = ..., prefix_cache_sharing: _Optional[str] = ..., not_ready_reason: _Optional[str] = ..., serves: _Optional[_Iterable[str]] = ...) -> None: ...
+    adapters: _containers.RepeatedScalarFieldContainer[str]
+    max_loras: int
+    def __init__(self, model: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., draining: _Optional[bool] = ..., block_size: _Optional[int] = ..., cache_salt: _Optional[str] = ..., kv_cache_blocks: _Optional[int] = ..., prefix_cache_sharing: _Optional[str] = ..., not_ready_reason: _Optional[str] = ..., serves: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[str]] = ..., max_loras: _Optional[int] = ...) -> None: ...
+
+class LoadAdapterRequest(_message.Message):
+    __slots__ = ("name", "source")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    source: str
+    def __init__(self, name: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class AdapterStatus(_message.Message):
+    __slots__ = ("name", "rank", "source")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    rank: int
+    source: str
+    def __init__(self, name: _Optional[str] = ..., rank: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
+
+class UnloadAdapterRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class UnloadAdapterResponse(_message.Message):
+    __slots__ = ("found",)
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
 class DrainRequest(_message.Message):
     __slots__ = ()

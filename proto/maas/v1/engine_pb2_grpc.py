@@ -61,6 +61,16 @@ class EngineStub:
                 request_serializer=maas_dot_v1_dot_engine__pb2.KvEventsRequest.SerializeToString,
                 response_deserializer=maas_dot_v1_dot_engine__pb2.KvEventBatch.FromString,
                 _registered_method=True)
+        self.LoadAdapter = channel.unary_unary(
+                '/maas.v1.Engine/LoadAdapter',
+                request_serializer=maas_dot_v1_dot_engine__pb2.LoadAdapterRequest.SerializeToString,
+                response_deserializer=maas_dot_v1_dot_engine__pb2.AdapterStatus.FromString,
+                _registered_method=True)
+        self.UnloadAdapter = channel.unary_unary(
+                '/maas.v1.Engine/UnloadAdapter',
+                request_serializer=maas_dot_v1_dot_engine__pb2.UnloadAdapterRequest.SerializeToString,
+                response_deserializer=maas_dot_v1_dot_engine__pb2.UnloadAdapterResponse.FromString,
+                _registered_method=True)
 
 
 class EngineServicer:
@@ -100,6 +110,26 @@ class EngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoadAdapter(self, request, context):
+        """Load a LoRA adapter (a PEFT folder) onto the running engine, under a name
+        requests then give as GenerateRequest.adapter. Idempotent for the same
+        name and source. INVALID_ARGUMENT: a bad adapter (rank above the engine's
+        max, target modules the model lacks, shapes that do not fit, a missing or
+        corrupt file); RESOURCE_EXHAUSTED: every adapter slot holds an adapter in
+        use; FAILED_PRECONDITION: the engine serves no adapters (max_loras 0).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnloadAdapter(self, request, context):
+        """Unload one: new requests for it are refused (NOT_FOUND), running ones
+        finish on it first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +157,16 @@ def add_EngineServicer_to_server(servicer, server):
                     servicer.StreamKvEvents,
                     request_deserializer=maas_dot_v1_dot_engine__pb2.KvEventsRequest.FromString,
                     response_serializer=maas_dot_v1_dot_engine__pb2.KvEventBatch.SerializeToString,
+            ),
+            'LoadAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadAdapter,
+                    request_deserializer=maas_dot_v1_dot_engine__pb2.LoadAdapterRequest.FromString,
+                    response_serializer=maas_dot_v1_dot_engine__pb2.AdapterStatus.SerializeToString,
+            ),
+            'UnloadAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnloadAdapter,
+                    request_deserializer=maas_dot_v1_dot_engine__pb2.UnloadAdapterRequest.FromString,
+                    response_serializer=maas_dot_v1_dot_engine__pb2.UnloadAdapterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +306,60 @@ class Engine:
             '/maas.v1.Engine/StreamKvEvents',
             maas_dot_v1_dot_engine__pb2.KvEventsRequest.SerializeToString,
             maas_dot_v1_dot_engine__pb2.KvEventBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/maas.v1.Engine/LoadAdapter',
+            maas_dot_v1_dot_engine__pb2.LoadAdapterRequest.SerializeToString,
+            maas_dot_v1_dot_engine__pb2.AdapterStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnloadAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/maas.v1.Engine/UnloadAdapter',
+            maas_dot_v1_dot_engine__pb2.UnloadAdapterRequest.SerializeToString,
+            maas_dot_v1_dot_engine__pb2.UnloadAdapterResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14maas/v1/router.proto\x12\x07maas.v1\"\x8f\x01\n\nHeldReport\x12\x12\n\ngateway_id\x18\x01 \x01(\t\x12+\n\x04held\x18\x02 \x03(\x0b\x32\x1d.maas.v1.HeldReport.HeldEntry\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\x02\x1a+\n\tHeldEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\x14\n\x12HeldReportResponse\"\xb0\x01\n\x0bPickRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x1c\n\x14\x65xclude_endpoint_ids\x18\x06 \x03(\t\x12\x1a\n\x12share_prefix_cache\x18\x07 \x01(\x08\x12\r\n\x05serve\x18\x08 \x01(\t\"4\n\x0cPickResponse\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"J\n\x0eReleaseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x13\n\x0b\x65ndpoint_id\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\"\x11\n\x0fReleaseResponse\"!\n\x10PoolStatsRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\x95\x02\n\x0cReplicaStats\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05ready\x18\x03 \x01(\x08\x12\x10\n\x08\x64raining\x18\x04 \x01(\x08\x12\x0f\n\x07running\x18\x05 \x01(\x05\x12\x0f\n\x07waiting\x18\x06 \x01(\x05\x12\x11\n\tin_flight\x18\x07 \x01(\x05\x12\x16\n\x0ekv_cache_usage\x18\x08 \x01(\x02\x12\x14\n\x0cmax_num_seqs\x18\t \x01(\x05\x12\x17\n\x0fkv_cache_blocks\x18\n \x01(\x05\x12\x12\n\nblock_size\x18\x0b \x01(\x05\x12\x16\n\x0ekv_events_live\x18\x0c \x01(\x08\x12\x16\n\x0eindexed_blocks\x18\r \x01(\x05\"\xfa\x01\n\x0f\x44\x65ploymentStats\x12\r\n\x05model\x18\x01 \x01(\t\x12\'\n\x08replicas\x18\x02 \x03(\x0b\x32\x15.maas.v1.ReplicaStats\x12\x13\n\x0bqueue_depth\x18\x03 \x01(\x05\x12\x16\n\x0eready_replicas\x18\x04 \x01(\x05\x12\x0f\n\x07running\x18\x05 \x01(\x05\x12\x11\n\tin_flight\x18\x06 \x01(\x05\x12\x10\n\x08\x63\x61pacity\x18\x07 \x01(\x05\x12\x16\n\x0ekv_cache_usage\x18\x08 \x01(\x02\x12\x16\n\x0erouting_policy\x18\t \x01(\t\x12\x0c\n\x04held\x18\n \x01(\x05\x12\x0e\n\x06serves\x18\x0b \x03(\t\":\n\tPoolStats\x12-\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32\x18.maas.v1.DeploymentStats2\xfa\x01\n\x06Router\x12\x33\n\x04Pick\x12\x14.maas.v1.PickRequest\x1a\x15.maas.v1.PickResponse\x12<\n\x07Release\x12\x17.maas.v1.ReleaseRequest\x1a\x18.maas.v1.ReleaseResponse\x12=\n\x0cGetPoolStats\x12\x19.maas.v1.PoolStatsRequest\x1a\x12.maas.v1.PoolStats\x12>\n\nReportHeld\x12\x13.maas.v1.HeldReport\x1a\x1b.maas.v1.HeldReportResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14maas/v1/router.proto\x12\x07maas.v1\"\x8f\x01\n\nHeldReport\x12\x12\n\ngateway_id\x18\x01 \x01(\t\x12+\n\x04held\x18\x02 \x03(\x0b\x32\x1d.maas.v1.HeldReport.HeldEntry\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\x02\x1a+\n\tHeldEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\x14\n\x12HeldReportResponse\"\xc1\x01\n\x0bPickRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x1c\n\x14\x65xclude_endpoint_ids\x18\x06 \x03(\t\x12\x1a\n\x12share_prefix_cache\x18\x07 \x01(\x08\x12\r\n\x05serve\x18\x08 \x01(\t\x12\x0f\n\x07\x61\x64\x61pter\x18\t \x01(\t\"4\n\x0cPickResponse\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"J\n\x0eReleaseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x13\n\x0b\x65ndpoint_id\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\"\x11\n\x0fReleaseResponse\"!\n\x10PoolStatsRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\x95\x02\n\x0cReplicaStats\x12\x13\n\x0b\x65ndpoint_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05ready\x18\x03 \x01(\x08\x12\x10\n\x08\x64raining\x18\x04 \x01(\x08\x12\x0f\n\x07running\x18\x05 \x01(\x05\x12\x0f\n\x07waiting\x18\x06 \x01(\x05\x12\x11\n\tin_flight\x18\x07 \x01(\x05\x12\x16\n\x0ekv_cache_usage\x18\x08 \x01(\x02\x12\x14\n\x0cmax_num_seqs\x18\t \x01(\x05\x12\x17\n\x0fkv_cache_blocks\x18\n \x01(\x05\x12\x12\n\nblock_size\x18\x0b \x01(\x05\x12\x16\n\x0ekv_events_live\x18\x0c \x01(\x08\x12\x16\n\x0eindexed_blocks\x18\r \x01(\x05\"\xfa\x01\n\x0f\x44\x65ploymentStats\x12\r\n\x05model\x18\x01 \x01(\t\x12\'\n\x08replicas\x18\x02 \x03(\x0b\x32\x15.maas.v1.ReplicaStats\x12\x13\n\x0bqueue_depth\x18\x03 \x01(\x05\x12\x16\n\x0eready_replicas\x18\x04 \x01(\x05\x12\x0f\n\x07running\x18\x05 \x01(\x05\x12\x11\n\tin_flight\x18\x06 \x01(\x05\x12\x10\n\x08\x63\x61pacity\x18\x07 \x01(\x05\x12\x16\n\x0ekv_cache_usage\x18\x08 \x01(\x02\x12\x16\n\x0erouting_policy\x18\t \x01(\t\x12\x0c\n\x04held\x18\n \x01(\x05\x12\x0e\n\x06serves\x18\x0b \x03(\t\":\n\tPoolStats\x12-\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32\x18.maas.v1.DeploymentStats2\xfa\x01\n\x06Router\x12\x33\n\x04Pick\x12\x14.maas.v1.PickRequest\x1a\x15.maas.v1.PickResponse\x12<\n\x07Release\x12\x17.maas.v1.ReleaseRequest\x1a\x18.maas.v1.ReleaseResponse\x12=\n\x0cGetPoolStats\x12\x19.maas.v1.PoolStatsRequest\x1a\x12.maas.v1.PoolStats\x12>\n\nReportHeld\x12\x13.maas.v1.HeldReport\x1a\x1b.maas.v1.HeldReportResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,21 +40,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HELDREPORTRESPONSE']._serialized_start=179
   _globals['_HELDREPORTRESPONSE']._serialized_end=199
   _globals['_PICKREQUEST']._serialized_start=202
-  _globals['_PICKREQUEST']._serialized_end=378
-  _globals['_PICKRESPONSE']._serialized_start=380
-  _globals['_PICKRESPONSE']._serialized_end=432
-  _globals['_RELEASEREQUEST']._serialized_start=434
-  _globals['_RELEASEREQUEST']._serialized_end=508
-  _globals['_RELEASERESPONSE']._serialized_start=510
-  _globals['_RELEASERESPONSE']._serialized_end=527
-  _globals['_POOLSTATSREQUEST']._serialized_start=529
-  _globals['_POOLSTATSREQUEST']._serialized_end=562
-  _globals['_REPLICASTATS']._serialized_start=565
-  _globals['_REPLICASTATS']._serialized_end=842
-  _globals['_DEPLOYMENTSTATS']._serialized_start=845
-  _globals['_DEPLOYMENTSTATS']._serialized_end=1095
-  _globals['_POOLSTATS']._serialized_start=1097
-  _globals['_POOLSTATS']._serialized_end=1155
-  _globals['_ROUTER']._serialized_start=1158
-  _globals['_ROUTER']._serialized_end=1408
+  _globals['_PICKREQUEST']._serialized_end=395
+  _globals['_PICKRESPONSE']._serialized_start=397
+  _globals['_PICKRESPONSE']._serialized_end=449
+  _globals['_RELEASEREQUEST']._serialized_start=451
+  _globals['_RELEASEREQUEST']._serialized_end=525
+  _globals['_RELEASERESPONSE']._serialized_start=527
+  _globals['_RELEASERESPONSE']._serialized_end=544
+  _globals['_POOLSTATSREQUEST']._serialized_start=546
+  _globals['_POOLSTATSREQUEST']._serialized_end=579
+  _globals['_REPLICASTATS']._serialized_start=582
+  _globals['_REPLICASTATS']._serialized_end=859
+  _globals['_DEPLOYMENTSTATS']._serialized_start=862
+  _globals['_DEPLOYMENTSTATS']._serialized_end=1112
+  _globals['_POOLSTATS']._serialized_start=1114
+  _globals['_POOLSTATS']._serialized_end=1172
+  _globals['_ROUTER']._serialized_start=1175
+  _globals['_ROUTER']._serialized_end=1425
 # @@protoc_insertion_point(module_scope)

@@ -28,7 +28,7 @@ class HeldReportResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class PickRequest(_message.Message):
-    __slots__ = ("request_id", "model", "token_ids", "tenant", "session_id", "exclude_endpoint_ids", "share_prefix_cache", "serve")
+    __slots__ = ("request_id", "model", "token_ids", "tenant", "session_id", "exclude_endpoint_ids", "share_prefix_cache", "serve", "adapter")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class PickRequest(_message.Message):
     EXCLUDE_ENDPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
     SHARE_PREFIX_CACHE_FIELD_NUMBER: _ClassVar[int]
     SERVE_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -45,7 +46,8 @@ class PickRequest(_message.Message):
     exclude_endpoint_ids: _containers.RepeatedScalarFieldContainer[str]
     share_prefix_cache: bool
     serve: str
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., tenant: _Optional[str] = ..., session_id: _Optional[str] = ..., exclude_endpoint_ids: _Optional[_Iterable[str]] = ..., share_prefix_cache: _Optional[bool] = ..., serve: _Optional[str] = ...) -> None: ...
+    adapter: str
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., tenant: _Optional[str] = ..., session_id: _Optional[str] = ..., exclude_endpoint_ids: _Optional[_Iterable[str]] = ..., share_prefix_cache: _Optional[bool] = ..., serve: _Optional[str] = ..., adapter: _Optional[str] = ...) -> None: ...
 
 class PickResponse(_message.Message):
     __slots__ = ("endpoint_id", "address")

@@ -43,3 +43,15 @@ def test_distinct_tenants_never_share_a_salt(engine_salt, a, b):
             engine_salt, "tenant", b, False
         )
     assert request_salt(engine_salt, "tenant", a, False) != engine_salt
+
+
+def test_an_adapters_blocks_are_its_own():
+    base = request_salt("m", "global", "a", True)
+    assert request_salt("m", "global", "a", True, adapter="upper") != base
+    assert request_salt("m", "global", "a", True, adapter="upper") != request_salt(
+        "m", "global", "a", True, adapter="lower"
+    )
+    # Sharing across tenants still holds within one adapter.
+    assert request_salt("m", "global", "a", True, "upper") == request_salt(
+        "m", "global", "b", True, "upper"
+    )
