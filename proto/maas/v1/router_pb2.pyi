@@ -78,7 +78,7 @@ class PoolStatsRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class ReplicaStats(_message.Message):
-    __slots__ = ("endpoint_id", "address", "ready", "draining", "running", "waiting", "in_flight", "kv_cache_usage", "max_num_seqs", "kv_cache_blocks", "block_size", "kv_events_live", "indexed_blocks")
+    __slots__ = ("endpoint_id", "address", "ready", "draining", "running", "waiting", "in_flight", "kv_cache_usage", "max_num_seqs", "kv_cache_blocks", "block_size", "kv_events_live", "indexed_blocks", "adapters", "max_loras")
     ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +92,8 @@ class ReplicaStats(_message.Message):
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     KV_EVENTS_LIVE_FIELD_NUMBER: _ClassVar[int]
     INDEXED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LORAS_FIELD_NUMBER: _ClassVar[int]
     endpoint_id: str
     address: str
     ready: bool
@@ -105,10 +107,12 @@ class ReplicaStats(_message.Message):
     block_size: int
     kv_events_live: bool
     indexed_blocks: int
-    def __init__(self, endpoint_id: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., draining: _Optional[bool] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., in_flight: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., kv_cache_blocks: _Optional[int] = ..., block_size: _Optional[int] = ..., kv_events_live: _Optional[bool] = ..., indexed_blocks: _Optional[int] = ...) -> None: ...
+    adapters: _containers.RepeatedScalarFieldContainer[str]
+    max_loras: int
+    def __init__(self, endpoint_id: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., draining: _Optional[bool] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., in_flight: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., kv_cache_blocks: _Optional[int] = ..., block_size: _Optional[int] = ..., kv_events_live: _Optional[bool] = ..., indexed_blocks: _Optional[int] = ..., adapters: _Optional[_Iterable[str]] = ..., max_loras: _Optional[int] = ...) -> None: ...
 
 class DeploymentStats(_message.Message):
-    __slots__ = ("model", "replicas", "queue_depth", "ready_replicas", "running", "in_flight", "capacity", "kv_cache_usage", "routing_policy", "held", "serves")
+    __slots__ = ("model", "replicas", "queue_depth", "ready_replicas", "running", "in_flight", "capacity", "kv_cache_usage", "routing_policy", "held", "serves", "adapters")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +124,7 @@ class DeploymentStats(_message.Message):
     ROUTING_POLICY_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     SERVES_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     model: str
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStats]
     queue_depth: int
@@ -131,7 +136,8 @@ class DeploymentStats(_message.Message):
     routing_policy: str
     held: int
     serves: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, model: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStats, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., ready_replicas: _Optional[int] = ..., running: _Optional[int] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., routing_policy: _Optional[str] = ..., held: _Optional[int] = ..., serves: _Optional[_Iterable[str]] = ...) -> None: ...
+    adapters: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStats, _Mapping]]] = ..., queue_depth: _Optional[int] = ..., ready_replicas: _Optional[int] = ..., running: _Optional[int] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., routing_policy: _Optional[str] = ..., held: _Optional[int] = ..., serves: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PoolStats(_message.Message):
     __slots__ = ("deployments",)
