@@ -14,6 +14,7 @@ from maas_services.common.prices import ModelPrice, PriceTable
 from maas_services.common.redis_client import open_redis
 from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
 from maas_tools.admin.billing import main
+from tests.integration.billing.stopping import stopped
 
 PRICES = PriceTable(models={"m": ModelPrice(input="1", output="2")})
 
@@ -43,7 +44,7 @@ async def bill(redis, store, events: list[UsageEvent]) -> None:
             while (await consumer.ledger.totals(events[0].tenant))[0].requests < len(events):
                 await asyncio.sleep(0.05)
     finally:
-        task.cancel()
+        await stopped(task)
         await asyncio.gather(task, return_exceptions=True)
 
 

@@ -21,6 +21,7 @@ from maas_services.common.prices import ModelPrice, PriceTable
 from maas_services.common.redis_client import open_redis
 from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
 from maas_services.gateway.routing.routing_table import Alias, RoutingTable, Target, pick
+from tests.integration.billing.stopping import stopped
 
 VALUES = yaml.safe_load((Path(__file__).parents[3] / "charts" / "maas" / "values.yaml").read_text())
 ALIAS, STABLE, CANARY = "smollm2", "smollm2-135m-instruct", "smollm2-135m-instruct-canary"
@@ -93,7 +94,7 @@ async def bill(redis, group: str, consumer: UsageConsumer, events: list[UsageEve
             while not await acked():
                 await asyncio.sleep(0.05)
     finally:
-        task.cancel()
+        await stopped(task)
 
 
 async def line_items(stub, tenant: str) -> list[billing_pb2.LineItem]:

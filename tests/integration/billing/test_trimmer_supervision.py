@@ -10,6 +10,7 @@ from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 
 from maas_services.billing.retention import StreamTrimmer
+from tests.integration.billing.stopping import stopped
 
 RESTARTS = "maas_billing_trimmer_restarts_total"
 
@@ -57,7 +58,7 @@ async def test_a_failed_round_is_retried_and_the_trimmer_trims_afterwards(redis_
         await trimmed(redis, stream)
         assert not task.done()
     finally:
-        task.cancel()
+        await stopped(task)
         await asyncio.gather(task, return_exceptions=True)
         await redis.delete(stream)
         await redis.aclose()
