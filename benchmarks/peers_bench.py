@@ -30,6 +30,7 @@ from pathlib import Path
 
 from benchmarks import peers_report
 from benchmarks.machine import machine
+from maas_services.common.machine_profile import machine_profile
 from maas_services.common.model_files import DEFAULT_MODEL_ID
 from maas_tools.bench.client import ChatClient, RequestResult
 from maas_tools.bench.loops import closed_loop
@@ -220,7 +221,13 @@ def level_list(text: str) -> tuple[int, ...]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", type=level_list, default=(1, 8, 32, 64), help="streams")
-    parser.add_argument("--bf16-levels", type=level_list, default=(1, 8))
+    parser.add_argument(
+        "--bf16-levels",
+        type=level_list,
+        default=None,
+        help="vLLM bf16's streams; default: every level where the CPU has bf16 dot products "
+        "(there it is vLLM's better dtype, issue #32), 1 and 8 where bf16 is emulated",
+    )
     parser.add_argument("--llamacpp-levels", type=level_list, default=(1,))
     parser.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
     parser.add_argument("--rounds", type=int, default=2, help="requests per stream at a level")
@@ -267,6 +274,14 @@ def maas_variant(text: str) -> tuple[str, list[str]]:
     return label, shlex.split(flags)
 
 
+def bf16_levels(args) -> tuple[int, ...]:
+    if args.bf16_levels is not None:
+        return args.bf16_levels
+    if machine_profile().native_bf16:
+        return args.levels
+    return tuple(level for level in args.levels if level <= 8)
+
+
 def servers_from(args) -> list[Server]:
     chosen = []
     for name in args.servers.split(","):
@@ -278,7 +293,7 @@ def servers_from(args) -> list[Server]:
         elif name == "vllm-float32":
             chosen.append(vllm_server("float32", args.levels, args))
         elif name == "vllm-bfloat16":
-            chosen.append(vllm_server("bfloat16", args.bf16_levels, args))
+            chosen.append(vllm_server("bfloat16", bf16_levels(args), args))
         elif name == peers_report.LLAMACPP:
             chosen.append(llamacpp_server(args.llamacpp_levels, args.llamacpp_threads))
         else:
