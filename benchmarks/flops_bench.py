@@ -15,9 +15,21 @@ peak at 64-stream decode). In one process:
 A step's work is 2 x (the non-embedding weights + the LM head) x rows plus
 attention's 4 x heads x head_dim x context per layer and row, counted from the
 model's shape, so int8 weights do the float32 arithmetic they stand for.
+
+With --wide-gemms float32 bf16 (a CPU whose library has the bf16 panel,
+native/bf16.h), each batch's decode steps run both wide GEMMs on one engine,
+its compute path swapped per round and the order reversed every round; the peak
+gains the bf16 panel's own sample, and each side's "of peak" is against the
+peak of its own arithmetic (float32: torch.mm and the float32 panel; bf16: the
+bf16 panel). --gemm-rows-ab 8 32 64 256 first times the panels alone: layer 0's
+four projections (SmolLM2's shapes, the model's weights) per wide GEMM at those
+rows, interleaved, at 1 thread (thread CPU: robust to a shared machine) and at
+--threads (wall).
 """
 
 import argparse
+import ctypes
+import functools
 import gc
 import json
 import os
@@ -32,22 +44,25 @@ use_core_omp()  # the core's OpenMP, before torch loads it
 import torch  # noqa: E402
 
 from benchmarks.machine import machine  # noqa: E402
+from benchmarks.results_file import report  # noqa: E402
 from benchmarks.step_bench import decoding_engine  # noqa: E402
+from maas_kernels.native import bindings  # noqa: E402
 from maas_services.common.model_files import default_model_path  # noqa: E402
 from maas_services.common.tokenizer_loader import load_tokenizer  # noqa: E402
 from maas_services.engine.loader import load_model  # noqa: E402
 from maas_services.engine.model_config import ModelConfig  # noqa: E402
-from maas_services.engine.native_layers import NativeHalves  # noqa: E402
+from maas_services.engine.native_layers import WIDE_GEMMS, Native, NativeHalves  # noqa: E402
+from maas_services.engine.quantization import cpu_kernel  # noqa: E402
 from maas_services.engine.quantization.config import QuantizationConfig  # noqa: E402
 
 
-def best_seconds(call, repeats: int) -> float:
+def best_seconds(call, repeats: int, clock=time.perf_counter) -> float:
     call()  # warm: page faults, per-thread buffers, the OpenMP team
     best = float("inf")
     for _ in range(repeats):
-        started = time.perf_counter()
+        started = clock()
         call()
-        best = min(best, time.perf_counter() - started)
+        best = min(best, clock() - started)
     return best
 
 
@@ -78,6 +93,16 @@ def attention_flops(config: ModelConfig, contexts: list[int]) -> int:
     return per_position * sum(contexts)
 
 
+# The peak samples of each wide GEMM's arithmetic.
+PEAK_KINDS = {"float32": ("torch_mm", "panel_gemm"), "bf16": ("panel_gemm_bf16",)}
+
+
+def layer_halves(model, wide_gemms: list[str]) -> dict[str, NativeHalves | None]:
+    """Layer 0's native halves with each wide GEMM (they keep that layer alive)."""
+    layer = model.model.layers[0]
+    return {w: NativeHalves.of(layer, wide_bf16=w == "bf16") for w in wide_gemms}
+
+
 class Peak:
     """The matmul peak, sampled between rounds of decode steps so both see the same load.
 
@@ -86,10 +111,11 @@ class Peak:
     """
 
     def __init__(self, model, config: ModelConfig, args: argparse.Namespace):
-        self.halves = NativeHalves.of(model.model.layers[0])  # keeps that layer alive
+        self.halves = layer_halves(model, args.wide_gemms)
         self.config, self.args = config, args
+        kinds = [kind for w in args.wide_gemms for kind in PEAK_KINDS[w]]
         self.samples: dict[str, dict[str, list[float]]] = {
-            str(n): {"torch_mm": [], "panel_gemm": []} for n in args.peak_threads
+            str(n): {kind: [] for kind in kinds} for n in args.peak_threads
         }
 
     def sample(self) -> None:
@@ -97,15 +123,20 @@ class Peak:
         for n in args.peak_threads:
             torch.set_num_threads(n)
             row = self.samples[str(n)]
-            row["torch_mm"].append(torch_mm_gflops(args.mm_size, args.repeats))
-            if self.halves is not None:
-                row["panel_gemm"].append(
-                    panel_gemm_gflops(self.halves, self.config, args.gemm_rows, args.repeats)
-                )
+            if "torch_mm" in row:
+                row["torch_mm"].append(torch_mm_gflops(args.mm_size, args.repeats))
+            for wide, halves in self.halves.items():
+                if halves is not None:
+                    row[PEAK_KINDS[wide][-1]].append(
+                        panel_gemm_gflops(halves, self.config, args.gemm_rows, args.repeats)
+                    )
         torch.set_num_threads(args.threads)
 
-    def best(self) -> float:
-        return max(max(v) for row in self.samples.values() for v in row.values() if v)
+    def best(self, wide_gemm: str = "float32") -> float:
+        kinds = PEAK_KINDS[wide_gemm]
+        return max(
+            max(v) for row in self.samples.values() for k, v in row.items() if v and k in kinds
+        )
 
     def summary(self) -> dict:
         return {
@@ -115,29 +146,92 @@ class Peak:
         }
 
 
-def decode_steps(engine, config, peak: Peak, rounds: int, steps: int) -> dict:
-    """rounds of steps decode steps, the peak sampled before each round."""
-    walls, cpus, flops, loads = [], [], [], []
-    for _ in range(rounds):
+def decode_steps(engine, config, peak: Peak, rounds: int, steps: int, paths: dict) -> dict:
+    """rounds of steps decode steps on each compute path (wide GEMM -> Native), the peak
+    sampled before each round, the paths' order reversed every round."""
+    sides = list(paths)
+    walls, cpus, flops = ({side: [] for side in sides} for _ in range(3))
+    batch = len(engine.scheduler.running)
+    loads = []
+    for round_ in range(rounds):
         peak.sample()
         loads.append(round(os.getloadavg()[0], 2))
-        for _ in range(steps):
-            contexts = [seq.num_computed_tokens + 1 for seq in engine.scheduler.running]
-            wall, cpu = time.perf_counter(), time.process_time()
-            engine.step()
-            cpus.append(time.process_time() - cpu)
-            walls.append(time.perf_counter() - wall)
-            flops.append(
-                weight_flops_per_row(config) * len(contexts) + attention_flops(config, contexts)
-            )
-    wall = statistics.median(walls)
-    return {
-        "wall_ms_p50": round(1e3 * wall, 1),
-        "process_cpu_ms_p50": round(1e3 * statistics.median(cpus), 1),
-        "gflop_per_step": round(statistics.median(flops) / 1e9, 2),
-        "achieved_gflops": round(statistics.median(flops) / wall / 1e9, 2),
-        "load_average_1m": loads,
-    }
+        for side in sides if round_ % 2 == 0 else sides[::-1]:
+            engine.runner.path = paths[side]
+            for _ in range(steps):
+                contexts = [seq.num_computed_tokens + 1 for seq in engine.scheduler.running]
+                wall, cpu = time.perf_counter(), time.process_time()
+                engine.step()
+                cpus[side].append(time.process_time() - cpu)
+                walls[side].append(time.perf_counter() - wall)
+                flops[side].append(
+                    weight_flops_per_row(config) * len(contexts) + attention_flops(config, contexts)
+                )
+    rows = {}
+    for side in sides:
+        wall = statistics.median(walls[side])
+        rows[side] = {
+            "wall_ms_p50": round(1e3 * wall, 1),
+            "tokens_per_s": round(batch / wall, 1),
+            "process_cpu_ms_p50": round(1e3 * statistics.median(cpus[side]), 1),
+            # What a shared machine's preemption leaves out: tokens per CPU second.
+            "tokens_per_cpu_s": round(batch / statistics.median(cpus[side]), 1),
+            "gflop_per_step": round(statistics.median(flops[side]) / 1e9, 2),
+            "achieved_gflops": round(statistics.median(flops[side]) / wall / 1e9, 2),
+        }
+    return rows | {"load_average_1m": loads}
+
+
+def run_projections(projections: list, threads: int) -> None:
+    """weight_linear on each (Weight, x, out): the rows past the row kernels, so the panels."""
+    lib = bindings.library()
+    for weight, x, out in projections:
+        lib.weight_linear(
+            ctypes.addressof(weight),
+            x.data_ptr(),
+            x.shape[0],
+            x.shape[1],
+            out.data_ptr(),
+            cpu_kernel.MAX_ROW_KERNEL_ROWS,
+            cpu_kernel.PANEL_BYTES,
+            threads,
+        )
+
+
+def gemm_ab(model, args: argparse.Namespace) -> dict:
+    """GFLOP/s of layer 0's four projections per wide GEMM at each of --gemm-rows-ab rows:
+    1 thread by thread CPU, --threads by wall, best of --repeats, the sides interleaved."""
+    halves = layer_halves(model, args.wide_gemms)
+    clocks = {"1_thread_cpu": (1, time.thread_time)}
+    clocks[f"{args.threads}_threads_wall"] = (args.threads, time.perf_counter)
+    results: dict[str, dict] = {}
+    for rows in args.gemm_rows_ab:
+        projections = {}
+        for side, h in halves.items():
+            layer = h.described
+            weights = (layer.qkv, layer.o, layer.gate_up, layer.down)
+            projections[side] = [
+                (w, torch.randn(rows, w.k), torch.empty(rows, w.n)) for w in weights
+            ]
+        flops = 2 * rows * sum(w.n * w.k for w, _, _ in projections[args.wide_gemms[0]])
+        row: dict[str, dict] = {side: {} for side in halves}
+        for key, (threads, clock) in clocks.items():
+            torch.set_num_threads(threads)
+            best = dict.fromkeys(halves, float("inf"))
+            for round_ in range(args.repeats):
+                for side in list(halves) if round_ % 2 == 0 else list(halves)[::-1]:
+                    call = functools.partial(run_projections, projections[side], threads)
+                    best[side] = min(best[side], best_seconds(call, 1, clock))
+            for side in halves:
+                row[side][f"gflops_{key}"] = round(flops / best[side] / 1e9, 1)
+        if "float32" in row and "bf16" in row:
+            row["bf16_over_float32"] = {
+                key: round(row["bf16"][key] / row["float32"][key], 2) for key in row["float32"]
+            }
+        results[str(rows)] = row
+        print(json.dumps({"gemm_rows": rows} | row), flush=True)
+    torch.set_num_threads(args.threads)
+    return results
 
 
 def main() -> None:
@@ -152,6 +246,20 @@ def main() -> None:
     parser.add_argument("--mm-size", type=int, default=2048)
     parser.add_argument("--gemm-rows", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3, help="best of, per peak sample")
+    parser.add_argument(
+        "--wide-gemms",
+        nargs="+",
+        choices=WIDE_GEMMS,
+        default=["float32"],
+        help="the native layers' wide GEMMs to run each batch's steps with, swapped per round",
+    )
+    parser.add_argument(
+        "--gemm-rows-ab",
+        type=int,
+        nargs="*",
+        default=[],
+        help="first time layer 0's projections per --wide-gemms at these rows",
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -159,9 +267,22 @@ def main() -> None:
     tokenizer = load_tokenizer(path)
     result = {"machine": machine(), "args": vars(args) | {"output": str(args.output)}}
     model, config = load_model(path, torch.float32, progress=False)
+    gemm: dict[str, dict] = {}
+    loaded = "none"
+    for format_ in args.formats if args.gemm_rows_ab else []:
+        if format_ != loaded:
+            loaded = format_
+            model, config = load_model(
+                path, torch.float32, progress=False, quantization=QuantizationConfig(format_, 64)
+            )
+        gemm[format_] = gemm_ab(model, args)
+    if loaded != "none":
+        loaded = "none"
+        del model
+        gc.collect()
+        model, config = load_model(path, torch.float32, progress=False)
     peak = Peak(model, config, args)
     decode: dict[str, dict] = {}
-    loaded = "none"
     for format_ in args.formats:
         if format_ != loaded:
             loaded = format_
@@ -172,20 +293,31 @@ def main() -> None:
                 path, torch.float32, progress=False, quantization=quantization
             )
         for batch in args.batches:
-            steps = args.rounds * args.steps
+            steps = args.rounds * args.steps * len(args.wide_gemms)
             engine = decoding_engine(model, config, tokenizer, batch, args.prompt_len, steps)
-            row = decode_steps(engine, config, peak, args.rounds, args.steps)
+            paths = {w: Native(engine.runner.model, w, wide_gemm=w) for w in args.wide_gemms}
+            row = decode_steps(engine, config, peak, args.rounds, args.steps, paths)
             decode.setdefault(format_, {})[str(batch)] = row
             print(json.dumps({"format": format_, "batch": batch} | row), flush=True)
-            del engine
-    best = peak.best()
+            del engine, paths
+    peaks = {w: peak.best(w) for w in args.wide_gemms}
     for rows in decode.values():
         for row in rows.values():
-            row["of_peak"] = round(row["achieved_gflops"] / best, 3)
-    result |= {"peak": peak.summary(), "peak_gflops": round(best, 1), "decode": decode}
-    print(json.dumps({"peak": result["peak"], "peak_gflops": result["peak_gflops"]}))
-    if args.output:
-        args.output.write_text(json.dumps(result, indent=2) + "\n")
+            for w in args.wide_gemms:
+                row[w]["of_peak"] = round(row[w]["achieved_gflops"] / peaks[w], 3)
+    if len(args.wide_gemms) == 2:
+        for rows in decode.values():
+            for row in rows.values():
+                row["bf16_over_float32_tokens_per_s"] = round(
+                    row["bf16"]["tokens_per_s"] / row["float32"]["tokens_per_s"], 3
+                )
+    result |= {
+        "gemm": gemm,
+        "peak": peak.summary(),
+        "peak_gflops": {w: round(p, 1) for w, p in peaks.items()},
+        "decode": decode,
+    }
+    report(result, args.output)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,20 @@ def stack(tmp_path_factory) -> Stack:
     yield from run_stack(config)
 
 
+@pytest.fixture(scope="session")
+def lora_adapter_dir() -> Path:
+    """A tiny LoRA adapter of the default SmolLM2 that answers in upper case (a PEFT
+    folder, trained once and cached: tests/lora_fixture.py)."""
+    from maas_services.common.model_files import ModelNotFoundError, default_model_path
+    from tests.lora_fixture import trained_adapter
+
+    try:
+        model_path = default_model_path()
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    return trained_adapter(model_path, "upper", seed=0)
+
+
 def run_stack(config: StackConfig):
     """A fixture's body: the stack running for as long as the fixture lives."""
     running = Stack(config)

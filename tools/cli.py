@@ -15,10 +15,31 @@ from maas_services.common.model_files import DEFAULT_MODEL_ID
 from maas_services.common.settings import parse_settings
 from maas_services.common.tracing import configure_tracing
 
+# Engine flags vLLM spells as one flag with several values (`--lora-modules a=/x b=/y`).
+MULTI_VALUE_FLAGS = ("--lora-modules",)
+
+
+def repeated_flags(argv: list[str]) -> list[str]:
+    """argv with each value of a MULTI_VALUE_FLAGS flag after its own flag, the form
+    pydantic-settings reads a list from (`--lora-modules a=/x --lora-modules b=/y`)."""
+    out, flag = [], None
+    for token in argv:
+        if token.startswith("-"):
+            # The flag whose values follow, if it is one of them (also as --flag=value).
+            name = token.split("=", 1)[0]
+            flag = name if name in MULTI_VALUE_FLAGS else None
+            out.append(token)
+        elif flag is not None and out[-1] != flag:
+            out += [flag, token]
+        else:
+            out.append(token)
+    return out
+
 
 def _serve(service: str, argv: list[str]) -> None:
     # Imported lazily: the engine pulls in torch, which other services never need.
     if service == "engine":
+        argv = repeated_flags(argv)
         from maas_services.engine.server import main as run
         from maas_services.engine.settings import EngineSettings as Settings
     elif service == "tokenizer":
@@ -106,6 +127,13 @@ def _up_parser(sub) -> argparse.ArgumentParser:
         help='extra vLLM server flags, e.g. "--max-num-batched-tokens 1024"',
     )
     up.add_argument(
+        "--lora-modules",
+        nargs="+",
+        default=[],
+        metavar="NAME=PATH",
+        help="LoRA adapters (PEFT folders) every engine loads at start, as vLLM spells it",
+    )
+    up.add_argument(
         "--kv-cache-memory",
         type=int,
         default=0,
@@ -185,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(simulate(args.flags))
     from pathlib import Path
 
+    from maas_services.engine.settings import check_lora_modules
     from maas_tools.local.engine_flags import refused_flag
     from maas_tools.local.stack import StackConfig
     from maas_tools.local.up import up
@@ -194,6 +223,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--engine-replicas must be at least 1")
     if refused := refused_flag(rest, up_parser):
         up_parser.error(refused)
+    try:
+        check_lora_modules(args.lora_modules)
+    except ValueError as exc:
+        up_parser.error(f"--lora-modules: {exc}")
     configure_logging("local", "info", "console")
     config = StackConfig(
         state_dir=Path(args.state_dir),
@@ -201,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
         engine_replicas=args.engine_replicas,
         engine_args=rest
         + ([f"--kv-cache-memory={args.kv_cache_memory}"] if args.kv_cache_memory else []),
+        lora_modules=args.lora_modules,
         redis_url=args.redis_url,
         startup_timeout=args.startup_timeout,
         routes_file=Path(args.routes) if args.routes else None,

@@ -24,6 +24,8 @@ FLOAT = ctypes.c_float
 
 # matmul.h's WEIGHT_* formats.
 FLOAT32, INT8, INT4 = 0, 1, 2
+# wide_bf16_kernel()'s answers, by name.
+WIDE_BF16_KERNELS = {0: "", 1: "avx512_bf16", 2: "amx"}
 
 
 class Weight(ctypes.Structure):
@@ -39,6 +41,8 @@ class Weight(ctypes.Structure):
         ("n", ctypes.c_int64),
         ("k", ctypes.c_int64),
         ("integer_rows", ctypes.c_int64),
+        ("wide_bf16", ctypes.c_int64),
+        ("bf16", ctypes.c_void_p),
     ]
 
 
@@ -86,6 +90,8 @@ SIGNATURES: dict[str, tuple[list, type | None]] = {
     ),
     # linear.cpp: x, m, x stride, w, bias, n, k, out, row kernel rows, panel bytes.
     "f32_linear": ([PTR, INT, INT, PTR, PTR, INT, INT, PTR, INT, INT, THREADS], None),
+    # A Weight's address, x, m, x stride, out, row kernel rows, panel bytes.
+    "weight_linear": ([PTR, PTR, INT, INT, PTR, INT, INT, THREADS], None),
     # matmul.cpp and qdot.cpp: x, m, x stride, the weight's arrays, n, k, out.
     "int8_matmul_f32": ([PTR, INT, INT, PTR, PTR, INT, INT, PTR, THREADS], None),
     "int4_matmul_f32": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
@@ -105,6 +111,8 @@ SIGNATURES: dict[str, tuple[list, type | None]] = {
         None,
     ),
     "native_layout": ([PTR, INT], ctypes.c_int64),
+    # bf16_panel.cpp: 0 no bf16 panel GEMM in this build, 1 vdpbf16ps, 2 AMX tiles.
+    "wide_bf16_kernel": ([], ctypes.c_int64),
 }
 
 

@@ -199,6 +199,8 @@ int64_t native_layout(int64_t* out, int64_t capacity) {
       offsetof(NativeWeight, n),
       offsetof(NativeWeight, k),
       offsetof(NativeWeight, integer_rows),
+      offsetof(NativeWeight, wide_bf16),
+      offsetof(NativeWeight, bf16),
       sizeof(NativeLayer),
       offsetof(NativeLayer, qkv),
       offsetof(NativeLayer, o),

@@ -10,8 +10,11 @@ torch.get_num_threads(). Without a compiler, or on a CPU without AVX2,
 library() is None and the callers keep their torch paths.
 
 A CPU with AVX-512 gets a build for it (`-mavx512f`): matmul.cpp's panel
-GEMM then runs its tiles in 512-bit vectors, with the same sums. Every other
-CPU runs the portable AVX2 build.
+GEMM then runs its tiles in 512-bit vectors, with the same sums. One that also
+has AVX512-BF16 gets the bf16 panel GEMM (bf16_panel.cpp, `-mavx512bf16`),
+and one with AMX its tiles too (amx_panel.cpp, `-mamx-tile -mamx-bf16`): the
+engine takes them only when asked (--wide-gemm), since they change the
+arithmetic. Every other CPU runs the portable AVX2 build.
 
 An image without a compiler (the chart's engine pods: a slim runtime stage,
 a read-only root) carries the portable library prebuilt beside these sources
@@ -52,9 +55,25 @@ def _cpu_supported() -> bool:
     return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
+# What a CPU's /proc/cpuinfo flags add to the portable build, each only with the ones
+# before it: AVX-512's tiles; bf16 dot products (vdpbf16ps, in 512- and 256-bit vectors)
+# for the bf16 panel GEMM (bf16_panel.cpp); AMX's bf16 tiles for the same panels
+# (amx_panel.cpp).
+ISA_FLAGS = (
+    (frozenset({"avx512f"}), ("-mavx512f",)),
+    (frozenset({"avx512_bf16", "avx512vl"}), ("-mavx512bf16", "-mavx512vl")),
+    (frozenset({"amx_tile", "amx_bf16"}), ("-mamx-tile", "-mamx-bf16")),
+)
+
+
 def build_flags(cpu_flags: frozenset[str]) -> tuple[str, ...]:
     """The flags of the build for a CPU with these /proc/cpuinfo flags."""
-    return (*FLAGS, "-mavx512f") if "avx512f" in cpu_flags else FLAGS
+    flags = FLAGS
+    for needs, adds in ISA_FLAGS:
+        if not needs <= cpu_flags:
+            break
+        flags = (*flags, *adds)
+    return flags
 
 
 def _build(target: Path, compiler: str, flags: tuple[str, ...] = FLAGS) -> None:

@@ -16,6 +16,7 @@
 
 #include <vector>
 
+#include "bf16.h"
 #include "matmul.h"
 #include "vec.h"
 
@@ -368,8 +369,9 @@ void any_tile(int64_t w_rows, int64_t vectors, const float* w, int64_t k, const 
 }
 
 // Grown once per thread (OpenMP keeps its threads), never freed: no allocation per call.
-float* scratch(std::vector<float>& buffer, int64_t floats) {
-  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
+template <class T>
+T* scratch(std::vector<T>& buffer, int64_t elements) {
+  if (static_cast<int64_t>(buffer.size()) < elements) buffer.resize(elements);
   return buffer.data();
 }
 
@@ -398,23 +400,24 @@ void pack_rows(const float* x, int64_t rows, int64_t x_stride, int64_t k, int64_
 // 3.9 s but cost 19% at 256 rows.
 constexpr int64_t ROW_BLOCK = 512;
 
-// Output rows per panel: panel_bytes of float32 rows, a whole number of tiles, and as
-// many panels as make equal shares for the threads (576 outputs at 576 inputs: 12 panels
-// of 48, not 11 of 54 that leave one thread a panel more).
-int64_t panel_rows(int64_t n, int64_t k, int64_t panel_bytes, int threads) {
-  int64_t rows = panel_bytes / (4 * k) / TILE_W * TILE_W;
-  if (rows < TILE_W) rows = TILE_W;
+// Output rows per panel: panel_bytes of rows of row_bytes, a whole number of tiles of
+// `tile` rows, and as many panels as make equal shares for the threads (576 float32
+// outputs at 576 inputs: 12 panels of 48, not 11 of 54 that leave one thread a panel more).
+int64_t panel_rows(int64_t n, int64_t row_bytes, int64_t tile, int64_t panel_bytes,
+                   int threads) {
+  int64_t rows = panel_bytes / row_bytes / tile * tile;
+  if (rows < tile) rows = tile;
   int64_t panels = (n + rows - 1) / rows;
   panels = (panels + threads - 1) / threads * threads;
   rows = (n + panels - 1) / panels;
-  return (rows + TILE_W - 1) / TILE_W * TILE_W;
+  return (rows + tile - 1) / tile * tile;
 }
 
 template <class MakeRow>
 void panel_matmul(MakeRow make_row, const float* x, int64_t m, int64_t x_stride, int64_t n,
                   int64_t k, int64_t panel_bytes, float* out, int threads) {
   static thread_local std::vector<float> packed;
-  int64_t panel = panel_rows(n, k, panel_bytes, threads);
+  int64_t panel = panel_rows(n, 4 * k, TILE_W, panel_bytes, threads);
   int64_t panels = (n + panel - 1) / panel;
   for (int64_t block = 0; block < m; block += ROW_BLOCK) {
     int64_t rows = block + ROW_BLOCK < m ? ROW_BLOCK : m - block;
@@ -461,6 +464,64 @@ void panel_matmul(MakeRow make_row, const float* x, int64_t m, int64_t x_stride,
   }
 }
 
+#ifdef __AVX512BF16__
+// panel_matmul in bf16 (bf16.h): the activation rows rounded to bf16 once per block of
+// rows, each panel of weight rows in bf16 (the weight's copy made at load, else its rows
+// dequantized and rounded here), bf16_panel's sums of bf16 products in float32, in input
+// order. Panels of panel_bytes of bf16 rows: twice float32's rows, for the same L2.
+template <class MakeRow>
+void bf16_panel_matmul(MakeRow make_row, const uint16_t* bf16, const float* x, int64_t m,
+                       int64_t x_stride, int64_t n, int64_t k, int64_t panel_bytes, float* out,
+                       int threads) {
+  static thread_local std::vector<uint16_t> packed;
+  int64_t panel = panel_rows(n, 2 * k, BF16_PANEL_MULTIPLE, panel_bytes, threads);
+  int64_t panels = (n + panel - 1) / panel;
+  for (int64_t block = 0; block < m; block += ROW_BLOCK) {
+    int64_t rows = block + ROW_BLOCK < m ? ROW_BLOCK : m - block;
+    const float* xb = x + block * x_stride;
+    int64_t padded = bf16_padded_rows(rows, k);
+    uint16_t* xt = scratch(packed, padded * k);
+#pragma omp parallel num_threads(threads)
+    {
+      bf16_pack_rows(xb, rows, x_stride, k, padded, xt);
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < panels; p++) {
+        static thread_local std::vector<uint16_t> rounded;
+        static thread_local std::vector<float> row_f32, sums_buffer;
+        int64_t first = p * panel, count = first + panel < n ? panel : n - first;
+        const uint16_t* w = bf16 ? bf16 + first * k : nullptr;
+        if (!w) {
+          uint16_t* rows_bf16 = scratch(rounded, panel * k);
+          float* row = scratch(row_f32, k);
+          for (int64_t i = 0; i < count; i++) {
+            dequantize(make_row(first + i), k, row);
+            to_bf16(row, k, rows_bf16 + i * k);
+          }
+          w = rows_bf16;
+        }
+        float* sums = scratch(sums_buffer, panel * padded);
+        bf16_panel(w, count, k, xt, padded, sums);
+        float* out_panel = out + block * n + first;
+        for (int64_t r = 0; r < rows; r++)
+          for (int64_t i = 0; i < count; i++) out_panel[r * n + i] = sums[i * padded + r];
+      }
+    }
+  }
+}
+#endif
+
+// The panel GEMM, in bf16 where the weight asks and the build has it.
+template <class MakeRow>
+void wide_matmul(MakeRow make_row, const NativeWeight& w, const float* x, int64_t m,
+                 int64_t x_stride, float* out, int64_t panel_bytes, int threads) {
+#ifdef __AVX512BF16__
+  if (w.wide_bf16)
+    return bf16_panel_matmul(make_row, w.bf16, x, m, x_stride, w.n, w.k, panel_bytes, out,
+                             threads);
+#endif
+  panel_matmul(make_row, x, m, x_stride, w.n, w.k, panel_bytes, out, threads);
+}
+
 // The row kernel for a few rows, the panel GEMM for more, with one row maker per format.
 template <class MakeRow>
 void linear_rows(MakeRow make_row, const NativeWeight& w, const float* x, int64_t m,
@@ -469,7 +530,7 @@ void linear_rows(MakeRow make_row, const NativeWeight& w, const float* x, int64_
   if (m <= row_kernel_rows)
     tiled_matmul(make_row, x, m, x_stride, w.n, w.k, row_bytes, out, threads);
   else
-    panel_matmul(make_row, x, m, x_stride, w.n, w.k, panel_bytes, out, threads);
+    wide_matmul(make_row, w, x, m, x_stride, out, panel_bytes, threads);
 }
 
 }  // namespace
@@ -502,7 +563,7 @@ void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_s
     if (m <= row_kernel_rows)
       int4_row_matmul(packed, scales, mins, w.group, x, m, x_stride, w.n, k, out, threads);
     else
-      panel_matmul(row, x, m, x_stride, w.n, k, panel_bytes, out, threads);
+      wide_matmul(row, w, x, m, x_stride, out, panel_bytes, threads);
   }
   if (w.bias)
     for (int64_t r = 0; r < m; r++)

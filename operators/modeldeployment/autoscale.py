@@ -14,8 +14,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from maas_operator.modeldeployment import metrics, resources
-from maas_operator.modeldeployment.drain import DrainState, DrainStep, choose_victim, next_step
-from maas_operator.modeldeployment.grpc_clients import PoolStatsUnavailable, replicas_of
+from maas_operator.modeldeployment.drain import (
+    DrainState,
+    DrainStep,
+    Replica,
+    choose_victim,
+    next_step,
+)
+from maas_operator.modeldeployment.grpc_clients import (
+    PoolStatsUnavailable,
+    load_adapter,
+    replicas_of,
+    unload_adapter,
+)
 from maas_operator.modeldeployment.kube import AUTOSCALER_MANAGER, KubeApi
 from maas_operator.modeldeployment.policy import Action, AutoscalerState, Observation, decide
 from maas_operator.modeldeployment.spec import autoscaling_config, drain_timeout_seconds, model_id
@@ -50,6 +61,8 @@ Event = tuple[str, str, str]  # (type, reason, message)
 class TickResult:
     status: dict
     events: list[Event] = field(default_factory=list)
+    # The replicas the router reported (adapter_sync.py works on them); None: none known.
+    replicas: list[Replica] | None = None
 
 
 @dataclass
@@ -57,6 +70,9 @@ class Dependencies:
     api: KubeApi
     pool_stats: Callable[[str], Awaitable[object]]  # model -> DeploymentStats | None
     drain_engine: Callable[[str], Awaitable[int]]  # address -> requests still in flight
+    # address, name, source; raises the engine's refusal (grpc.aio.AioRpcError)
+    load_adapter: Callable[[str, str, str], Awaitable[None]] = load_adapter
+    unload_adapter: Callable[[str, str], Awaitable[bool]] = unload_adapter  # address, name
 
 
 def _drain_from_status(status: dict) -> DrainState | None:
@@ -285,7 +301,7 @@ async def tick(deps: Dependencies, body: dict, spec: dict, now: float) -> TickRe
         status["coldStartSeconds"] = cold_seconds
     if last_scale is not None:
         status["lastScaleTime"] = timestamp(last_scale)
-    return TickResult(status, t.events)
+    return TickResult(status, t.events, replicas)
 
 
 def _cold_start(t: _Tick, stats, previous: dict, asked: int, decision, since: float | None):

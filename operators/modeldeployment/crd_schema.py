@@ -38,6 +38,18 @@ Schema = dict[str, Any]
 QUANTITY_PATTERN = r"^[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?$"
 # file:// is inside the image, pvc://CLAIM/PATH on a volume, http(s):// and s3:// are fetched.
 SOURCE_PATTERN = r"^(file:///|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/|https?://|s3://).+"
+# An adapter is loaded into running replicas, where no init container can fetch
+# it any more: only what a pod already sees (the image, a model-store claim).
+ADAPTER_SOURCE_PATTERN = r"^(file:///|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/).+"
+# A name tenants send as `model`, a label value in metrics and billing: DNS-1123-like.
+ADAPTER_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$"
+MAX_ADAPTERS = 64
+PRELOAD, ON_DEMAND = "preload", "on-demand"
+# The engine's own LoRA limits when the spec sets none (services/engine/settings.py:
+# max_loras, max_lora_rank, max_cpu_loras); a vLLM server is given the same.
+ENGINE_LORA_DEFAULTS = {"maxLoras": 8, "maxLoraRank": 16, "maxCpuLoras": 32}
+# The ranks vLLM's LoRA config accepts for --max-lora-rank.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def _int(default: int | None = None, minimum: int | None = None, maximum: int | None = None, **kw):
@@ -177,6 +189,27 @@ ENGINE = _obj(
             "--enforce-eager to our engine and to vLLM; false = each engine's own default "
             "(vLLM compiles; ours runs eagerly, compiling with --no-enforce-eager in extraArgs)",
         },
+        # No schema defaults: a flag goes to the engine only when the spec sets it
+        # (engine_args.py), so a spec without adapters runs on any engine build.
+        "maxLoras": _int(
+            minimum=0,
+            maximum=256,
+            description="adapters one engine step may compute with; 0 = no adapters; "
+            f"absent = the engine's {ENGINE_LORA_DEFAULTS['maxLoras']} (--max-loras)",
+        ),
+        "maxLoraRank": _int(
+            minimum=1,
+            maximum=512,
+            description="adapters of a higher rank are refused at load (AdaptersReady "
+            f"says so); absent = {ENGINE_LORA_DEFAULTS['maxLoraRank']} (--max-lora-rank)",
+        ),
+        "maxCpuLoras": _int(
+            minimum=1,
+            maximum=1024,
+            description="adapters an engine keeps loaded, at least maxLoras; beyond it idle "
+            "on-demand ones are unloaded, least recently used first; absent = "
+            f"{ENGINE_LORA_DEFAULTS['maxCpuLoras']} (--max-cpu-loras)",
+        ),
         "vllm": _obj(
             {
                 "image": _str(
@@ -202,7 +235,19 @@ ENGINE = _obj(
                 "(self.quantization == 'none' && self.speculative.method == 'none')",
                 "message": "quantization and speculative are the native engine's; "
                 "give vLLM its own in vllm.args",
-            }
+            },
+            {
+                "rule": "(has(self.maxCpuLoras) ? self.maxCpuLoras : "
+                f"{ENGINE_LORA_DEFAULTS['maxCpuLoras']}) >= "
+                f"(has(self.maxLoras) ? self.maxLoras : {ENGINE_LORA_DEFAULTS['maxLoras']})",
+                "message": "maxCpuLoras counts the adapters in use too: at least maxLoras",
+            },
+            {
+                "rule": "self.backend != 'vllm' || !has(self.maxLoraRank) || "
+                f"self.maxLoraRank in {list(VLLM_LORA_RANKS)}",
+                "message": "vLLM takes a maxLoraRank of "
+                + ", ".join(str(r) for r in VLLM_LORA_RANKS),
+            },
         ]
     },
 )
@@ -327,6 +372,57 @@ SERVES = {
     + " (the gateway answers 400 to a request of a kind the model does not serve)",
 }
 
+ADAPTER = {
+    "type": "object",
+    "required": ["name", "source"],
+    "properties": {
+        "name": _str(
+            "the name tenants send as `model` (the engines' adapter name); not the "
+            "model's id or an alias",
+            pattern=ADAPTER_NAME_PATTERN,
+            maxLength=63,
+        ),
+        "source": {
+            "type": "object",
+            "required": ["uri"],
+            "description": "the PEFT folder (adapter_config.json + adapter_model.safetensors)",
+            "properties": {
+                "uri": _str(
+                    "file:///PATH in the image, or pvc://CLAIM/PATH on a model-store claim "
+                    "(mounted as a model's is; a claim no pod mounts yet rolls the pods once)",
+                    pattern=ADAPTER_SOURCE_PATTERN,
+                    maxLength=1024,
+                ),
+            },
+        },
+        "tenants": {
+            "type": "array",
+            "maxItems": 256,
+            "x-kubernetes-list-type": "set",
+            "items": {"type": "string", "minLength": 1, "maxLength": 128},
+            "description": "tenants who may use it; empty = every tenant (another tenant "
+            "gets 404 model_not_found, as for a model that does not exist)",
+        },
+        "load": _str(
+            "preload = the operator loads it onto every replica (at start and as the "
+            "spec changes); on-demand = loaded onto the replica a request lands on",
+            enum=[PRELOAD, ON_DEMAND],
+            default=PRELOAD,
+        ),
+    },
+}
+
+ADAPTERS = {
+    "type": "array",
+    "maxItems": MAX_ADAPTERS,
+    # The API server refuses two adapters of one name.
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["name"],
+    "items": ADAPTER,
+    "description": "LoRA adapters served on this model's replicas, each under its own name "
+    "(docs/operator.md, Adapters)",
+}
+
 SPEC = {
     "type": "object",
     # Rules across spec.engine and the fields a vLLM pod needs elsewhere.
@@ -346,6 +442,18 @@ SPEC = {
             "rule": "self.engine.backend != 'vllm' || !has(self.serves) || size(self.serves) == 1",
             "message": "a vLLM server runs its generation runner or its pooling runner, "
             "not both: serves is [generate] or [embed]",
+        },
+        {
+            "rule": "!has(self.adapters) || size(self.adapters) == 0 || "
+            "!has(self.engine.maxLoras) || self.engine.maxLoras > 0",
+            "message": "adapters need engine.maxLoras above 0 (0 serves no adapters)",
+        },
+        {
+            "rule": "!has(self.adapters) || size(self.adapters.filter(a, a.load == "
+            f"'{PRELOAD}')) <= (has(self.engine.maxCpuLoras) ? self.engine.maxCpuLoras : "
+            f"{ENGINE_LORA_DEFAULTS['maxCpuLoras']})",
+            "message": "more preload adapters than engine.maxCpuLoras: an engine could not "
+            "hold them all",
         },
     ],
     "properties": {
@@ -370,6 +478,7 @@ SPEC = {
                 "maxLength": 128,
             },
         },
+        "adapters": ADAPTERS,
     },
 }
 
@@ -386,6 +495,7 @@ CONDITION = {
                 "ScalingLimited",
                 "ModelIdConflict",
                 "Synced",
+                "AdaptersReady",
             ],
         },
         "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
@@ -422,6 +532,31 @@ STATUS = {
         },
         "observedGeneration": {"type": "integer"},
         "conditions": {"type": "array", "items": CONDITION},
+        "adapters": {
+            "type": "array",
+            "description": "each adapter of the spec (and one being removed), and the "
+            "replicas it is loaded on (adapter_sync.py)",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "source": {"type": "string", "description": "the folder the engines load"},
+                    "load": {"type": "string"},
+                    "state": {
+                        "type": "string",
+                        "enum": ["Loaded", "Loading", "OnDemand", "Failed", "Unloading"],
+                    },
+                    "replicas": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "the replicas (pods) that report it loaded",
+                    },
+                    "reason": {"type": "string"},
+                    "message": {"type": "string"},
+                    "lastFailureTime": {"type": "string", "format": "date-time"},
+                },
+            },
+        },
         # The autoscaler's memory lives in status so an operator restart
         # resumes a stabilisation window or a drain instead of forgetting it.
         "autoscaler": {

@@ -17,6 +17,7 @@ class Replica:
     running: int
     waiting: int
     in_flight: int
+    adapters: tuple[str, ...] = ()  # LoRA adapters its load report lists
 
     @property
     def busy(self) -> int:

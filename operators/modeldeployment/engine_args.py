@@ -51,6 +51,20 @@ def known_answer_args(engine: dict) -> list[str]:
     return [f"--known-answer={reference if reference else 'bound'}"]
 
 
+# spec.engine's LoRA limits and the flag each is, spelt alike by our engine and vLLM.
+LORA_FLAGS = {
+    "maxLoras": "max-loras",
+    "maxLoraRank": "max-lora-rank",
+    "maxCpuLoras": "max-cpu-loras",
+}
+
+
+def lora_args(engine: dict) -> list[str]:
+    """The LoRA limits the spec sets; the engine's own defaults (ENGINE_LORA_DEFAULTS) else.
+    Preload adapters are no flag: a change would restart the pods (lora_modules_configmap.py)."""
+    return [f"--{flag}={engine[field]}" for field, flag in LORA_FLAGS.items() if field in engine]
+
+
 def common_args(engine: dict) -> list[str]:
     """Flags our engine and vLLM's server spell alike."""
     args = [
@@ -86,7 +100,7 @@ def engine_args(
         args.append(f"--kv-cache-memory={kv_bytes}")
     if engine["quantization"] != "none":
         args.append(f"--quantization={engine['quantization']}")
-    args += prefix_cache_args(engine) + known_answer_args(engine)
+    args += prefix_cache_args(engine) + known_answer_args(engine) + lora_args(engine)
     speculative = engine["speculative"]
     if speculative["method"] != "none":
         args.append(f"--speculative-method={speculative['method']}")

@@ -1,4 +1,5 @@
-"""The operator's gRPC calls: pool statistics from the router, Drain to engines."""
+"""The operator's gRPC calls: pool statistics from the router; Drain, LoadAdapter and
+UnloadAdapter to engines."""
 
 import grpc
 
@@ -43,6 +44,7 @@ def replicas_of(stats: router_pb2.DeploymentStats) -> list[Replica]:
             running=r.running,
             waiting=r.waiting,
             in_flight=r.in_flight,
+            adapters=tuple(r.adapters),
         )
         for r in stats.replicas
     ]
@@ -55,5 +57,32 @@ async def drain_engine(address: str, timeout_seconds: float = 10.0) -> int:
         stub = engine_pb2_grpc.EngineStub(channel)
         response = await stub.Drain(engine_pb2.DrainRequest(), timeout=timeout_seconds)
         return response.in_flight
+    finally:
+        await channel.close()
+
+
+# Loading reads and checks one PEFT folder: seconds, not minutes.
+ADAPTER_TIMEOUT_SECONDS = 60.0
+
+
+async def load_adapter(address: str, name: str, source: str) -> None:
+    """LoadAdapter on one engine; raises grpc.aio.AioRpcError with the engine's refusal."""
+    channel = open_channel(address, CALLER)
+    try:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        request = engine_pb2.LoadAdapterRequest(name=name, source=source)
+        await stub.LoadAdapter(request, timeout=ADAPTER_TIMEOUT_SECONDS)
+    finally:
+        await channel.close()
+
+
+async def unload_adapter(address: str, name: str) -> bool:
+    """UnloadAdapter on one engine; whether it had the adapter."""
+    channel = open_channel(address, CALLER)
+    try:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        request = engine_pb2.UnloadAdapterRequest(name=name)
+        response = await stub.UnloadAdapter(request, timeout=ADAPTER_TIMEOUT_SECONDS)
+        return response.found
     finally:
         await channel.close()

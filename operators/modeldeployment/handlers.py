@@ -18,6 +18,10 @@ recreates what is gone), with a DriftRepaired or Recreated Event and the
 Synced condition saying so. The autoscaler's timer is the safety net for what
 the watch can miss (a delete while the watch was down): a Deployment it finds
 gone is recreated the same way.
+
+Adapters: each autoscaler tick starts loading spec.adapters onto the replicas
+it sees, in a task beside it, and writes where each is from the last one that
+finished (adapter_sync.py); a refused spec's are left as they are.
 """
 
 import asyncio
@@ -32,8 +36,15 @@ import kopf
 
 from maas_operator.modeldeployment import crd_schema as s
 from maas_operator.modeldeployment import metrics
+from maas_operator.modeldeployment.adapter_spec import adapter_refusal, adapters
+from maas_operator.modeldeployment.adapter_sync import (
+    AdapterCalls,
+    AdapterReport,
+    AdapterSyncs,
+    sync_adapters,
+)
 from maas_operator.modeldeployment.admission import AdmissionPolicy, Refusal
-from maas_operator.modeldeployment.autoscale import Dependencies, tick
+from maas_operator.modeldeployment.autoscale import Dependencies, TickResult, tick
 from maas_operator.modeldeployment.defaults import defaulted_spec
 from maas_operator.modeldeployment.drift import DriftWatch, Repair, synced
 from maas_operator.modeldeployment.kube import Credentials
@@ -126,8 +137,27 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         return info
 
     async def refusal_of(body, spec: dict) -> Refusal | None:
-        namespace = body["metadata"]["namespace"]
-        return ctx.admission.refusal(spec) or await claim_refusal(ctx.deps.api, namespace, spec)
+        meta = body["metadata"]
+        return (
+            ctx.admission.refusal(spec)
+            or adapter_refusal(meta["name"], spec)
+            or await claim_refusal(ctx.deps.api, meta["namespace"], spec)
+        )
+
+    adapter_syncs = AdapterSyncs()
+
+    def adapters_report(body, spec: dict, result: TickResult) -> AdapterReport | None:
+        """The last finished sync of an admitted spec's adapters, if one finished since the
+        last tick; starts the next on this tick's replicas (none known: none)."""
+        previous = (body.get("status") or {}).get("adapters") or []
+        wanted, replicas = adapters(spec), result.replicas
+        calls = AdapterCalls(ctx.deps.load_adapter, ctx.deps.unload_adapter)
+
+        def run(entries: list[dict]):
+            return sync_adapters(calls, wanted, replicas, entries, ctx.clock())
+
+        wanted_now = replicas is not None and bool(wanted or previous)
+        return adapter_syncs.step(body["metadata"]["uid"], previous, run if wanted_now else None)
 
     def verdicts(body, refusal, conflict, available) -> list:
         summary = ready(refusal or conflict_refusal(conflict), available)
@@ -245,6 +275,7 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         ctx.applied.pop(meta["uid"], None)
         ctx.synced.pop(meta["uid"], None)
         applying.pop(meta["uid"], None)
+        adapter_syncs.cancel(meta["uid"])
         if ctx.routes is not None:
             await ctx.routes.withdraw(ctx.deps.api, meta["namespace"], meta["name"])
         deleted = await delete_owned(ctx.deps.api, meta["namespace"], meta["name"])
@@ -261,18 +292,24 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
             if not body["metadata"].get("deletionTimestamp"):
                 await repair(body["metadata"]["uid"], dict(body.get("status") or {}), logger)
             return
+        refusal = await refusal_of(body, spec)
+        # A refused spec keeps what it runs: no adapter is loaded or unloaded for it.
+        if refusal is not None:
+            adapter_syncs.cancel(body["metadata"]["uid"])
+        report = None if refusal else adapters_report(body, spec, result)
         conditions = result.status["conditions"]
         result.status["conditions"] = merge_conditions(
             conditions,
-            verdicts(
-                body,
-                await refusal_of(body, spec),
-                _conflict(body, model_claims),
-                _available(conditions),
-            ),
+            [
+                *verdicts(body, refusal, _conflict(body, model_claims), _available(conditions)),
+                *([report.condition] if report else []),
+            ],
             body["metadata"].get("generation", 0),
             ctx.clock(),
         )
+        if report is not None:
+            result.status["adapters"] = report.entries
+            result.events += report.events
         patch.status.update(result.status)
         metrics.record(body["metadata"]["namespace"], body["metadata"]["name"], result.status)
         for kind, reason, message in result.events:

@@ -6,6 +6,10 @@ https://URL       fetched by curl into an emptyDir before the engine starts;
                   a .tar/.tar.gz/.tgz is unpacked (a safetensors folder).
 s3://BUCKET/KEY   fetched by the AWS CLI (a KEY ending in / is a folder).
 omitted           the SmolLM2 GGUF bundled in the image.
+
+LoRA adapters (spec.adapters) come from file:// or pvc:// sources only: they
+are loaded into running pods, where no init container runs any more. An
+adapter's claim is mounted as a model's is, once per claim.
 """
 
 import posixpath
@@ -76,22 +80,53 @@ def _fetched(uri: str, source: dict) -> ModelMount:
     )
 
 
+def _claim_volume(name: str, claim: str) -> tuple[dict, dict]:
+    """A claim's volume, read-only, and its mount at /models/CLAIM."""
+    return (
+        {"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}},
+        {"name": name, "mountPath": f"{MODELS_DIR}/{claim}", "readOnly": True},
+    )
+
+
+def local_path(uri: str) -> str:
+    """Where a file:// or pvc:// source is inside the engine's container."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return parsed.path
+    if parsed.scheme == "pvc":
+        return f"{MODELS_DIR}/{parsed.netloc}{parsed.path}"
+    raise ValueError(f"not a file:// or pvc:// source: {uri!r}")
+
+
 def model_mount(source: dict) -> ModelMount:
     uri = source.get("uri") or ""
     if not uri:
         return ModelMount()
     parsed = urlparse(uri)
     if parsed.scheme == "file":
-        return ModelMount(model_path=parsed.path)
+        return ModelMount(model_path=local_path(uri))
     if parsed.scheme == "pvc":
-        claim, mount = parsed.netloc, f"{MODELS_DIR}/{parsed.netloc}"
-        return ModelMount(
-            model_path=mount + parsed.path,
-            volumes=[
-                {"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
-            ],
-            volume_mounts=[{"name": "models", "mountPath": mount, "readOnly": True}],
-        )
+        volume, mount = _claim_volume("models", parsed.netloc)
+        return ModelMount(model_path=local_path(uri), volumes=[volume], volume_mounts=[mount])
     if parsed.scheme in ("http", "https", "s3"):
         return _fetched(uri, source)
     raise ValueError(f"unsupported model source {uri!r}")
+
+
+def with_adapter_claims(mount: ModelMount, uris: list[str]) -> ModelMount:
+    """mount plus the model-store claims of adapter sources that it does not mount yet.
+
+    Named by their order among the claims, so the same spec gives the same pod.
+    """
+    mounted = {m["mountPath"] for m in mount.volume_mounts}
+    claims = sorted(
+        {urlparse(u).netloc for u in uris if urlparse(u).scheme == "pvc"}
+        - {path.removeprefix(f"{MODELS_DIR}/") for path in mounted}
+    )
+    pairs = [_claim_volume(f"adapters-{i}", claim) for i, claim in enumerate(claims)]
+    return ModelMount(
+        model_path=mount.model_path,
+        volumes=[*mount.volumes, *(v for v, _ in pairs)],
+        volume_mounts=[*mount.volume_mounts, *(m for _, m in pairs)],
+        init_containers=mount.init_containers,
+    )

@@ -16,7 +16,7 @@ the autoscaler's own field manager; later applies leave replicas out, so they
 never undo a scale.
 """
 
-from maas_operator.modeldeployment import resources
+from maas_operator.modeldeployment import lora_modules_configmap, resources
 from maas_operator.modeldeployment.kube import AUTOSCALER_MANAGER, KubeApi
 from maas_operator.modeldeployment.vllm_pod import DEFAULT_VLLM_IMAGE
 
@@ -86,6 +86,8 @@ async def reconcile(
 ) -> dict[str, str]:
     """Bring every owned object to what spec asks; returns object name -> outcome."""
     name, namespace = owner["metadata"]["name"], owner["metadata"]["namespace"]
+    # First: a replica reads its preload adapters there as it starts.
+    await lora_modules_configmap.publish(api, namespace, name, spec)
     outcomes = {}
     for obj, autoscaled in owned_objects(
         owner, spec, image, initial_replicas, token_secret, vllm_image
@@ -101,6 +103,7 @@ async def reconcile(
 
 async def delete_owned(api: KubeApi, namespace: str, name: str) -> list[str]:
     """Delete everything owned; the garbage collector would too, this does not wait for it."""
+    await lora_modules_configmap.withdraw(api, namespace, name)
     n = resources.names(name)
     targets = [
         ("Deployment", n["deployment"]),

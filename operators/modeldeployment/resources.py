@@ -11,9 +11,11 @@ apply them. The main Deployment's replicas are the autoscaler's
 
 import json
 
+from maas_operator.modeldeployment.adapter_spec import adapters
 from maas_operator.modeldeployment.crd_schema import GROUP, KIND, VERSION
 from maas_operator.modeldeployment.engine_args import engine_args
-from maas_operator.modeldeployment.model_source import ModelMount, model_mount
+from maas_operator.modeldeployment.lora_modules_configmap import lora_modules_env
+from maas_operator.modeldeployment.model_source import ModelMount, model_mount, with_adapter_claims
 from maas_operator.modeldeployment.spec import track_model_id
 from maas_operator.modeldeployment.vllm_pod import (
     ADAPTER_RESOURCES,
@@ -122,7 +124,13 @@ def _service_token_env(token_secret: str) -> list[dict]:
 
 
 def _containers(
-    spec: dict, model_id: str, mount: ModelMount, image: str, token_secret: str, vllm_image: str
+    owner: dict,
+    spec: dict,
+    model_id: str,
+    mount: ModelMount,
+    image: str,
+    token_secret: str,
+    vllm_image: str,
 ) -> list[dict]:
     """The engine container, and for backend vllm the vLLM server it fronts."""
     drain_timeout = spec["autoscaling"]["drainTimeoutSeconds"]
@@ -148,6 +156,7 @@ def _containers(
             *_service_token_env(token_secret),
             *(api_key_env(token_secret) if vllm else []),
             *([] if vllm else [{"name": "MAAS_HTTP_PORT", "value": str(ENGINE_HTTP_PORT)}]),
+            *lora_modules_env(owner["metadata"]["name"], spec),
         ],
         "ports": [
             {"name": "grpc", "containerPort": ENGINE_PORT},
@@ -196,7 +205,9 @@ def pod_template(
     vllm_image: str = DEFAULT_VLLM_IMAGE,
 ) -> dict:
     drain_timeout = spec["autoscaling"]["drainTimeoutSeconds"]
-    mount = model_mount(spec["model"]["source"])
+    mount = with_adapter_claims(
+        model_mount(spec["model"]["source"]), [a.uri for a in adapters(spec)]
+    )
     resources = spec["resources"]
     pod_spec = {
         "automountServiceAccountToken": False,
@@ -210,6 +221,7 @@ def pod_template(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": _containers(
+            owner,
             spec,
             track_model_id(owner["metadata"]["name"], spec, track),
             mount,

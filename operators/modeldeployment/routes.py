@@ -10,10 +10,13 @@ holding a fragment of the gateway's routing table (services/gateway/routing/rout
     deployments:
       smollm2: {scales_to_zero: true}           # replicas.min 0: hold, do not refuse
       smollm2-canary: {tokenizer: smollm2}      # the canary speaks the main model's vocabulary
+    adapters:            # spec.adapters, each served by the main deployment's engines
+      sql-upper: {deployment: smollm2, source: /models/store/adapters/sql-upper,
+                  tenants: [acme], load: on-demand}     # no tenants: every tenant
 
-Each write is a merge patch of that one key, so two ModelDeployments never
-overwrite each other's routes and no read-modify-write races; deleting the
-resource patches its key to null. The gateway watches the ConfigMap through
+Each write is a merge patch of that one key (keyed_configmap.py), so two
+ModelDeployments never overwrite each other's routes; deleting the resource
+patches its key to null. The gateway watches the ConfigMap through
 the API (services/gateway/routing/routes_configmap.py), so a weight change reaches
 traffic within seconds.
 """
@@ -21,8 +24,9 @@ traffic within seconds.
 from dataclasses import dataclass
 
 import yaml
-from lightkube import ApiError
 
+from maas_operator.modeldeployment.adapter_spec import Adapter, adapters
+from maas_operator.modeldeployment.keyed_configmap import KeyedConfigMap
 from maas_operator.modeldeployment.kube import KubeApi
 from maas_operator.modeldeployment.resources import canary_wanted
 from maas_operator.modeldeployment.spec import canary_model_id, model_id
@@ -41,10 +45,21 @@ def fragment(name: str, spec: dict) -> dict:
     if spec["replicas"]["min"] == 0:
         deployments[main]["scales_to_zero"] = True
     names = [main, *(a for a in spec.get("aliases") or [] if a != main)]
-    return {
+    table = {
         "models": {alias: {"routes": routes} for alias in names},
         "deployments": {d: options for d, options in deployments.items() if options},
     }
+    served = {a.name: _adapter_route(main, a) for a in adapters(spec)}
+    if served:
+        table["adapters"] = served
+    return table
+
+
+def _adapter_route(deployment: str, adapter: Adapter) -> dict:
+    route = {"deployment": deployment, "source": adapter.path, "load": adapter.load}
+    if adapter.tenants:
+        route["tenants"] = list(adapter.tenants)
+    return route
 
 
 def key(namespace: str, name: str) -> str:
@@ -58,32 +73,11 @@ class RoutesConfigMap:
 
     async def publish(self, api: KubeApi, owner_namespace: str, owner: str, spec: dict) -> None:
         text = yaml.safe_dump(fragment(owner, spec), sort_keys=True)
-        await self._patch(api, {key(owner_namespace, owner): text})
+        await self._configmap.put(api, key(owner_namespace, owner), text)
 
     async def withdraw(self, api: KubeApi, owner_namespace: str, owner: str) -> None:
-        await self._patch(api, {key(owner_namespace, owner): None})
+        await self._configmap.remove(api, key(owner_namespace, owner))
 
-    async def _patch(self, api: KubeApi, data: dict) -> None:
-        try:
-            await api.merge_patch("ConfigMap", self.namespace, self.name, {"data": data})
-        except ApiError as exc:
-            if exc.status.code != 404:
-                raise
-            if all(v is None for v in data.values()):
-                return  # nothing to withdraw from a ConfigMap that is not there
-            body = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {
-                    "name": self.name,
-                    "namespace": self.namespace,
-                    "labels": {"app.kubernetes.io/managed-by": "maas-operator"},
-                },
-                "data": {k: v for k, v in data.items() if v is not None},
-            }
-            try:
-                await api.create(body)
-            except ApiError as race:
-                if race.status.code != 409:  # another writer created it first: patch that one
-                    raise
-                await api.merge_patch("ConfigMap", self.namespace, self.name, {"data": data})
+    @property
+    def _configmap(self) -> KeyedConfigMap:
+        return KeyedConfigMap(self.namespace, self.name)

@@ -27,9 +27,12 @@ admission allow-list (vllm_allowlist.py).
 import json
 import math
 
+from maas_operator.modeldeployment.adapter_spec import lora_wanted
+from maas_operator.modeldeployment.crd_schema import ENGINE_LORA_DEFAULTS
 from maas_operator.modeldeployment.engine_args import (
     common_args,
     known_answer_args,
+    lora_args,
     prefix_cache_args,
     quantity_bytes,
     serves_args,
@@ -100,8 +103,23 @@ def adapter_args(
     ]
 
 
+def vllm_lora_args(spec: dict) -> list[str]:
+    """LoRA on when the spec asks for it, with our engine's limits where the spec sets none
+    (vLLM's own defaults differ), so both backends hold the same adapters. No
+    --lora-modules: preload adapters reach vLLM through the adapter (LoadAdapter), so
+    a change of them restarts no pod."""
+    if not lora_wanted(spec):
+        return []
+    return ["--enable-lora", *lora_args({**ENGINE_LORA_DEFAULTS, **spec["engine"]})]
+
+
 def vllm_args(
-    model_id: str, model_path: str, engine: dict, gpus: int, serves: list[str] | None = None
+    model_id: str,
+    model_path: str,
+    engine: dict,
+    gpus: int,
+    serves: list[str] | None = None,
+    lora: list[str] | None = None,
 ) -> list[str]:
     kv_events = {
         "enable_kv_cache_events": True,
@@ -124,6 +142,7 @@ def vllm_args(
         "--enable-prompt-tokens-details",
         *common_args(engine),
         *(POOLING_ARGS if serves == [EMBED] else []),
+        *(lora or []),
     ]
     kv_bytes = quantity_bytes(engine["kvCacheMemory"])
     if gpus and kv_bytes:
@@ -133,7 +152,7 @@ def vllm_args(
     return args + list(engine["vllm"].get("args") or [])
 
 
-def _env(engine: dict, gpus: int, cache_dir: str) -> list[dict]:
+def _env(engine: dict, gpus: int, cache_dir: str, lora: bool) -> list[dict]:
     env = {
         # Read-only root: every cache (Hugging Face, vLLM's compiled graphs,
         # Triton, torch) under the writable mounts.
@@ -145,6 +164,10 @@ def _env(engine: dict, gpus: int, cache_dir: str) -> list[dict]:
     if not gpus and kv_bytes:
         # vLLM's CPU build sizes its KV cache in whole GiB from this alone.
         env["VLLM_CPU_KVCACHE_SPACE"] = str(math.ceil(kv_bytes / 2**30))
+    if lora:
+        # Load and unload adapters at run time; only the adapter, which holds the
+        # server's key, reaches vLLM's API (the module docstring).
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     env |= engine["vllm"].get("env") or {}
     return [{"name": name, "value": value} for name, value in env.items()]
 
@@ -175,8 +198,10 @@ def vllm_container(
         "name": "vllm",
         "image": engine["vllm"].get("image") or default_image,
         "command": COMMAND,
-        "args": vllm_args(model_id, mount.model_path, engine, gpus, spec.get("serves")),
-        "env": _env(engine, gpus, cache_dir),
+        "args": vllm_args(
+            model_id, mount.model_path, engine, gpus, spec.get("serves"), vllm_lora_args(spec)
+        ),
+        "env": _env(engine, gpus, cache_dir, lora_wanted(spec)),
         "ports": [{"name": "vllm-http", "containerPort": VLLM_PORT}],
         "startupProbe": _health_probe(10, STARTUP_SECONDS // 10),
         "readinessProbe": _health_probe(5, 2),

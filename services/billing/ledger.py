@@ -19,6 +19,7 @@ logged and counted, never billed.
 
 Redis, all under maas:billing:
   tenant:<t>                      running totals, also per model (the name the client sent)
+                                  and per LoRA adapter
   tenant:<t>:month:<YYYYMM>       tokens used this month (quotas)
   balance:<t>                     prepaid balance in nano-USD, if the tenant has one
   reserved:{<t>}:*                the gateway's holds on the balance (balance_reservations.py)
@@ -73,6 +74,13 @@ class Retention:
         return Window(min(self.dedup_window, self.line_items))
 
 
+def grouped(raw: dict[str, str], group: str) -> dict[str, Totals]:
+    """The running totals under `<group>:<name>:` of a tenant's hash, by name."""
+    head = f"{group}:"
+    names = sorted({k[len(head) :].rsplit(":", 1)[0] for k in raw if k.startswith(head)})
+    return {name: Totals.from_hash(raw, f"{head}{name}:") for name in names}
+
+
 def bucket_start(when: float, size: int) -> int:
     return int(when // size) * size
 
@@ -96,8 +104,9 @@ class Ledger:
         self._totals = RunningTotals(redis, stream, group)
 
     def price(self, event: UsageEvent) -> ModelPrice:
-        """The deployment's price; a batch line's is its batch price."""
-        price = self._prices.for_deployment(event.served_by)
+        """The deployment's price, or its adapter's (prices.py); a batch line's
+        is its batch price."""
+        price = self._prices.for_served(event.served_by, event.adapter)
         return price.for_batch() if event.batch_id else price
 
     def line_item(self, event: UsageEvent) -> LineItem:
@@ -117,6 +126,7 @@ class Ledger:
                 event.prompt_tokens, event.cached_prompt_tokens, event.completion_tokens
             ),
             finish_reason=event.finish_reason,
+            adapter=event.adapter,
         )
 
     async def commit(
@@ -177,11 +187,13 @@ class Ledger:
         return await self.store.claim_unapplied(older_than, apply)
 
     async def totals(self, tenant: str) -> tuple[Totals, dict[str, Totals]]:
+        """The tenant's running totals, and per model (the name the client sent)."""
         raw = await self._redis.hgetall(tenant_key(tenant))
-        models = sorted(
-            {k[len("model:") :].rsplit(":", 1)[0] for k in raw if k.startswith("model:")}
-        )
-        return Totals.from_hash(raw), {m: Totals.from_hash(raw, f"model:{m}:") for m in models}
+        return Totals.from_hash(raw), grouped(raw, "model")
+
+    async def adapter_totals(self, tenant: str) -> dict[str, Totals]:
+        """The tenant's running totals per LoRA adapter (requests run with one)."""
+        return grouped(await self._redis.hgetall(tenant_key(tenant)), "adapter")
 
     async def buckets(
         self, tenant: str, start: int, end: int, size: int

@@ -1,8 +1,8 @@
 """What a committed batch adds to Redis, applied once and acknowledged in one script.
 
 Redis keeps, per tenant, only what the gateway must read fast: the running
-totals (also per model: the name the client sent), the month's token counter
-(quotas), the prepaid balance and its reservations. A batch's line items are
+totals (also per model: the name the client sent, and per LoRA adapter), the
+month's token counter (quotas), the prepaid balance and its reservations. A batch's line items are
 in the database first (store/line_items.py); `effects` turns the rows that
 were new into a list of increments, stored in the batch's outbox row, and
 APPLY runs them in Redis with the XACK of the batch's stream entries.
@@ -105,6 +105,8 @@ def effects(inserted: list[LineItem], daily_retention: int) -> str:
         for name, value in values:
             fields[name] += value
             fields[f"model:{item.model}:{name}"] += value
+            if item.adapter:
+                fields[f"adapter:{item.adapter}:{name}"] += value
         month = month_key(item.tenant, item.finished_at)
         months[(item.tenant, month)] += item.prompt_tokens + item.completion_tokens
         # Kept as long as the daily buckets, from the end of the day it was last written.

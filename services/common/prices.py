@@ -27,6 +27,12 @@ a price of p USD per million tokens is p * 1000 nano-USD per token.
       smollm2-135m-instruct-q8:
         {input: 0.06, output: 0.12, batch: {input: 0.02, output: 0.04}}
     default: {input: 0.0, cached_input: 0.0, output: 0.0}
+    adapters:                   # LoRA adapters (issue #34) with a price of their own
+      sql-upper: {input: 0.08, output: 0.16}
+
+A request run with a LoRA adapter (a usage event with `adapter`) is priced at
+the adapter's price where `adapters` lists one, else at its deployment's, the
+base it ran on (`for_served`).
 
 A batch line (a usage event with `batch_id`, services/gateway/batches/) is
 priced at its model's `batch` prices; the gateway's prepaid reservation
@@ -85,6 +91,13 @@ class ModelPrice(BaseModel):
 class PriceTable(BaseModel):
     models: dict[str, ModelPrice] = Field(default_factory=dict)
     default: ModelPrice = Field(default_factory=ModelPrice)
+    adapters: dict[str, ModelPrice] = Field(default_factory=dict)
+
+    def for_served(self, deployment: str, adapter: str = "") -> ModelPrice:
+        """The price of a request `deployment` served, with `adapter` ("": none)."""
+        if adapter and adapter in self.adapters:
+            return self.adapters[adapter]
+        return self.for_deployment(deployment)
 
     def for_deployment(self, deployment: str) -> ModelPrice:
         listed = self._listed_as(deployment)

@@ -8,4 +8,4 @@ lets the operator validate a spec without importing the router's plugins.
 ROUTING_POLICIES = ("round_robin", "least_load", "prefix_affinity")
 DEFAULT_ROUTING_POLICY = "prefix_affinity"
 # The scorers a policy's weights may name.
-SCORER_NAMES = ("prefix", "queue", "kv_cache", "session", "requests")
+SCORER_NAMES = ("prefix", "adapter", "queue", "kv_cache", "session", "requests")

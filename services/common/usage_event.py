@@ -16,6 +16,9 @@ class UsageEvent(BaseModel):
     model: str
     # The ModelDeployment that served it, which prices the request.
     deployment: str = ""
+    # The LoRA adapter it ran with ("" for the base model): priced by its own
+    # price where the table has one, else by its deployment's (prices.py).
+    adapter: str = ""
     endpoint: str = ""
     prompt_tokens: int = Field(ge=0)
     cached_prompt_tokens: int = Field(0, ge=0)

@@ -8,10 +8,15 @@ subscribers and the load snapshot to GetLoad. A caller that stops reading
 (client gone) turns into an abort, so blocks are freed at once.
 
 A request that made a step raise fails alone with RequestFailed (the engine
-isolates it, llm_engine.py), and so does one the core refused to add;
+isolates it, llm_engine.py), and so does one the core refused to add (an
+AdapterError subclass when the adapter it named is why: lora/errors.py);
 EngineFailed is left for a step failure that could not be pinned on one
 request, and fails every request in flight. CoreDied ends every stream when
 the core process is gone: the server then reports NOT_SERVING and exits.
+
+Adapters: load_adapter and unload_adapter send one message each and await the
+core's answer by token; `adapters` is the loaded set as of the core's latest
+batch (it sends the set whenever it changed), so the load report costs nothing.
 """
 
 import asyncio
@@ -25,6 +30,14 @@ import zmq.asyncio
 from maas_services.common.logging import get_logger
 from maas_services.engine.core import protocol
 from maas_services.engine.core.addresses import CoreAddresses
+from maas_services.engine.lora.errors import (
+    AdapterError,
+    AdapterInvalid,
+    AdapterNotFound,
+    AdapterSlotsFull,
+    LoraDisabled,
+)
+from maas_services.engine.lora.registry import LoadedAdapter
 from maas_services.engine.request import SeqOutput
 from maas_services.engine.sampling_params import SamplingParams
 from maas_services.engine.span_events import record_timeline
@@ -46,6 +59,17 @@ class CoreDied(RuntimeError):
 
 # Queued to a request's stream when it first enters a step.
 _SCHEDULED = object()
+
+# The core names an adapter refusal by its class (protocol.Failure, AdapterAnswer).
+ADAPTER_ERRORS: dict[str, type[AdapterError]] = {
+    error.__name__: error
+    for error in (LoraDisabled, AdapterInvalid, AdapterSlotsFull, AdapterNotFound)
+}
+
+
+def adapter_error(name: str, message: str) -> Exception:
+    """The core's refusal as its exception; RuntimeError for what was no AdapterError (a bug)."""
+    return ADAPTER_ERRORS.get(name, RuntimeError)(message)
 
 
 @dataclass(frozen=True)
@@ -71,6 +95,9 @@ class AsyncEngine:
         self._kv_waiting: dict[int, asyncio.Queue] = {}
         self._kv_tokens = itertools.count()
         self._kv_sequence = 0
+        self._adapter_answers: dict[int, asyncio.Future] = {}
+        self._adapter_tokens = itertools.count()
+        self.adapters: list[str] = []  # loaded, as of the core's latest batch
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
         self.info: protocol.Ready | None = None
@@ -95,6 +122,7 @@ class AsyncEngine:
         message = protocol.decode_output(ready.result())
         assert isinstance(message, protocol.Ready), message
         self.info = message
+        self.adapters = message.adapters
         self._tasks.append(asyncio.create_task(self._read()))
         if exited is not None:
             self._tasks.append(asyncio.create_task(self._watch(exited)))
@@ -119,6 +147,9 @@ class AsyncEngine:
         error = CoreDied(self.death)
         for queue in [*self._streams.values(), *self._kv_subscribers, *self._kv_waiting.values()]:
             queue.put_nowait(error)
+        for answer in self._adapter_answers.values():
+            if not answer.done():
+                answer.set_exception(error)
         self.died.set()
 
     # ---- requests --------------------------------------------------------
@@ -135,9 +166,13 @@ class AsyncEngine:
         priority: int = 0,
         tenant: str = "",
         share_prefix_cache: bool = False,
+        adapter: str = "",
         on_scheduled: Callable[[], Awaitable[None]] | None = None,
     ) -> AsyncIterator[SeqOutput]:
         """Outputs of every sample, step by step, until all n samples finish.
+
+        adapter: the loaded adapter to run with (empty: the base model);
+        AdapterNotFound if the core has none of that name.
 
         on_scheduled is awaited once, when the request first enters a step,
         before any of its outputs or its failure.
@@ -149,7 +184,9 @@ class AsyncEngine:
         outputs: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = outputs
         self._send(
-            protocol.Add(request_id, prompt_ids, params, priority, tenant, share_prefix_cache)
+            protocol.Add(
+                request_id, prompt_ids, params, priority, tenant, share_prefix_cache, adapter
+            )
         )
         finished, last, ended = 0, None, False
         try:
@@ -185,6 +222,33 @@ class AsyncEngine:
         self._send(protocol.Abort(request_id))
         return True
 
+    async def load_adapter(self, name: str, source: str) -> LoadedAdapter:
+        """Load the PEFT folder at source (on the core's file system) as adapter name;
+        the AdapterError subclass that says why not (services/engine/lora/errors.py)."""
+        answer = await self._adapter_call(protocol.LoadAdapter, name, source)
+        return answer.loaded
+
+    async def unload_adapter(self, name: str) -> bool:
+        """Unload adapter name (running requests finish on it); False if it was not loaded."""
+        answer = await self._adapter_call(protocol.UnloadAdapter, name)
+        return answer.found
+
+    async def _adapter_call(self, message_type, *fields) -> protocol.AdapterAnswer:
+        if self.death is not None:
+            raise CoreDied(self.death)
+        token = next(self._adapter_tokens)
+        answer = asyncio.get_running_loop().create_future()
+        self._adapter_answers[token] = answer
+        self._send(message_type(token, *fields))
+        try:
+            # A caller that leaves does not undo the load: the core applies it anyway.
+            result = await answer
+        finally:
+            self._adapter_answers.pop(token, None)
+        if result.error:
+            raise adapter_error(result.error, result.message)
+        return result
+
     async def kv_events(self) -> AsyncIterator[KvEventBatch]:
         """A snapshot of every cached block, then each change as it happens."""
         if self.death is not None:
@@ -215,9 +279,15 @@ class AsyncEngine:
                 self._deliver(message)
             elif isinstance(message, protocol.KvHashes):
                 self._subscribe(message)
+            elif isinstance(message, protocol.AdapterAnswer):
+                answer = self._adapter_answers.get(message.token)
+                if answer is not None and not answer.done():
+                    answer.set_result(message)
 
     def _deliver(self, batch: protocol.StepBatch) -> None:
         self.load = batch.load
+        if batch.adapters is not None:
+            self.adapters = batch.adapters
         if batch.metrics and self._on_metrics is not None:
             self._on_metrics(batch.metrics)
         for request_id in batch.scheduled:
@@ -225,7 +295,10 @@ class AsyncEngine:
         for output in batch.outputs:
             self._put(output.request_id, output)
         for failure in batch.failures:
-            error = (EngineFailed if failure.engine else RequestFailed)(failure.message)
+            if failure.adapter_error:
+                error = adapter_error(failure.adapter_error, failure.message)
+            else:
+                error = (EngineFailed if failure.engine else RequestFailed)(failure.message)
             self._put(failure.request_id, error)
         if batch.kv_events:
             self._kv_sequence += 1

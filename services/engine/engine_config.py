@@ -25,6 +25,11 @@ class EngineConfig:
     # "tenant" or "global": whether requests may ask to share blocks across tenants.
     prefix_cache_sharing: str = "tenant"
     speculative: SpecConfig = field(default_factory=SpecConfig)
+    # LoRA (lora/registry.py): distinct adapters one step may hold (0: none served), the
+    # highest rank loaded, and how many stay loaded (idle ones beyond it evicted by LRU).
+    max_loras: int = 8
+    max_lora_rank: int = 16
+    max_cpu_loras: int = 32
 
 
 def build_configs(
@@ -50,5 +55,8 @@ def build_configs(
             draft_model=settings.speculative_draft_model,
             draft_context=settings.speculative_draft_context,
         ),
+        max_loras=settings.max_loras,
+        max_lora_rank=settings.max_lora_rank,
+        max_cpu_loras=settings.max_cpu_loras,
     )
     return config, dataclasses.replace(model, max_model_len=max_model_len)

@@ -24,6 +24,11 @@ into the prefix cache before a part's forward succeeded. What bisection
 cannot pin on a request (the scheduler raising, or every request of a batch
 failing alone, which is a broken engine or device, not a bad request)
 propagates, and the caller fails every request as before.
+
+LoRA adapters (docs/lora.md): the engine's AdapterRegistry holds them; a request
+names one (add_request's adapter) and holds it until it ends, so an unload lets it
+finish. Its blocks are salted with the adapter's name, so the prefix cache never
+serves it the base model's KV or another adapter's.
 """
 
 import threading
@@ -45,6 +50,7 @@ from maas_services.engine.engine_config import EngineConfig
 from maas_services.engine.grammar.matcher import GrammarState
 from maas_services.engine.isolation import bisect_failures
 from maas_services.engine.logprobs import token_logprob
+from maas_services.engine.lora.registry import AdapterRegistry, LoadedAdapter
 from maas_services.engine.model_config import ModelConfig
 from maas_services.engine.model_runner import Forward
 from maas_services.engine.request import Request, SampleText, SeqOutput
@@ -79,7 +85,15 @@ class LLMEngine:
         self.runner = runner
         self.tokenizer = tokenizer
         self.blocks = BlockManager(config.num_blocks, config.block_size, on_event=on_kv_event)
-        self.scheduler = Scheduler(config.scheduler, self.blocks)
+        self.scheduler = Scheduler(config.scheduler, self.blocks, config.max_loras)
+        self.lora = AdapterRegistry(
+            model_config,
+            config.max_loras,
+            config.max_lora_rank,
+            config.max_cpu_loras,
+            runner.device,
+            runner.kv_cache.k.dtype,
+        )
         self.sampler = Sampler(model_config.eos_token_ids)
         target = TargetInfo(
             vocab_size=model_config.vocab_size,
@@ -105,6 +119,24 @@ class LLMEngine:
     @property
     def capacity_tokens(self) -> int:
         return self.config.num_blocks * self.config.block_size
+
+    def load_adapter(self, name: str, source: str, pinned: bool = False) -> LoadedAdapter:
+        """Load the PEFT folder `source` as adapter `name` (lora/registry.py: AdapterError
+        subclasses say why not; a refused load leaves the engine as it was)."""
+        loaded = self.lora.load(name, source, pinned)
+        log.info("adapter_loaded", adapter=name, source=source, rank=loaded.rank, pinned=pinned)
+        return loaded
+
+    def unload_adapter(self, name: str) -> bool:
+        """Whether `name` was loaded; requests already running with it finish."""
+        found = self.lora.unload(name)
+        if found:
+            log.info("adapter_unloaded", adapter=name)
+        return found
+
+    def adapters(self) -> list[str]:
+        """The adapters a request may name."""
+        return self.lora.names()
 
     def grammar_compiler(self):
         """The grammar compiler for this engine's vocabulary, built once.
@@ -170,20 +202,33 @@ class LLMEngine:
         tenant: str = "",
         share_prefix_cache: bool = False,
         grammar=None,
+        adapter: str = "",
     ) -> None:
-        """grammar: params.grammar already compiled (compile_grammar); else it is compiled here."""
+        """grammar: params.grammar already compiled (compile_grammar); else it is compiled here.
+        adapter: the LoRA adapter to run with ("" = the base model); AdapterNotFound unless
+        it is loaded."""
         if request_id in self.requests:
             raise RequestRejected(f"request {request_id!r} is already running")
         compiled = self.validate(prompt_ids, params, compile_grammar=grammar is None)
         grammar = compiled if grammar is None else grammar
         salt = request_salt(
-            self.config.cache_salt, self.config.prefix_cache_sharing, tenant, share_prefix_cache
+            self.config.cache_salt,
+            self.config.prefix_cache_sharing,
+            tenant,
+            share_prefix_cache,
+            adapter,
         )
-        request = Request(request_id, list(prompt_ids), params, priority, cache_salt=salt)
+        request = Request(
+            request_id, list(prompt_ids), params, priority, cache_salt=salt, adapter=adapter
+        )
         request.grammar = grammar
+        if adapter:
+            self.lora.acquire(adapter)
         try:
             self._add_sample(request, 0, parent=None)
         except ResumeError as exc:
+            if adapter:
+                self.lora.release(adapter)
             raise RequestRejected(str(exc)) from exc
         self.requests[request_id] = request
         metrics.REQUESTS_WAITING.set(len(self.scheduler.waiting))
@@ -200,6 +245,7 @@ class LLMEngine:
             priority=request.priority,
             arrival_time=request.arrival_time,
             cache_salt=request.cache_salt,
+            adapter=request.adapter,
             grammar=GrammarState(request.grammar) if request.grammar is not None else None,
         )
         text = SampleText(
@@ -244,8 +290,13 @@ class LLMEngine:
 
     def _end(self, request: Request, reason: str) -> list[Sequence]:
         """Forget the request, freeing its unfinished samples; return those samples."""
-        self.requests.pop(request.request_id, None)
+        self._forget(request)
         return self._stop(request, reason)
+
+    def _forget(self, request: Request) -> None:
+        """The request is over: it no longer holds its adapter."""
+        if self.requests.pop(request.request_id, None) is not None and request.adapter:
+            self.lora.release(request.adapter)
 
     def _stop(self, request: Request, reason: str) -> list[Sequence]:
         stopped = [seq for seq in request.seqs if seq.finish_reason is None]
@@ -336,7 +387,7 @@ class LLMEngine:
             # Replaying another part's copies would overwrite KV that part already wrote.
             owned = {block for item in part for block in item.seq.block_table}
             copies = [(src, dst) for src, dst in copies if dst in owned]
-        return self.runner.execute(part, copies)
+        return self.runner.execute(part, copies, self.lora.weights)
 
     def _postprocess(
         self,
@@ -501,7 +552,7 @@ class LLMEngine:
         self.scheduler.finish(seq, reason)
         if not request.finished:
             return
-        del self.requests[request.request_id]
+        self._forget(request)
         generated = max(len(s.output_ids) for s in request.seqs)
         tpot = None
         if generated > 1 and request.first_token_time is not None:

@@ -1,10 +1,10 @@
 """The engine's `auto` settings, chosen for the machine it runs on (issue #13 step 5).
 
 `derive` is the rule: from what the CPU has (flags, cores, a cgroup CPU
-limit) or that the model runs on CUDA, it picks the dtype, the core
-process's compute threads, OpenMP's wait policy, the quantization default
-and the batch above which speculative decoding stops, and from how many rows
-a step computes on every core. `resolve` applies it
+limit) or that the model runs on CUDA, it picks the dtype, the native layers'
+wide GEMM (float32 or bf16), the core process's compute threads, OpenMP's wait
+policy, the quantization default and the batch above which speculative
+decoding stops, and from how many rows a step computes on every core. `resolve` applies it
 to settings: a flag or environment variable that names a value always
 wins; only `auto` (0 for the counts) is filled in. The serving process
 resolves once before starting the core and logs the outcome as one
@@ -63,9 +63,9 @@ class Choice:
 
 @dataclass(frozen=True)
 class Measured:
-    """The dtype a CPU class serves by default, and the measurement that chose it."""
+    """A CPU class's default for a setting, and the measurement that chose it."""
 
-    dtype: str
+    value: str
     measured: str
 
 
@@ -92,6 +92,32 @@ DTYPE_BY_CPU_CLASS = {
     ),
 }
 
+# The native layers' panel GEMM above the row kernels (--wide-gemm), per CPU class. bf16
+# (native/bf16.h) measured faster where the CPU has bf16 dot products, but it stays opt-in:
+# it rounds a wide step's activations to bf16 while a narrow step's row kernels stay exact
+# float32, so a request's tokens would depend on how many others share its step (an
+# embedding alone and batched differed by 1.6e-3; the batch API's lines would stop matching
+# interactive answers), which float32 keeps invariant: every output is summed in one order
+# whatever the step's width.
+WIDE_GEMM_BY_CPU_CLASS = {
+    "amx": Measured(
+        "float32",
+        "the AMX tile panel (native/amx_panel.cpp) has not run on an AMX CPU; bf16 is "
+        "opt-in (batch invariance)",
+    ),
+    "avx512_bf16": Measured(
+        "float32",
+        "bf16 is opt-in (--wide-gemm bf16: a row's result would depend on its step's "
+        "width); measured on AMD EPYC family 25 model 17 (Zen 4, avx512_bf16, no AMX; "
+        "shared, load 5-9): decode steps at 32 / 64 streams, 1 thread, 1.36x / 1.38x "
+        "float32's tokens per CPU second, int8 1.26x / 1.36x; 2 threads 1.13-1.60x; layer "
+        "GEMMs at 32-256 rows 1.75-2.4x; known-answer perplexity +0.02% off float32's "
+        "(benchmarks/results/wide_bf16_zen4*.json, docs/bench.md)",
+    ),
+    "avx512": Measured("float32", "no bf16 dot products: the library has no bf16 panel"),
+    "avx2": Measured("float32", "no bf16 dot products: the library has no bf16 panel"),
+}
+
 
 def cpu_class(machine: MachineProfile) -> str:
     """The row of DTYPE_BY_CPU_CLASS (and of docs/bench.md's tables) this CPU belongs to."""
@@ -107,7 +133,15 @@ def machine_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
         return Choice("bfloat16", "CUDA: bfloat16 tensor cores, half the weight bytes")
     kind = cpu_class(machine)
     row = DTYPE_BY_CPU_CLASS[kind]
-    return Choice(row.dtype, f"{kind} CPU, measured: {row.measured}")
+    return Choice(row.value, f"{kind} CPU, measured: {row.measured}")
+
+
+def machine_wide_gemm(machine: MachineProfile, on_cuda: bool) -> Choice:
+    if on_cuda:
+        return Choice("float32", "CUDA: the native layers do not run")
+    kind = cpu_class(machine)
+    row = WIDE_GEMM_BY_CPU_CLASS[kind]
+    return Choice(row.value, f"{kind} CPU, measured: {row.measured}")
 
 
 def _threads(machine: MachineProfile) -> Choice:
@@ -189,6 +223,7 @@ def derive(
     """Every `auto` value for this machine, with why; a pure function of its arguments."""
     return {
         "dtype": machine_dtype(machine, on_cuda),
+        "wide_gemm": machine_wide_gemm(machine, on_cuda),
         "torch_threads": _threads(machine),
         "compute_wide_rows": _wide_rows(on_cuda),
         "omp": _omp(),
@@ -219,7 +254,13 @@ class Resolved:
 
 
 # Settings whose `auto` this module fills in, and the value that means `auto`.
-_AUTO = {"dtype": "auto", "torch_threads": 0, "compute_wide_rows": 0, "speculative_max_batch": 0}
+_AUTO = {
+    "dtype": "auto",
+    "wide_gemm": "auto",
+    "torch_threads": 0,
+    "compute_wide_rows": 0,
+    "speculative_max_batch": 0,
+}
 
 
 def resolve(

@@ -72,6 +72,19 @@ STEP_PHASE_SECONDS = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 
+LORA_ADAPTERS_LOADED = Gauge(
+    "maas_engine_lora_adapters_loaded", "LoRA adapters loaded, in use or idle"
+)
+LORA_ADAPTER_LOADS = Counter(
+    "maas_engine_lora_adapter_loads",
+    "LoRA adapter loads by result: loaded, or why not (invalid, slots_full, lora_disabled, error)",
+    ["result"],
+)
+LORA_ADAPTER_EVICTIONS = Counter(
+    "maas_engine_lora_adapter_evictions",
+    "Idle LoRA adapters unloaded, least recently used first, to make room for a load",
+)
+
 
 def record_load(running: int, waiting: int, kv_cache_usage: float) -> None:
     REQUESTS_RUNNING.set(running)

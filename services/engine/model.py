@@ -25,6 +25,7 @@ from maas_services.engine.attention import paged_attention
 from maas_services.engine.attention_metadata import AttentionMetadata
 from maas_services.engine.compute_path import EAGER, ComputePath
 from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.lora.step_lora import LayerLora, StepLora
 from maas_services.engine.model_config import ModelConfig
 
 
@@ -69,11 +70,18 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
 
     def project(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        lora: LayerLora | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k and v of the new tokens, q and k rotated: [tokens, heads, head_dim] each."""
         tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split(self.qkv_proj.shard_sizes, dim=-1)
+        qkv = self.qkv_proj(x)
+        if lora is not None:
+            lora.add("qkv_proj", x, qkv)
+        q, k, v = qkv.split(self.qkv_proj.shard_sizes, dim=-1)
         # Strided views of the fused projection: the rotary kernel reads them in place.
         q, k = rotary_embedding(
             q.view(tokens, self.num_heads, self.head_dim),
@@ -91,9 +99,16 @@ class MLP(nn.Module):
         self.gate_up_proj = FusedLinear(config.hidden_size, [size, size], bias=False)
         self.down_proj = nn.Linear(size, config.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, lora: LayerLora | None = None) -> torch.Tensor:
+        gate_up = self.gate_up_proj(x)
+        if lora is not None:
+            lora.add("gate_up_proj", x, gate_up)
         # One pass over the gate/up output instead of silu, then the product.
-        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+        activated = silu_and_mul(gate_up)
+        out = self.down_proj(activated)
+        if lora is not None:
+            lora.add("down_proj", activated, out)
+        return out
 
 
 class DecoderLayer(nn.Module):
@@ -113,6 +128,7 @@ class DecoderLayer(nn.Module):
         kv_cache: PagedKVCache,
         meta: AttentionMetadata,
         path: ComputePath = EAGER,
+        lora: LayerLora | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer with each residual add fused into the RMSNorm that follows it.
 
@@ -122,29 +138,44 @@ class DecoderLayer(nn.Module):
         `x + sublayer(x)`, rounded to the model dtype the same way; the last
         add happens in the final norm. Paged attention (data-dependent layout,
         writes to the pool) sits between two dense halves with fixed shapes:
-        those run through `path` (eager, compiled or native).
+        those run through `path` (eager, compiled or native). A step with adapter
+        rows (`lora`) runs this layer's own methods with them: only they compute
+        the low-rank products (lora/step_lora.py).
         """
-        q, k, v, residual = path.attention_inputs(self, x, residual, cos, sin)
+        if lora is None:
+            q, k, v, residual = path.attention_inputs(self, x, residual, cos, sin)
+        else:
+            q, k, v, residual = self.attention_inputs(x, residual, cos, sin, lora)
         layer = self.self_attn.layer
         out = paged_attention(
             q, k, v, kv_cache.k[layer], kv_cache.v[layer], meta, use_kernel=uses_triton(q)
         )
-        return path.attention_outputs(self, out, residual)
+        if lora is None:
+            return path.attention_outputs(self, out, residual)
+        return self.attention_outputs(out, residual, lora)
 
     def attention_inputs(
-        self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        lora: LayerLora | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v of the normed stream, and the stream."""
         x, residual = self.input_layernorm(x, residual)
-        return *self.self_attn.project(x, cos, sin), residual
+        return *self.self_attn.project(x, cos, sin, lora), residual
 
     def attention_outputs(
-        self, attended: torch.Tensor, residual: torch.Tensor
+        self, attended: torch.Tensor, residual: torch.Tensor, lora: LayerLora | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The MLP's output after attention's output projection, and the stream before it."""
-        x = self.self_attn.o_proj(attended.flatten(1))
+        attended = attended.flatten(1)
+        x = self.self_attn.o_proj(attended)
+        if lora is not None:
+            lora.add("o_proj", attended, x)
         x, residual = self.post_attention_layernorm(x, residual)
-        return self.mlp(x), residual
+        return self.mlp(x, lora), residual
 
 
 class LlamaModel(nn.Module):
@@ -186,23 +217,27 @@ class LlamaForCausalLM(nn.Module):
         kv_cache: PagedKVCache,
         meta: AttentionMetadata,
         path: ComputePath = EAGER,
+        lora: StepLora | None = None,
     ) -> torch.Tensor:
         """Run a step's new tokens, writing their keys and values into the pool.
 
         input_ids and positions are [tokens], the sequences back to back as meta
         lays them out. Returns the final hidden states, [tokens, hidden_size].
         `path` runs the layers' dense halves, or the whole decode step where it can.
+        `lora`, when some rows run an adapter, adds its low-rank products; the
+        layers then run their own methods (DecoderLayer.forward).
         """
         h = self.model.embed_tokens(input_ids)
         config = self.config
         cos, sin = rotary_cos_sin_reference(positions, config.head_dim, config.rope_theta, h.dtype)
-        decoded = path.decode_step(self, h, cos, sin, kv_cache, meta)
+        decoded = path.decode_step(self, h, cos, sin, kv_cache, meta) if lora is None else None
         if decoded is not None:
             h, residual = decoded
         else:
             residual = None
-            for layer in self.model.layers:
-                h, residual = layer(h, residual, cos, sin, kv_cache, meta, path)
+            for i, layer in enumerate(self.model.layers):
+                layer_lora = None if lora is None else lora.layer(i)
+                h, residual = layer(h, residual, cos, sin, kv_cache, meta, path, layer_lora)
         return self.model.norm(h, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,14 @@
 The runner owns the engine's compute path (compute_path.py), chosen once here,
 from the settings and the model as loaded (choose_path), and passed to every
 forward.
+
+A step holding rows of a LoRA adapter (issue #34) runs on the eager path whatever
+the engine's path is: the compiled and native halves have no low-rank products yet
+(lora/step_lora.py computes them beside the layers' own torch methods). Every other
+step, an all-base one, runs the engine's path as before, and pays nothing for LoRA.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -12,8 +18,10 @@ import torch
 from maas_services.engine import native_layers
 from maas_services.engine.attention_metadata import AttentionMetadata
 from maas_services.engine.compiled_forward import Compiled
-from maas_services.engine.compute_path import ComputePath
+from maas_services.engine.compute_path import EAGER, ComputePath
 from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.lora.adapter import AdapterWeights
+from maas_services.engine.lora.step_lora import AdapterStack, StepLora
 from maas_services.engine.model import LlamaForCausalLM
 from maas_services.engine.model_config import ModelConfig
 from maas_services.engine.native_layers import Native
@@ -39,22 +47,33 @@ class ModelRunner:
         device: torch.device | str,
         compiled: bool = False,
         native: bool = True,
+        wide_gemm: str = "float32",
     ):
         self.model = model
         self.config = config
         self.kv_cache = kv_cache
         self.device = device
         # Every engine's model runs here (the draft model's too), so this is where its path
-        # is chosen: compiled = --no-enforce-eager, native = not --no-native-layers.
-        self.path = choose_path(model, compiled=compiled, native=native)
+        # is chosen: compiled = --no-enforce-eager, native = not --no-native-layers,
+        # wide_gemm = --wide-gemm resolved (native_layers.WIDE_GEMMS).
+        self.path = choose_path(model, compiled=compiled, native=native, wide_gemm=wide_gemm)
+        # The last LoRA step's adapters side by side, reused while a step holds the same
+        # ones (lora/step_lora.py); it keeps their weights alive until the next differs.
+        self._lora_stack: AdapterStack | None = None
 
     @torch.inference_mode()
     def execute(
-        self, scheduled: list[ScheduledSeq], block_copies: list[tuple[int, int]]
+        self,
+        scheduled: list[ScheduledSeq],
+        block_copies: list[tuple[int, int]],
+        adapters: Mapping[str, AdapterWeights] | None = None,
     ) -> Forward:
         """Compute each entry's new tokens: the logits of those that sample, the
         pooled hidden states of those that pool (Forward).
 
+        adapters: the weights of each adapter a sequence may name (seq.adapter); none
+        for a runner whose sequences all run the base (a draft model's, or an engine's
+        with no adapter loaded).
         The sequences are left as they are: advancing num_computed_tokens is the
         caller's bookkeeping.
         """
@@ -67,11 +86,18 @@ class ModelRunner:
         input_ids: list[int] = []
         positions: list[int] = []
         last_row = [0] * len(scheduled)
+        spans: list[tuple[str, int, int]] = []
         for i, entry in zip(order, batch, strict=True):
             start = entry.seq.num_computed_tokens
+            first_row = len(input_ids)
             input_ids += entry.seq.token_ids[start : start + entry.num_new_tokens]
             positions += range(start, start + entry.num_new_tokens)
             last_row[i] = len(input_ids) - 1
+            if adapters:
+                spans.append((entry.seq.adapter, first_row, len(input_ids)))
+        lora = StepLora.build(spans, adapters, self.device, self._lora_stack) if spans else None
+        if lora is not None:
+            self._lora_stack = lora.stack
         cpu_positions = torch.tensor(positions, dtype=torch.long)
         meta = AttentionMetadata.build(
             cpu_positions,
@@ -86,7 +112,8 @@ class ModelRunner:
             cpu_positions.to(self.device),
             self.kv_cache,
             meta,
-            self.path,
+            self.path if lora is None else EAGER,
+            lora,
         )
         # An embedding's vector is its last position's state (embedding.py); a step
         # without one (most steps) gathers nothing.
@@ -110,7 +137,9 @@ class ModelRunner:
         return Forward(self.model.compute_logits(hidden).float(), pooled_rows)
 
 
-def choose_path(model: LlamaForCausalLM, compiled: bool, native: bool) -> ComputePath:
+def choose_path(
+    model: LlamaForCausalLM, compiled: bool, native: bool, wide_gemm: str = "float32"
+) -> ComputePath:
     """The model's compute path, with why: compiled if asked; else native where its halves
     apply to some layer; else eager."""
     if compiled:
@@ -120,7 +149,7 @@ def choose_path(model: LlamaForCausalLM, compiled: bool, native: bool) -> Comput
     missing = native_layers.unavailable(model)
     if missing is not None:
         return ComputePath(f"no native halves: {missing}")
-    path = Native(model, "a float32 CPU model and the native library built")
+    path = Native(model, "a float32 CPU model and the native library built", wide_gemm=wide_gemm)
     if path.native_layers == 0:
         return ComputePath("no layer's projections are in a native format")
     return path

@@ -13,10 +13,10 @@ They are read at scrape time from the load the core sends with every step
 (AsyncEngine.info); the core's own maas_engine_* series are relayed with only
 some steps (core/metrics_relay.py) and may lag a busy engine by a few steps.
 
-vllm:lora_requests_info is exported with no adapters (max_lora 0) until the
-engine serves LoRA adapters: the protocol asks for the series, and a picker
-then knows there is nothing to be affine to. Its value is, as vLLM's, the time
-of the state it describes: now.
+vllm:lora_requests_info names the adapters of running and of waiting requests
+(comma lists, as vLLM's) and how many one step may hold (max_lora, 0 on an
+engine that serves none: a picker then knows there is nothing to be affine
+to). Its value is, as vLLM's, the time of the state it describes: now.
 """
 
 import time
@@ -70,5 +70,8 @@ class ModelServerMetrics:
         running.add_metric([self._model_id], load.running)
         kv_usage.add_metric([self._model_id], load.kv_cache_usage)
         cache_config.add_metric([str(info.block_size), str(info.num_blocks)], 1)
-        lora.add_metric(["0", "", ""], time.time())
+        lora.add_metric(
+            [str(info.max_loras), ",".join(load.running_adapters), ",".join(load.waiting_adapters)],
+            time.time(),
+        )
         return families

@@ -13,6 +13,14 @@ fit keeps the torch halves. With every layer native, a decode-only step runs
 all the layers in one call (NativeDecode). model_runner.choose_path takes this
 path where it applies; elsewhere (CUDA, bf16, --no-native-layers, the compiled
 forward) the layers run their torch halves.
+
+Wide steps (more rows than the row kernels take: decode batches, prefill) run
+the panel GEMM in float32, or with --wide-gemm bf16 in bf16 (native/bf16.h: the
+activations and weight panels rounded to bf16, float32 sums) where the library
+has it (a CPU with AVX512-BF16 or AMX): each float32 projection then keeps a
+bf16 copy of its weight, made here once (half its float32 bytes again); int8
+and int4 panels are dequantized into bf16 instead of float32. Narrow steps keep
+their exact float32 and int8 row kernels either way.
 """
 
 import ctypes
@@ -34,6 +42,14 @@ from maas_services.engine.quantization.int8 import Int8Linear
 # The kernels read whole 8-wide vectors along K, and int4 groups 32 weights at a time.
 _K_MULTIPLE = 8
 _INT4_GROUP_MULTIPLE = 32
+# settings.wide_gemm's values once resolved (machine_defaults.py fills in `auto`).
+WIDE_GEMMS = ("float32", "bf16")
+
+
+def wide_bf16_kernel() -> str:
+    """The library's bf16 panel GEMM ("avx512_bf16", "amx"), or "" where it has none."""
+    lib = bindings.library()
+    return "" if lib is None else bindings.WIDE_BF16_KERNELS[lib.wide_bf16_kernel()]
 
 
 def unavailable(model: LlamaForCausalLM) -> str | None:
@@ -51,18 +67,31 @@ def unavailable(model: LlamaForCausalLM) -> str | None:
 
 class Native(ComputePath):
     """The native halves for every layer that takes them, and the one-call decode step
-    where every layer does (one_call False: three calls a layer, the benchmark's A/B)."""
+    where every layer does (one_call False: three calls a layer, the benchmark's A/B;
+    wide_gemm: WIDE_GEMMS' choice for wide steps, float32 where the library has no bf16)."""
 
     name = "native"
 
-    def __init__(self, model: LlamaForCausalLM, reason: str, one_call: bool = True):
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        reason: str,
+        one_call: bool = True,
+        wide_gemm: str = "float32",
+    ):
         super().__init__(reason)
+        kernel = wide_bf16_kernel() if wide_gemm == "bf16" else ""
+        self.wide_gemm = "bf16" if kernel else "float32"
+        if wide_gemm == "bf16":
+            self._wide_gemm_kernel = kernel or "none: this CPU's library has no bf16 panel"
+        else:
+            self._wide_gemm_kernel = "float32 panel"
         # Keyed by the layer module: a layer of another model (a copy) finds none here
         # and runs its torch halves.
         self._halves: dict[DecoderLayer, NativeHalves] = {}
         if unavailable(model) is None:
             for layer in model.model.layers:
-                halves = NativeHalves.of(layer)
+                halves = NativeHalves.of(layer, wide_bf16=bool(kernel))
                 if halves is not None:
                     self._halves[layer] = halves
         self.native_layers = len(self._halves)
@@ -110,7 +139,12 @@ class Native(ComputePath):
         return self._decode(model, x, cos, sin, kv_cache, meta)
 
     def describe(self) -> dict[str, object]:
-        return {**super().describe(), "native_layers": self.native_layers}
+        return {
+            **super().describe(),
+            "native_layers": self.native_layers,
+            "wide_gemm": self.wide_gemm,
+            "wide_gemm_kernel": self._wide_gemm_kernel,
+        }
 
 
 def _tensor(t: torch.Tensor | None, dtype: torch.dtype, kept: list) -> int | None:
@@ -121,8 +155,9 @@ def _tensor(t: torch.Tensor | None, dtype: torch.dtype, kept: list) -> int | Non
     return t.data_ptr()
 
 
-def _weight(module: nn.Module, kept: list) -> bindings.Weight | None:
-    """The projection in matmul.h's terms, or None if no native format holds it."""
+def _weight(module: nn.Module, kept: list, wide_bf16: bool) -> bindings.Weight | None:
+    """The projection in matmul.h's terms, or None if no native format holds it; wide_bf16:
+    its wide steps in bf16 (a float32 weight's bf16 copy joins kept)."""
     n, k = module.out_features, module.in_features
     bias = getattr(module, "bias", None)
     bias_ptr = 0 if bias is None else _tensor(bias, torch.float32, kept)
@@ -146,15 +181,21 @@ def _weight(module: nn.Module, kept: list) -> bindings.Weight | None:
     # int8 activations: qdot.cpp's integer row kernels, up to their crossover.
     integer = getattr(module, "int8_activations", False)
     integer_rows = cpu_kernel.MAX_INTEGER_ROW_KERNEL_ROWS if integer else 0
-    return bindings.Weight(*parts, bias_ptr, n, k, integer_rows)
+    bf16_copy = 0
+    if wide_bf16 and parts[0] == bindings.FLOAT32:
+        # torch rounds to nearest even, as the kernel's activations are rounded.
+        bf16_copy = _tensor(module.weight.detach().to(torch.bfloat16), torch.bfloat16, kept)
+    return bindings.Weight(*parts, bias_ptr, n, k, integer_rows, int(wide_bf16), bf16_copy)
 
 
-def _describe(layer: DecoderLayer) -> tuple[bindings.Layer, list[torch.Tensor]] | None:
+def _describe(
+    layer: DecoderLayer, wide_bf16: bool
+) -> tuple[bindings.Layer, list[torch.Tensor]] | None:
     """The layer in layer.cpp's terms and the tensors it points into, or None where a
     projection or norm is in no native format."""
     attn, mlp, kept = layer.self_attn, layer.mlp, []
     projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-    weights = [_weight(m, kept) for m in projections]
+    weights = [_weight(m, kept, wide_bf16) for m in projections]
     norms = [
         _tensor(n.weight, torch.float32, kept)
         for n in (layer.input_layernorm, layer.post_attention_layernorm)
@@ -192,9 +233,10 @@ class NativeHalves:
         self._address = ctypes.addressof(described)
 
     @classmethod
-    def of(cls, layer: DecoderLayer) -> "NativeHalves | None":
-        """The layer's halves, or None where they do not apply to it."""
-        described = _describe(layer)
+    def of(cls, layer: DecoderLayer, wide_bf16: bool = False) -> "NativeHalves | None":
+        """The layer's halves (wide steps in bf16 if asked: the library must have it), or
+        None where they do not apply to it."""
+        described = _describe(layer, wide_bf16)
         return None if described is None else cls(*described)
 
     def inputs(

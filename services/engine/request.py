@@ -25,6 +25,7 @@ class Request:
     params: SamplingParams
     priority: int
     cache_salt: str = ""  # every sample's block-hash salt
+    adapter: str = ""  # the LoRA adapter every sample runs with; "" = the base model
     seqs: list[Sequence] = field(default_factory=list)
     texts: dict[int, SampleText] = field(default_factory=dict)
     arrival_time: float = field(default_factory=time.monotonic)

@@ -7,6 +7,12 @@ admitted, in priority order and first come first served within a priority,
 while the budget, max_num_seqs and free blocks allow. A long prompt therefore
 runs as chunks that share steps with the decodes instead of freezing them.
 
+A step holds at most max_loras distinct LoRA adapters (the base model is not one):
+a waiting sequence whose adapter would be one too many waits, and the sequences
+behind it are still admitted, so a full set of adapters never holds up the base or
+the adapters already in the batch. Admission keeps the bound for every step, since
+a step schedules only running sequences and those it admits.
+
 When a decode needs a block and none is free, the lowest-priority, newest
 running sequence is preempted: its blocks are freed and it goes back to
 waiting with its generated tokens, to be recomputed (often from the prefix
@@ -63,9 +69,10 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager, max_loras: int = 0):
         self.config = config
         self.blocks = block_manager
+        self.max_loras = max_loras  # EngineConfig.max_loras
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
 
@@ -115,8 +122,17 @@ class Scheduler:
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
         self.waiting.sort(key=Sequence.sort_key)
         full_budget = self.config.max_num_batched_tokens
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            seq = self.waiting[0]
+        adapters = {seq.adapter for seq in self.running if seq.adapter}
+        index = 0  # waiting sequences before it wait for an adapter slot
+        while (
+            index < len(self.waiting)
+            and budget > 0
+            and len(self.running) < self.config.max_num_seqs
+        ):
+            seq = self.waiting[index]
+            if seq.adapter and seq.adapter not in adapters and len(adapters) >= self.max_loras:
+                index += 1
+                continue
             fits_whole = seq.num_uncomputed_tokens <= budget
             # Without chunking a prompt runs whole; one larger than the budget
             # runs alone, in a step of its own.
@@ -125,7 +141,9 @@ class Scheduler:
             if not self.blocks.can_allocate(seq):
                 break  # head-of-line: a later, smaller request must not starve it
             seq.num_computed_tokens = self.blocks.allocate(seq)
-            self.waiting.pop(0)
+            if seq.adapter:
+                adapters.add(seq.adapter)
+            self.waiting.pop(index)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             out.admitted.append(seq)

@@ -43,6 +43,8 @@ class Sequence:
     # Salts its block hashes, so the prefix cache is shared only where it may be
     # (services/common/block_hash.py: request_salt).
     cache_salt: str = ""
+    # The LoRA adapter it runs with ("" = the base model; lora/registry.py).
+    adapter: str = ""
     num_preemptions: int = 0
     finish_reason: str | None = None
     last_token_time: float | None = None

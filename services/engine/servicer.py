@@ -21,12 +21,19 @@ An embedding request (sampling.embedding) is a prefill with no decode
 what a request asks (--serves: generation, embeddings or both) refuses it
 with INVALID_ARGUMENT before it reaches the core.
 
+A Generate naming an adapter (GenerateRequest.adapter) runs with it, salted
+by it in the prefix cache (the core's LLMEngine salts it); one not loaded is
+NOT_FOUND, as another model's is. LoadAdapter and UnloadAdapter go to the core,
+which applies them between steps (core/engine_core.py); their refusals get
+engine.proto's codes (ADAPTER_STATUS), and GetLoad reports the adapters loaded.
+
 The Generate span (opened by the server interceptor) gets the GenAI attributes
 (common/gen_ai.py). The engine completes a prompt of tokens, whatever the
 client's endpoint was, so its operation is always text_completion.
 """
 
 import dataclasses
+from collections.abc import Sequence
 from contextlib import aclosing
 
 import grpc
@@ -49,6 +56,13 @@ from maas_services.engine.async_engine import (
     KvEventBatch,
     RequestFailed,
 )
+from maas_services.engine.lora.errors import (
+    AdapterError,
+    AdapterInvalid,
+    AdapterNotFound,
+    AdapterSlotsFull,
+    LoraDisabled,
+)
 from maas_services.engine.request import SeqOutput
 from maas_services.engine.sampling_params import EmbeddingParams, SamplingParams
 
@@ -59,6 +73,18 @@ KV_KINDS = {
     "evicted": engine_pb2.KvEvent.KIND_EVICTED,
     "cleared": engine_pb2.KvEvent.KIND_CLEARED,
 }
+
+# Each adapter refusal's status (engine.proto); both backends answer with these.
+ADAPTER_STATUS = {
+    LoraDisabled: grpc.StatusCode.FAILED_PRECONDITION,
+    AdapterInvalid: grpc.StatusCode.INVALID_ARGUMENT,
+    AdapterSlotsFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    AdapterNotFound: grpc.StatusCode.NOT_FOUND,
+}
+
+
+async def abort_adapter_error(context, exc: AdapterError) -> None:
+    await context.abort(ADAPTER_STATUS.get(type(exc), grpc.StatusCode.INTERNAL), str(exc))
 
 
 def sampling_from_proto(p: engine_pb2.SamplingParams, unset_max_tokens: int) -> SamplingParams:
@@ -157,10 +183,17 @@ def response_of(output: SeqOutput, tokenizer) -> engine_pb2.GenerateResponse:
 
 
 def load_report(
-    model_id: str, load, info, draining: bool, serves: list[str]
+    model_id: str,
+    load,
+    info,
+    draining: bool,
+    serves: list[str],
+    adapters: Sequence[str] = (),
+    max_loras: int = 0,
 ) -> engine_pb2.LoadReport:
     """GetLoad's answer from a load (running, waiting, kv_cache_usage) and the engine's
-    fixed facts; the vLLM backend (services/engine/vllm_backend) answers with it too."""
+    fixed facts; the vLLM backend (services/engine/vllm_backend) answers with it too.
+    adapters: the LoRA adapters loaded; max_loras 0: it serves none."""
     return engine_pb2.LoadReport(
         model=model_id,
         running=load.running,
@@ -177,6 +210,8 @@ def load_report(
         prefix_cache_sharing=info.prefix_cache_sharing,
         kv_cache_blocks=info.num_blocks,
         serves=serves,
+        adapters=adapters,
+        max_loras=max_loras,
     )
 
 
@@ -271,6 +306,7 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             request.priority,
             request.tenant,
             request.share_prefix_cache,
+            request.adapter,
             on_scheduled=lambda: context.send_initial_metadata(SCHEDULED),
         )
         try:
@@ -285,6 +321,8 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
                         yield response_of(output, self._tokenizer)
         except RequestFailed as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except AdapterError as exc:
+            await abort_adapter_error(context, exc)
         except EngineFailed as exc:
             await context.abort(grpc.StatusCode.INTERNAL, str(exc))
         except CoreDied as exc:
@@ -302,9 +340,42 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
 
     async def GetLoad(self, request, context):
         # The load as of the core's latest step (it sends one with every step).
+        engine = self._engine
         return load_report(
-            self._model_id, self._engine.load, self._engine.info, self.draining, self._serves
+            self._model_id,
+            engine.load,
+            engine.info,
+            self.draining,
+            self._serves,
+            engine.adapters,
+            engine.info.max_loras,
         )
+
+    async def LoadAdapter(self, request, context):
+        if not request.name or not request.source:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "an adapter needs a name and a source"
+            )
+        try:
+            loaded = await self._engine.load_adapter(request.name, request.source)
+        except AdapterError as exc:
+            await abort_adapter_error(context, exc)
+        except CoreDied as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except RuntimeError as exc:  # the loader's bug, logged by the core
+            await context.abort(grpc.StatusCode.INTERNAL, str(exc))
+        return engine_pb2.AdapterStatus(name=loaded.name, rank=loaded.rank, source=loaded.source)
+
+    async def UnloadAdapter(self, request, context):
+        try:
+            found = await self._engine.unload_adapter(request.name)
+        except AdapterError as exc:
+            await abort_adapter_error(context, exc)
+        except CoreDied as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except RuntimeError as exc:
+            await context.abort(grpc.StatusCode.INTERNAL, str(exc))
+        return engine_pb2.UnloadAdapterResponse(found=found)
 
     async def Drain(self, request, context):
         if not self.draining:

@@ -1,6 +1,6 @@
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from maas_services.common.block_hash import BLOCK_SIZE
 from maas_services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
@@ -53,6 +53,14 @@ class EngineSettings(ServiceSettings):
         description="each decoder layer's dense halves as two native calls on a float32 CPU "
         "model (services/engine/native_layers.py); --no-native-layers keeps torch's ~90 calls "
         "a layer; the compiled forward (--no-enforce-eager) keeps its own",
+    )
+    wide_gemm: Literal["auto", "float32", "bf16"] = Field(
+        "auto",
+        description="the native layers' matmuls above the row kernels (decode batches, "
+        "prefill): float32, or bf16 (activations and weights rounded to bf16, float32 sums; "
+        "a CPU with AVX512-BF16 or AMX, float32 elsewhere; a float32 weight keeps a bf16 "
+        "copy, half its bytes again); auto = per CPU class, from a measured table "
+        "(services/engine/machine_defaults.py)",
     )
     max_model_len: int = Field(0, ge=0, description="cap the model's context length (0 = model's)")
     torch_threads: int = Field(
@@ -136,6 +144,29 @@ class EngineSettings(ServiceSettings):
         "per machine, where verifying the drafts stops being bound by reading the weights",
     )
 
+    max_loras: int = Field(
+        8,
+        ge=0,
+        description="LoRA adapters one step may compute with (their requests batch together); "
+        "0 = this engine serves no adapters (docs/lora.md)",
+    )
+    max_lora_rank: int = Field(
+        16, gt=0, description="adapters of a higher rank are refused at load"
+    )
+    max_cpu_loras: int = Field(
+        32,
+        gt=0,
+        description="adapters kept loaded; beyond it an idle adapter loaded on demand is "
+        "unloaded, least recently used first (those of --lora-modules never are); at least "
+        "--max-loras, as vLLM asks",
+    )
+    lora_modules: list[str] = Field(
+        default_factory=list,
+        description="adapters loaded at start, before the engine is ready, and never "
+        "unloaded for room: NAME=PATH (a PEFT folder), as vLLM spells it: --lora-modules "
+        "sql=/adapters/sql chat=/adapters/chat; a bad one fails the start",
+    )
+
     http_port: int = Field(
         0,
         ge=0,
@@ -185,3 +216,34 @@ class EngineSettings(ServiceSettings):
         if value not in GROUP_SIZES:
             raise ValueError(f"must be one of {GROUP_SIZES}")
         return value
+
+    @field_validator("lora_modules")
+    @classmethod
+    def _named_paths(cls, value: list[str]) -> list[str]:
+        return check_lora_modules(value)
+
+    @model_validator(mode="after")
+    def _lora_limits(self) -> "EngineSettings":
+        if self.lora_modules and not self.max_loras:
+            raise ValueError("--lora-modules needs --max-loras above 0 (0 serves no adapters)")
+        if self.max_cpu_loras < self.max_loras:
+            raise ValueError("--max-cpu-loras must be at least --max-loras")
+        return self
+
+    @property
+    def lora_module_sources(self) -> dict[str, str]:
+        """--lora-modules as name -> folder."""
+        return dict(module.split("=", 1) for module in self.lora_modules)
+
+
+def check_lora_modules(modules: list[str]) -> list[str]:
+    """--lora-modules as given, or ValueError: each NAME=PATH, no name twice."""
+    names = set()
+    for module in modules:
+        name, equals, path = module.partition("=")
+        if not (equals and name.strip() and path.strip()):
+            raise ValueError(f"{module!r} is not NAME=PATH")
+        if name in names:
+            raise ValueError(f"the adapter name {name!r} is given twice")
+        names.add(name)
+    return modules

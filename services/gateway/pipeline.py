@@ -87,11 +87,38 @@ class Pipeline:
     hold: ColdStartHold
     usage: UsageEmitter
 
-    async def models(self, tenant: Tenant | None = None) -> list[str]:
-        """Names a tenant may send now (every name when tenant is None)."""
-        tier = tenant.tier if tenant else None
-        names = self.routes.table.names(set(await self._deployments()), tier)
-        return [n for n in names if tenant is None or tenant.may_use(n)]
+    async def models(self, tenant: Tenant | None = None) -> dict[str, str]:
+        """Names a tenant may send now (every model's when tenant is None), each
+        with its parent: an adapter's base deployment, "" for a model."""
+        deployments = await self._deployments()
+        table = self.routes.table
+        names = dict.fromkeys(table.names(set(deployments), tenant.tier if tenant else None), "")
+        if tenant is not None:
+            adapters = table.adapter_names(
+                set(deployments), tenant.tier, tenant.name, shared_adapters(deployments)
+            )
+            names.update(sorted(adapters.items()))
+        return {n: parent for n, parent in names.items() if tenant is None or tenant.may_use(n)}
+
+    def resolve(
+        self,
+        model: str,
+        tenant: Tenant,
+        session: str,
+        deployments: dict[str, router_pb2.DeploymentStats],
+    ) -> Route | None:
+        """The route of `model` for this tenant; None where it may not use it
+        (routing_table.py: aliases, tiers, adapters and their visibility)."""
+        if not tenant.may_use(model):
+            return None
+        return self.routes.table.resolve(
+            model,
+            tenant.tier,
+            session,
+            set(deployments),
+            tenant.name,
+            shared_adapters(deployments),
+        )
 
     async def admit(self, principal: Principal, request: ParsedRequest) -> Run:
         """Steps 1-4; the Run streams the rest and owns the request's end."""
@@ -123,7 +150,7 @@ class Pipeline:
         try:
             with tracer.start_as_current_span("gateway.route"):
                 deployments = await self._deployments()
-                route = self._route(request, tenant, set(deployments))
+                route = self._route(request, tenant, deployments)
             if counted or tenant.tpm:
                 prompt = await self.encoder.encode(
                     route.tokenizer, request.prompt, request.max_tokens
@@ -159,7 +186,11 @@ class Pipeline:
                         tenant, request.request_id, floor, request.n, need
                     )
                 hold = await self.quotas.hold_call(
-                    reservation, route.deployment, len(prompt.token_ids), request.n * max_tokens
+                    reservation,
+                    route.deployment,
+                    len(prompt.token_ids),
+                    request.n * max_tokens,
+                    route.adapter,
                 )
                 answers = iter(await replies(*(c for c in (charge, hold) if c is not None)))
                 # The limiter's first: a request it refuses releases its hold as it ends.
@@ -231,13 +262,14 @@ class Pipeline:
         except grpc.aio.AioRpcError as exc:
             raise unavailable(f"the model catalog is unreachable: {exc.code().name}") from exc
 
-    def _route(self, request: ParsedRequest, tenant: Tenant, running: set[str]) -> Route:
-        if not tenant.may_use(request.model):
-            raise model_not_found(request.model)
+    def _route(
+        self,
+        request: ParsedRequest,
+        tenant: Tenant,
+        deployments: dict[str, router_pb2.DeploymentStats],
+    ) -> Route:
         try:
-            route = self.routes.table.resolve(
-                request.model, tenant.tier, request.session_id, running
-            )
+            route = self.resolve(request.model, tenant, request.session_id, deployments)
         except NoDeploymentUpError as exc:
             raise unavailable(f"no deployment of model '{request.model}' is running") from exc
         if route is None:
@@ -268,6 +300,17 @@ class Pipeline:
         self.background.run(self.limiter.settle(tenant, request.request_id, used, request.n))
         if reservation is not None and reservation.held:
             self.background.run(reservation.release())
+
+
+def shared_adapters(deployments: dict[str, router_pb2.DeploymentStats]) -> dict[str, str]:
+    """adapter -> deployment of the adapters the router reports loaded, the
+    first deployment by name where two report one; the routing table keeps
+    those it lists to itself (routing_table.py)."""
+    shared: dict[str, str] = {}
+    for name in sorted(deployments):
+        for adapter in deployments[name].adapters:
+            shared.setdefault(adapter, name)
+    return shared
 
 
 def check_caps(request: ParsedRequest, tenant: Tenant) -> None:

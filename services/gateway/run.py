@@ -202,6 +202,7 @@ class Run:
             key_id=ticket.principal.key_id,
             model=ticket.request.model,
             deployment=ticket.route.deployment,
+            adapter=ticket.route.adapter,
             endpoint=tally.endpoint,
             prompt_tokens=tally.prompt_tokens,
             cached_prompt_tokens=tally.cached_prompt_tokens,

@@ -39,6 +39,7 @@ from maas_services.gateway.routing.model_catalog import ModelCatalog
 from maas_services.gateway.routing.routes_configmap import RoutesConfigMapWatch
 from maas_services.gateway.routing.routes_watcher import RoutesWatcher
 from maas_services.gateway.settings import GatewaySettings
+from maas_services.gateway.upstream.adapter_loads import AdapterLoads
 from maas_services.gateway.upstream.circuit_breaker import Breakers
 from maas_services.gateway.upstream.engine_client import EngineClient, Timeouts
 from maas_services.gateway.upstream.migration import MigrationPolicy
@@ -67,6 +68,9 @@ def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, route
         settings.max_attempts,
         background,
         MigrationPolicy(settings.max_migrations, settings.hold_timeout_seconds),
+        AdapterLoads(
+            upstreams, settings.adapter_loads_per_minute, settings.adapter_load_timeout_seconds
+        ),
     )
     # A concurrency lease outlives any request: hold, queue wait plus the whole request.
     lease = (

@@ -73,6 +73,15 @@ class GatewaySettings(ServiceSettings):
         " failed under it (0: a failed engine ends its streams); the wait for a replica is"
         " hold_timeout_seconds",
     )
+    adapter_loads_per_minute: int = Field(
+        10,
+        ge=1,
+        description="on-demand LoRA adapter loads a tenant may cause per minute on this"
+        " replica, unless its own limit says otherwise (upstream/adapter_loads.py)",
+    )
+    adapter_load_timeout_seconds: float = Field(
+        60.0, gt=0, description="for an engine to load an adapter on demand"
+    )
     breaker_failures: int = Field(3, ge=1, description="failures in a row that open a breaker")
     breaker_cooldown_seconds: float = Field(
         5.0, gt=0, description="how long an open breaker keeps an endpoint out"

@@ -7,10 +7,12 @@ says whether it answers, whether it drains, and how loaded it is, counting
 every router's requests. ``picked_since_poll`` is this router's picks since
 the engine's last report, which that report cannot include yet. Nothing else
 ends a pick: the engine's next report is when the router learns a request
-ended, so a gateway makes no call to the router after its stream.
+ended, so a gateway makes no call to the router after its stream. Likewise
+``adapters_picked``: adapters this router sent here that the engine may be
+loading, counted as loaded until a report asked for after the pick answers.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from maas_services.common.block_hash import BLOCK_SIZE
 
@@ -37,9 +39,15 @@ class Endpoint:
     prefix_cache_sharing: str = "tenant"
     # What the engine serves (LoadReport.serves); empty: an engine from before the field.
     serves: tuple[str, ...] = ()
+    # LoRA adapters the engine holds (LoadReport.adapters) and how many it can
+    # hold at once (LoadReport.max_loras; 0: it serves none).
+    adapters: frozenset[str] = frozenset()
+    max_loras: int = 0
     kv_events_live: bool = False
     # This router's picks since the last GetLoad answer: not in its counts yet.
     picked_since_poll: int = 0
+    # adapter -> when this router last picked this replica for it (monotonic).
+    adapters_picked: dict[str, float] = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
@@ -56,6 +64,33 @@ class Endpoint:
         but is a poll old, so this router's picks since then are added to it (those
         that ended since are counted until the next poll: a burst spreads)."""
         return self.running + self.waiting + self.picked_since_poll
+
+    def apply_report(self, load, counted: int, asked: float) -> None:
+        """Take in a LoadReport asked for at `asked` (monotonic), when this router
+        had picked the replica `counted` times since the previous one."""
+        self.model = load.model
+        self.draining = load.draining
+        self.running = load.running
+        self.waiting = load.waiting
+        self.picked_since_poll -= counted
+        self.kv_cache_usage = load.kv_cache_usage
+        self.max_num_seqs = load.max_num_seqs
+        self.kv_cache_blocks = load.kv_cache_blocks
+        # Engines that don't report these use the defaults both sides share.
+        self.block_size = load.block_size or self.block_size
+        self.cache_salt = load.cache_salt
+        self.prefix_cache_sharing = load.prefix_cache_sharing
+        self.serves = tuple(load.serves)
+        self.adapters = frozenset(load.adapters)
+        self.max_loras = load.max_loras
+        # The report settles the adapters picked before it was asked for: loaded or not.
+        self.adapters_picked = {a: t for a, t in self.adapters_picked.items() if t >= asked}
+
+    @property
+    def loaded_adapters(self) -> frozenset[str]:
+        """Adapters held here or on their way: a burst for an adapter the replica
+        lacked then finds it loaded, instead of loading it on every replica."""
+        return self.adapters | self.adapters_picked.keys()
 
     @property
     def hash_params(self) -> tuple[int, str]:

@@ -10,6 +10,7 @@ a view that may be stale.
 """
 
 import asyncio
+import time
 
 import grpc
 
@@ -66,6 +67,7 @@ class EngineLink:
         timeout = max(MIN_POLL_TIMEOUT_SECONDS, self._poll_interval * 4)
         # Picks from here on may not be in the answer; earlier ones are, about.
         counted = e.picked_since_poll
+        asked = time.monotonic()
         try:
             load = await self._stub.GetLoad(engine_pb2.GetLoadRequest(), timeout=timeout)
         except grpc.aio.AioRpcError as exc:
@@ -80,19 +82,7 @@ class EngineLink:
         if not e.reachable:
             log.info("engine_reachable", endpoint=e.endpoint_id, model=load.model)
         e.reachable = True
-        e.model = load.model
-        e.draining = load.draining
-        e.running = load.running
-        e.waiting = load.waiting
-        e.picked_since_poll -= counted
-        e.kv_cache_usage = load.kv_cache_usage
-        e.max_num_seqs = load.max_num_seqs
-        e.kv_cache_blocks = load.kv_cache_blocks
-        # Engines that don't report these use the defaults both sides share.
-        e.block_size = load.block_size or e.block_size
-        e.cache_salt = load.cache_salt
-        e.prefix_cache_sharing = load.prefix_cache_sharing
-        e.serves = tuple(load.serves)
+        e.apply_report(load, counted, asked)
 
     async def _poll_forever(self) -> None:
         while True:

@@ -30,6 +30,8 @@ class PickContext:
     # With the engine's sharing mode, which cached blocks the request can hit.
     tenant: str = ""
     share_prefix_cache: bool = False
+    # The LoRA adapter the request names; empty: the base model.
+    adapter: str = ""
     exclude: frozenset[str] = frozenset()
     now: float = field(default_factory=time.monotonic)
     _hashes: dict[tuple[int, str], list[int]] = field(default_factory=dict, repr=False)
@@ -39,7 +41,11 @@ class PickContext:
         for this request: only blocks the engine would let it hit can match."""
         block_size, engine_salt = endpoint.hash_params
         salt = request_salt(
-            engine_salt, endpoint.prefix_cache_sharing, self.tenant, self.share_prefix_cache
+            engine_salt,
+            endpoint.prefix_cache_sharing,
+            self.tenant,
+            self.share_prefix_cache,
+            self.adapter,
         )
         if (block_size, salt) not in self._hashes:
             self._hashes[block_size, salt] = prefix_block_hashes(self.token_ids, block_size, salt)

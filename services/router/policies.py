@@ -4,6 +4,11 @@ prefix_affinity weighs a full prefix match (6) above everything else together
 (1 + 2 + 1 + 1): a replica holding the whole prompt only loses it through the
 overload guard, while a partial match trades off against load. Load is judged
 mostly on requests at the replica, which is exact for this router's own picks.
+Adapter affinity counts as much again: its steps (holds the adapter 12, has
+room 6, neither 0) are each larger than all of load, so an adapter request
+leaves the replicas holding its adapter only through the overload guard, and
+one with room before one that must evict. Every policy filters an adapter
+request to replicas that serve adapters.
 The names are services/common/routing_policies.py's, which the CRD offers too
 (tests/unit/common/test_contracts.py holds the two equal).
 """
@@ -23,18 +28,25 @@ class Policy:
 
 
 POLICIES = {
-    "round_robin": Policy("round_robin", ("available",), "round_robin"),
+    "round_robin": Policy("round_robin", ("available", "adapter"), "round_robin"),
     "least_load": Policy(
         "least_load",
-        ("available",),
+        ("available", "adapter"),
         "max_score",
         {"requests": 2.0, "queue": 1.0, "kv_cache": 1.0},
     ),
     "prefix_affinity": Policy(
         "prefix_affinity",
-        ("available", "overload"),
+        ("available", "adapter", "overload"),
         "max_score",
-        {"prefix": 6.0, "session": 1.0, "requests": 2.0, "queue": 1.0, "kv_cache": 1.0},
+        {
+            "prefix": 6.0,
+            "adapter": 12.0,
+            "session": 1.0,
+            "requests": 2.0,
+            "queue": 1.0,
+            "kv_cache": 1.0,
+        },
     ),
 }
 

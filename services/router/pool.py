@@ -67,8 +67,11 @@ class EnginePool:
         return sorted({e.model for e in self.endpoints.values() if e.model})
 
     @staticmethod
-    def record_pick(endpoint: Endpoint) -> None:
+    def record_pick(endpoint: Endpoint, adapter: str = "", now: float = 0.0) -> None:
+        """`now`: the pick's time (PickContext.now), for an adapter it names."""
         endpoint.picked_since_poll += 1
+        if adapter:
+            endpoint.adapters_picked[adapter] = now
 
     def _add(self, target: Target) -> None:
         endpoint = Endpoint(

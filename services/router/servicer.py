@@ -13,6 +13,7 @@ from maas_services.router.held import HeldReportRefused, HeldRequests
 from maas_services.router.plugin import PickContext
 from maas_services.router.pool import EnginePool
 from maas_services.router.scheduler import Scheduler
+from maas_services.router.scorers.adapter import placement
 from maas_services.router.stats import COLLECTOR, deployment_stats
 
 log = get_logger(__name__)
@@ -25,6 +26,13 @@ PREFIX_MATCH = Histogram(
     "maas_router_pick_prefix_match_ratio",
     "Share of the prompt's blocks the chosen replica was believed to cache",
     buckets=(0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0),
+)
+
+ADAPTER_PICKS = Counter(
+    "maas_router_adapter_picks",
+    "Picks for a LoRA adapter, by whether the chosen replica held it (loaded), had "
+    "room to load it (room) or must evict another to load it (evict)",
+    ["model", "placement"],
 )
 
 
@@ -53,6 +61,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             session_id=request.session_id,
             tenant=request.tenant,
             share_prefix_cache=request.share_prefix_cache,
+            adapter=request.adapter,
             exclude=frozenset(request.exclude_endpoint_ids),
         )
         decision = profile.pick(ctx, endpoints)
@@ -64,7 +73,9 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                 f"({len(endpoints)} known, {len(ctx.exclude)} excluded)",
             )
         chosen = decision.endpoint
-        self._pool.record_pick(chosen)
+        if ctx.adapter:
+            ADAPTER_PICKS.labels(request.model, placement(ctx.adapter, chosen)).inc()
+        self._pool.record_pick(chosen, ctx.adapter, ctx.now)
         # Until the engine's events say so, assume it will cache what it was sent.
         self._pool.history.record(chosen.endpoint_id, ctx.block_hashes(chosen), ctx.now)
         PICKS.labels(request.model, profile.policy.name, "picked").inc()

@@ -31,6 +31,8 @@ def replica_stats(e: Endpoint, index: PrefixIndex) -> router_pb2.ReplicaStats:
         block_size=e.block_size,
         kv_events_live=e.kv_events_live,
         indexed_blocks=index.size(e.endpoint_id),
+        adapters=sorted(e.adapters),
+        max_loras=e.max_loras,
     )
 
 
@@ -52,6 +54,7 @@ def deployment_stats(
         routing_policy=policy,
         # What the gateway may send here: what any ready replica serves.
         serves=sorted(set().union(*(offered(e.serves) for e in serving))),
+        adapters=sorted(set().union(*(e.adapters for e in serving))),
     )
 
 

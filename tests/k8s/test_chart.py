@@ -132,11 +132,14 @@ def test_only_the_operator_the_router_and_the_gateway_talk_to_the_api_server(ren
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         assert "secrets" not in rule["resources"]
-        # ConfigMaps: the operator's routes ConfigMap by name; a create cannot name one.
+        # ConfigMaps: the operator's routes and engine-adapters ConfigMaps by name; a create
+        # cannot name one.
         if "configmaps" in rule["resources"]:
-            assert rule.get("resourceNames") == ["maas-operator-routes"] or rule["verbs"] == [
-                "create"
-            ]
+            named = rule.get("resourceNames") in (
+                ["maas-operator-routes"],
+                ["maas-engine-adapters"],
+            )
+            assert named or rule["verbs"] == ["create"]
 
 
 def test_grpc_services_use_grpc_probes_and_the_gateway_http(rendered):

@@ -47,7 +47,7 @@ def test_examples_pass_every_rule(path):
         (
             {"routing": {"weights": {"load": 1}}},
             "spec.routing.weights: unknown scorer; choose from "
-            "kv_cache, prefix, queue, requests, session",
+            "adapter, kv_cache, prefix, queue, requests, session",
         ),
     ],
 )

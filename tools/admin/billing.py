@@ -1,5 +1,9 @@
 """`maas billing usage|line-items|reconcile|quota|topup`: the ledger for operators.
 
+`usage` gives a tenant's totals, per model (the name the client sent) and per
+LoRA adapter (`adapters`; as CSV, `--by adapter`), and with --granularity its
+hour or day buckets.
+
 They read Redis and billing's database directly with the billing service's
 own Ledger code, so they work while billing is down. Redis is found like every
 admin command does (--redis-url, MAAS_REDIS_URL, or the local stack in
@@ -54,10 +58,12 @@ def totals_dict(totals: Totals) -> dict:
 
 async def usage(ledger: Ledger, args: argparse.Namespace) -> dict:
     totals, models = await ledger.totals(args.tenant)
+    adapters = await ledger.adapter_totals(args.tenant)
     report = {
         "tenant": args.tenant,
         **totals_dict(totals),
         "models": {m: totals_dict(t) for m, t in models.items()},
+        "adapters": {a: totals_dict(t) for a, t in adapters.items()},
     }
     if args.granularity:
         size = HOUR if args.granularity == "hour" else DAY
@@ -69,10 +75,12 @@ async def usage(ledger: Ledger, args: argparse.Namespace) -> dict:
     return report
 
 
-def usage_csv(report: dict) -> str:
+def usage_csv(report: dict, by: str = "model") -> str:
+    """The buckets, or else the totals per model or per adapter (`by`), one row each."""
     out = io.StringIO()
-    rows = report.get("buckets") or [{"model": m, **t} for m, t in report["models"].items()]
-    first = "start" if report.get("buckets") else "model"
+    groups = report[f"{by}s"].items()
+    rows = report.get("buckets") or [{by: name, **t} for name, t in groups]
+    first = "start" if report.get("buckets") else by
     columns = [
         first,
         "requests",
@@ -240,6 +248,9 @@ def _parser() -> argparse.ArgumentParser:
     use.add_argument("--tenant", required=True)
     use.add_argument("--format", choices=["json", "csv"], default="json")
     use.add_argument("--granularity", choices=["hour", "day"], default=None)
+    use.add_argument(
+        "--by", choices=["model", "adapter"], default="model", help="CSV rows per model or adapter"
+    )
     use.add_argument("--start", type=parse_timestamp, default=0)
     use.add_argument("--end", type=parse_timestamp, default=None)
     quota = sub.add_parser("quota", help="set a tenant's monthly token budget")
@@ -317,7 +328,9 @@ async def _main(args: argparse.Namespace) -> str:
         else:  # totals only: Redis has them, no database needed
             report = await usage(Ledger(redis, USAGE_STREAM, "billing", PriceTable()), args)
         report["quota"] = quota_dict(await quotas.state(args.tenant))
-        return usage_csv(report) if args.format == "csv" else json.dumps(report, indent=2)
+        if args.format == "csv":
+            return usage_csv(report, args.by)
+        return json.dumps(report, indent=2)
     finally:
         await redis.aclose()
 

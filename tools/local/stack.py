@@ -15,6 +15,7 @@ user's Redis URL, the rest none; stack.json keeps the admin user's for the CLI.
 """
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -55,6 +56,8 @@ class StackConfig:
     engine_replicas: int = 1
     # Passed verbatim to every engine, e.g. ["--dtype", "float32"].
     engine_args: list[str] = field(default_factory=list)
+    # LoRA adapters every engine loads at start, NAME=PATH (--lora-modules).
+    lora_modules: list[str] = field(default_factory=list)
     redis_url: str = ""
     startup_timeout: float = 600.0
     stop_timeout: float = 30.0
@@ -123,10 +126,15 @@ class Stack:
         if cfg.engine_backend != "vllm":
             return [{"engine-id": name} for name in names]
         runtime = await prepare()
+        options = cfg.vllm
+        if cfg.lora_modules:
+            # vLLM holds the adapters itself; it spells the flag as ours.
+            lora = ["--enable-lora", "--lora-modules", *cfg.lora_modules]
+            options = dataclasses.replace(options, args=[*options.args, *lora])
         flags = []
         for index, name in enumerate(names):
             vllm = replica_config(
-                runtime, cfg.vllm, cfg.model_id, index, cfg.engine_replicas, cfg.host
+                runtime, options, cfg.model_id, index, cfg.engine_replicas, cfg.host
             )
             server = f"vllm-{index}"
             self._launch(vllm_process(vllm, server, self._log_path(server)))
@@ -174,6 +182,8 @@ class Stack:
         for flags in await self._engine_flags():
             name = flags["engine-id"]
             env = self.engine_envs.get(name)
+            if cfg.engine_backend == "native":
+                flags["lora-modules"] = cfg.lora_modules
             stage.append(self._service(name, "engine", flags, cfg.engine_args, env))
             engines.append(f"{name}={self.addresses[name]}")
         # A vLLM server is ready on /health; its engine waits for it too.

@@ -122,6 +122,10 @@ class VllmConfig:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpus
         if self.api_key:
             env["VLLM_API_KEY"] = self.api_key
+        if "--enable-lora" in self.extra_args:
+            # The engine in front loads and unloads adapters through vLLM's runtime API
+            # (engine.proto's LoadAdapter), which vLLM serves only when told to.
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         return env
 
 

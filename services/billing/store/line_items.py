@@ -56,6 +56,8 @@ class LineItem:
     completion_tokens: int
     cost_nano_usd: int
     finish_reason: str = ""
+    # The LoRA adapter the request ran with, "" for the base model.
+    adapter: str = ""
 
     @property
     def day(self) -> int:
@@ -78,6 +80,7 @@ class LineItem:
             "completion_tokens": self.completion_tokens,
             "cost_nano_usd": self.cost_nano_usd,
             "finish_reason": self.finish_reason,
+            "adapter": self.adapter,
         }
 
 

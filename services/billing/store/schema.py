@@ -64,6 +64,8 @@ line_items = Table(
     # Why it ended; client_disconnect and first_token_timeout mark a request
     # cut short (docs/billing.md, "Requests cut short").
     Column("finish_reason", String, nullable=False, server_default=""),
+    # The LoRA adapter it ran with, "" for the base model (schema version 2).
+    Column("adapter", String, nullable=False, server_default=""),
     PrimaryKeyConstraint("request_id", "day"),
     # ListLineItems and `maas billing line-items`: a tenant's items by time.
     Index("line_items_tenant_time", "tenant", "started_at"),
@@ -99,8 +101,12 @@ batches = Table(
 schema_version = Table("schema_version", metadata, Column("version", Integer, nullable=False))
 
 # Each entry brings the schema from its index to the next version; version 1 is
-# metadata.create_all. Append, never edit.
-MIGRATIONS: list[str] = []
+# the first release's tables. A new database is created at the last version by
+# metadata.create_all, which declares every column these add. Append, never edit.
+MIGRATIONS: list[str] = [
+    # 2: line_items.adapter (issue #34); a partitioned table's partitions get it too.
+    "ALTER TABLE line_items ADD COLUMN adapter VARCHAR NOT NULL DEFAULT ''",
+]
 VERSION = 1 + len(MIGRATIONS)
 
 # Any fixed number: the advisory lock under which one replica creates the schema.
@@ -115,8 +121,9 @@ async def create_schema(conn: AsyncConnection) -> int:
     await conn.run_sync(metadata.create_all)
     current = (await conn.execute(select(schema_version.c.version))).scalar()
     if current is None:
-        await conn.execute(schema_version.insert().values(version=1))
-        current = 1
+        # create_all has just made every table as the last version declares it.
+        await conn.execute(schema_version.insert().values(version=VERSION))
+        current = VERSION
     for statement in MIGRATIONS[current - 1 :]:
         await conn.execute(text(statement))
     if current != VERSION:

@@ -58,6 +58,7 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
         device,
         compiled=not settings.enforce_eager,
         native=settings.native_layers,
+        wide_gemm=settings.wide_gemm,
     )
     log.info(
         "engine_ready",

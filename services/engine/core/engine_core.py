@@ -7,19 +7,38 @@ serving (process.py); tests may run it on a thread over the same sockets.
 New grammars are compiled in a killable worker process, waited for on a
 thread that touches only the grammar compiler, and their requests added
 between steps (grammar_compiles.py).
+
+Adapter loads and unloads are applied between steps too, one per step at
+most, in arrival order: a caller sending loads in a loop delays each step by
+one load, never by all of its queue (they wait their turn behind the steps),
+and by no more than reading an adapter's worth of weights: a larger file is
+refused on its size before it is read (adapter_limits.py).
+Each is answered after the batch that shows the adapters it changed (protocol.py).
 """
 
 import time
+from collections import deque
 
 import zmq
 
 from maas_services.common.logging import get_logger
 from maas_services.engine import metrics
 from maas_services.engine.core import protocol
+from maas_services.engine.core.adapter_limits import (
+    check_adapter_name,
+    check_adapter_size,
+    max_adapter_bytes,
+)
 from maas_services.engine.core.compute_threads import ComputeThreads
 from maas_services.engine.core.grammar_compiles import GrammarCompiles, aborted
 from maas_services.engine.core.metrics_relay import engine_metrics_text
 from maas_services.engine.llm_engine import LLMEngine, RequestRejected
+from maas_services.engine.lora.errors import (
+    AdapterError,
+    AdapterInvalid,
+    AdapterSlotsFull,
+    LoraDisabled,
+)
 
 log = get_logger(__name__)
 
@@ -28,6 +47,12 @@ IDLE_POLL_MS = 500
 COMPILE_POLL_MS = 5
 # How often a busy core sends its metrics; it sends them too with the batch that leaves it idle.
 METRICS_INTERVAL_SECONDS = 1.0
+# maas_engine_lora_adapter_loads' result of each refusal; "error" for anything else.
+LOAD_RESULTS = {
+    AdapterInvalid: "invalid",
+    AdapterSlotsFull: "slots_full",
+    LoraDisabled: "lora_disabled",
+}
 
 
 class EngineCore:
@@ -51,6 +76,11 @@ class EngineCore:
         self._stepped = False  # every step sends its batch, empty or not: it carries the load
         self._running = True
         self._compiles = GrammarCompiles(engine.grammar_compiler)
+        self._adapter_work: deque[protocol.LoadAdapter | protocol.UnloadAdapter] = deque()
+        # The set the serving process last heard of (Ready, then StepBatch.adapters).
+        self._adapters_sent = engine.adapters()
+        metrics.LORA_ADAPTERS_LOADED.set(len(self._adapters_sent))
+        self._adapter_bytes = max_adapter_bytes(engine.model_config, engine.config.max_lora_rank)
         engine.blocks.on_event = lambda kind, hashes: self._batch.kv_events.append((kind, hashes))
         engine.on_scheduled = self._batch_scheduled
         if threads is not None:
@@ -67,14 +97,17 @@ class EngineCore:
                 prefix_cache_sharing=config.prefix_cache_sharing,
                 num_blocks=config.num_blocks,
                 known_answer_failure=self._known_answer_failure,
+                max_loras=config.max_loras,
+                adapters=self._adapters_sent,
             )
         )
         try:
             while self._running:
-                busy = self.engine.has_work
+                busy = self.engine.has_work or self._adapter_work
                 wait = COMPILE_POLL_MS if self._compiles.pending else IDLE_POLL_MS
                 self._take_inputs(timeout_ms=0 if busy else wait)
                 self._add_compiled()
+                self._adapter_step()
                 if self.engine.has_work:
                     self._step()
                 self._flush()
@@ -112,6 +145,8 @@ class EngineCore:
             # What was sent before the snapshot precedes it; what follows, follows it.
             self._flush(force=True)
             self._send(protocol.KvHashes(message.token, list(self.engine.blocks.hash_to_block)))
+        elif isinstance(message, protocol.LoadAdapter | protocol.UnloadAdapter):
+            self._adapter_work.append(message)
         elif isinstance(message, protocol.Shutdown):
             self._running = False
 
@@ -125,9 +160,14 @@ class EngineCore:
                 message.tenant,
                 message.share_prefix_cache,
                 grammar=grammar,
+                adapter=message.adapter,
             )
         except RequestRejected as exc:
             self._batch.failures.append(protocol.Failure(message.request_id, str(exc)))
+        except AdapterError as exc:
+            self._batch.failures.append(
+                protocol.Failure(message.request_id, str(exc), adapter_error=type(exc).__name__)
+            )
         except Exception as exc:  # what validation missed must not end the core
             log.exception("engine_add_failed", request_id=message.request_id)
             self.engine.abort(message.request_id)
@@ -162,6 +202,42 @@ class EngineCore:
                 continue
             self._add(message, grammar)
 
+    def _adapter_step(self) -> None:
+        """Apply the oldest adapter load or unload, and answer it (module docstring)."""
+        if not self._adapter_work:
+            return
+        message = self._adapter_work.popleft()
+        answer = protocol.AdapterAnswer(message.token)
+        try:
+            if isinstance(message, protocol.LoadAdapter):
+                answer.loaded = self._load(message)
+            else:
+                answer.found = self.engine.unload_adapter(message.name)
+        except AdapterError as exc:
+            self._refused(message, answer, exc, str(exc))
+        except Exception as exc:  # a loader bug refuses this load, not the core
+            log.exception("engine_adapter_failed", adapter=message.name)
+            self._refused(message, answer, exc, f"adapter {message.name!r}: {exc}")
+        # Its batch first: the answer then finds the new set in the load report.
+        self._flush(force=True)
+        self._send(answer)
+
+    def _load(self, message: protocol.LoadAdapter):
+        before = set(self.engine.adapters())
+        check_adapter_name(message.name)
+        check_adapter_size(message.source, self._adapter_bytes)
+        loaded = self.engine.load_adapter(message.name, message.source)
+        if message.name not in before:  # not the same load again
+            metrics.LORA_ADAPTER_LOADS.labels("loaded").inc()
+        # A load makes room by unloading idle adapters (lora/registry.py).
+        metrics.LORA_ADAPTER_EVICTIONS.inc(len(before - set(self.engine.adapters())))
+        return loaded
+
+    def _refused(self, message, answer: protocol.AdapterAnswer, exc: Exception, why: str):
+        answer.error, answer.message = type(exc).__name__, why
+        if isinstance(message, protocol.LoadAdapter):
+            metrics.LORA_ADAPTER_LOADS.labels(LOAD_RESULTS.get(type(exc), "error")).inc()
+
     def _step(self) -> None:
         try:
             self._batch.outputs += self.engine.step()
@@ -187,8 +263,15 @@ class EngineCore:
             return
         scheduler = self.engine.scheduler
         batch.load = protocol.Load(
-            len(scheduler.running), len(scheduler.waiting), self.engine.blocks.usage
+            len(scheduler.running),
+            len(scheduler.waiting),
+            self.engine.blocks.usage,
+            *self._adapters_of(scheduler.running, scheduler.waiting),
         )
+        adapters = self.engine.adapters()
+        if adapters != self._adapters_sent:
+            batch.adapters = self._adapters_sent = adapters
+            metrics.LORA_ADAPTERS_LOADED.set(len(adapters))
         # The gauges follow every flush, not only steps: an abort that leaves
         # the engine idle must show it idle (no step runs after it).
         load = batch.load
@@ -200,6 +283,10 @@ class EngineCore:
             self._metrics_sent = now
         self._send(batch)
         self._batch, self._stepped = self._new_batch(), False
+
+    def _adapters_of(self, *queues) -> list[list[str]]:
+        """The adapters the sequences of each queue run with, each once."""
+        return [sorted({seq.adapter for seq in queue} - {""}) for queue in queues]
 
     def _send(self, message) -> None:
         self._outputs.send(protocol.encode(message))

@@ -4,10 +4,17 @@ msgpack via msgspec. SamplingParams and SeqOutput are the engine's own
 dataclasses, encoded generically (by their fields, whatever fields they
 gain), so the wire format never lags the engine's types. Inputs are one
 message each; the core answers with one StepBatch per engine step.
+
+Adapter loads and unloads (LoadAdapter, UnloadAdapter) are answered one each,
+by token, with an AdapterAnswer sent after the batch that shows the new set of
+adapters: a caller told "loaded" finds the adapter in the load report. The set
+itself is not asked for: it rides in Ready and in each StepBatch it changed
+before, so GetLoad reads it with no round trip to the core.
 """
 
 import msgspec
 
+from maas_services.engine.lora.registry import LoadedAdapter
 from maas_services.engine.request import SeqOutput
 from maas_services.engine.sampling_params import SamplingParams
 
@@ -19,6 +26,7 @@ class Add(msgspec.Struct, tag=True):
     priority: int = 0
     tenant: str = ""
     share_prefix_cache: bool = False
+    adapter: str = ""  # empty: the base model
 
 
 class Abort(msgspec.Struct, tag=True):
@@ -31,11 +39,22 @@ class KvSnapshot(msgspec.Struct, tag=True):
     token: int
 
 
+class LoadAdapter(msgspec.Struct, tag=True):
+    token: int
+    name: str
+    source: str  # the PEFT folder, on the core's file system
+
+
+class UnloadAdapter(msgspec.Struct, tag=True):
+    token: int
+    name: str
+
+
 class Shutdown(msgspec.Struct, tag=True):
     pass
 
 
-Input = Add | Abort | KvSnapshot | Shutdown
+Input = Add | Abort | KvSnapshot | LoadAdapter | UnloadAdapter | Shutdown
 
 
 class Ready(msgspec.Struct, tag=True):
@@ -50,12 +69,19 @@ class Ready(msgspec.Struct, tag=True):
     # Why the start-up known-answer check failed (services/engine/known_answer.py):
     # the server then stays NOT_SERVING. Empty: it passed, or was off.
     known_answer_failure: str = ""
+    # Distinct adapters one step may hold (0: no adapters served), and those
+    # loaded at start (--lora-modules).
+    max_loras: int = 0
+    adapters: list[str] = []
 
 
 class Load(msgspec.Struct):
     running: int = 0
     waiting: int = 0
     kv_cache_usage: float = 0.0
+    # The adapters of running and of waiting requests (vllm:lora_requests_info).
+    running_adapters: list[str] = []
+    waiting_adapters: list[str] = []
 
 
 class Failure(msgspec.Struct):
@@ -64,6 +90,9 @@ class Failure(msgspec.Struct):
     # False: this request alone could not be added (INVALID_ARGUMENT). True: a
     # step failed that could not be pinned on one request (INTERNAL).
     engine: bool = False
+    # The AdapterError subclass' name (services/engine/lora/errors.py) when
+    # that is why, e.g. AdapterNotFound: the request named an adapter not loaded.
+    adapter_error: str = ""
 
 
 class StepBatch(msgspec.Struct, tag=True):
@@ -79,6 +108,8 @@ class StepBatch(msgspec.Struct, tag=True):
     # then; applied before the outputs, so a client that got its last token
     # finds that token counted.
     metrics: bytes = b""
+    # The adapters loaded, when that changed since the batch before; None: unchanged.
+    adapters: list[str] | None = None
 
 
 class KvHashes(msgspec.Struct, tag=True):
@@ -86,7 +117,18 @@ class KvHashes(msgspec.Struct, tag=True):
     hashes: list[int]
 
 
-Output = Ready | StepBatch | KvHashes
+class AdapterAnswer(msgspec.Struct, tag=True):
+    """LoadAdapter's or UnloadAdapter's answer, by the request's token."""
+
+    token: int
+    loaded: LoadedAdapter | None = None  # a load that succeeded
+    found: bool = False  # an unload: whether the adapter was loaded
+    # A refusal: the AdapterError subclass' name and its message.
+    error: str = ""
+    message: str = ""
+
+
+Output = Ready | StepBatch | KvHashes | AdapterAnswer
 
 encode = msgspec.msgpack.Encoder().encode
 decode_input = msgspec.msgpack.Decoder(Input).decode

@@ -15,7 +15,12 @@ serve (--serves): an embed-only engine answers completions and chat with a
 generation, and a generate-only one embeddings likewise, before the body is
 read.
 
-GET /v1/models: this engine's model. GET /health: 200 while it takes
+`model` names this engine's model or a LoRA adapter it has loaded
+(completion.py); POST /v1/load_lora_adapter and /v1/unload_lora_adapter load
+and unload adapters as vLLM's server does (adapters.py).
+
+GET /v1/models: this engine's model, then each adapter loaded, its `parent`
+the model (as vLLM lists them). GET /health: 200 while it takes
 requests, 503 draining. GET /metrics: Prometheus text of this process's
 registry (maas_engine_* and the model-server protocol's vllm:* series,
 model_server_metrics.py), where an endpoint picker looks for them by
@@ -50,6 +55,7 @@ from maas_services.common.openai_api.parsed_request import chat_request, text_re
 from maas_services.common.openai_api.schemas import ChatCompletionRequest, CompletionRequest
 from maas_services.common.openai_api.sse import DONE, sse
 from maas_services.common.serves import EMBED, GENERATE
+from maas_services.engine.http_front import adapters
 from maas_services.engine.http_front.bounded_body import parse_body, read_body
 from maas_services.engine.http_front.completion import EngineFront
 from maas_services.engine.http_front.embedding import embed_all
@@ -98,14 +104,14 @@ class Routes:
 
     async def _complete(self, request: Request, chat: bool) -> Response:
         self._check_serves(GENERATE)
-        raw = await read_body(request, self._limits.max_bytes, self._limits.timeout_seconds)
+        raw = await self._read(request)
         body = parse_body(ChatCompletionRequest if chat else CompletionRequest, raw)
         del raw  # parsed: the bytes are not held through the answer
-        self._front.check_servable(body.model)
+        adapter = self._front.check_servable(body.model)
         parsed = chat_request(body, None) if chat else text_request(body, None)
         prompt = await self._front.prompt(parsed)
         shape = ResponseShape.answering(parsed, body, chat, prompt.tool_format)
-        deltas = self._front.deltas(parsed, prompt)
+        deltas = self._front.deltas(parsed, prompt, adapter)
         try:
             # The first output before answering: a refusal still gets its status.
             first = await unless_gone(request, anext(deltas))
@@ -122,16 +128,16 @@ class Routes:
 
     async def embeddings(self, request: Request) -> Response:
         self._check_serves(EMBED)
-        raw = await read_body(request, self._limits.max_bytes, self._limits.timeout_seconds)
+        raw = await self._read(request)
         body = parse_body(EmbeddingRequest, raw)
         del raw
-        self._front.check_servable(body.model)
+        adapter = self._front.check_servable(body.model)
         inputs = embedding_requests(body, None)
-        encoding_format = body.encoding_format
+        model, encoding_format = body.model, body.encoding_format
         del body  # the inputs hold what is left of it
-        embedded = await unless_gone(request, embed_all(self._front, inputs))
+        embedded = await unless_gone(request, embed_all(self._front, inputs, adapter))
         answer = embedding_list(
-            self._front.model_id,
+            model,
             [e.vector for e in embedded],
             sum(e.prompt_tokens for e in embedded),
             encoding_format,
@@ -139,14 +145,27 @@ class Routes:
         return Response(answer, media_type="application/json")
 
     async def models(self, request: Request) -> Response:
-        model = {
-            "id": self._front.model_id,
+        front = self._front
+        base = {
+            "id": front.model_id,
             "object": "model",
             "created": self._created,
             "owned_by": "maas",
-            "max_model_len": self._front.engine.info.max_model_len,
+            "max_model_len": front.engine.info.max_model_len,
         }
-        return JSONResponse({"object": "list", "data": [model]})
+        loras = [{**base, "id": name, "parent": front.model_id} for name in front.engine.adapters]
+        return JSONResponse({"object": "list", "data": [base, *loras]})
+
+    async def load_adapter(self, request: Request) -> Response:
+        body = parse_body(adapters.LoadLoraAdapterRequest, await self._read(request))
+        return await adapters.load(self._front, body)
+
+    async def unload_adapter(self, request: Request) -> Response:
+        body = parse_body(adapters.UnloadLoraAdapterRequest, await self._read(request))
+        return await adapters.unload(self._front, body)
+
+    async def _read(self, request: Request) -> bytes:
+        return await read_body(request, self._limits.max_bytes, self._limits.timeout_seconds)
 
     async def health(self, request: Request) -> Response:
         front = self._front
@@ -249,6 +268,8 @@ def create_app(
         Route("/v1/completions", routes.completions, methods=["POST"]),
         Route("/v1/embeddings", routes.embeddings, methods=["POST"]),
         Route("/v1/models", routes.models, methods=["GET"]),
+        Route("/v1/load_lora_adapter", routes.load_adapter, methods=["POST"]),
+        Route("/v1/unload_lora_adapter", routes.unload_adapter, methods=["POST"]),
         Route("/health", routes.health, methods=["GET"]),
         Route("/metrics", routes.metrics, methods=["GET"]),
     ]

@@ -19,6 +19,10 @@ stream. The engine refuses the rest on its own terms (prompt ids out of the
 vocabulary, the context length, impossible sampling values), which costs
 only the request's own add, and the answer is a 400 naming it.
 
+`model` names this engine's model or an adapter it has loaded (--lora-modules,
+or loaded at POST /v1/load_lora_adapter: adapters.py); the request then runs
+with that adapter, and anything else is a 404 model_not_found.
+
 The front has no tenants: every request is the engine's empty tenant (a
 direct caller's), never a name taken from the body, which anyone could set
 to read another tenant's prefix cache by its timing.
@@ -44,6 +48,7 @@ from maas_services.common.openai_api.errors import (
 from maas_services.common.openai_api.parsed_request import ChatPrompt, ParsedRequest
 from maas_services.common.text_tokenizer import TextTokenizer
 from maas_services.engine.async_engine import AsyncEngine, CoreDied, EngineFailed, RequestFailed
+from maas_services.engine.lora.errors import AdapterError, AdapterNotFound, AdapterSlotsFull
 from maas_services.engine.request import SeqOutput
 from maas_services.engine.servicer import response_of, sampling_from_proto
 
@@ -61,6 +66,12 @@ def engine_error(exc: Exception) -> APIError:
         return bad_request(str(exc))
     if isinstance(exc, CoreDied):
         return unavailable(str(exc))
+    if isinstance(exc, AdapterNotFound):  # unloaded since check_servable saw it
+        return APIError(404, str(exc), code="model_not_found", param="model")
+    if isinstance(exc, AdapterSlotsFull):
+        return unavailable(str(exc))
+    if isinstance(exc, AdapterError):  # a bad adapter, or LoRA off (--max-loras 0)
+        return bad_request(str(exc))
     return APIError(500, str(exc), type="api_error", code="internal_error")
 
 
@@ -75,11 +86,17 @@ class EngineFront:
     # known-answer check) takes nothing new at either door.
     draining: Callable[[], bool]
 
-    def check_servable(self, model: str) -> None:
-        if model != self.model_id:
+    def check_servable(self, model: str) -> str:
+        """The adapter `model` names ("" for the base model), or the APIError refusing it."""
+        if model == self.model_id:
+            adapter = ""
+        elif model in self.engine.adapters:
+            adapter = model
+        else:
             raise model_not_found(model)
         if self.draining() or self.engine.death is not None:
             raise unavailable("engine is draining")
+        return adapter
 
     async def prompt(self, parsed: ParsedRequest) -> Prompt:
         try:
@@ -103,26 +120,31 @@ class EngineFront:
         # The caller's own raw prompt: special tokens it writes are honoured (as vLLM does).
         return Prompt(tokenizer.encode(text, add_special_tokens=True))
 
-    async def outputs(self, parsed: ParsedRequest, prompt: Prompt) -> AsyncIterator[SeqOutput]:
-        """The engine's outputs for the request; APIError for a failure."""
+    async def outputs(
+        self, parsed: ParsedRequest, prompt: Prompt, adapter: str
+    ) -> AsyncIterator[SeqOutput]:
+        """The engine's outputs for the request (with adapter, if named); APIError for a
+        failure."""
         unset = default_max_tokens(self.engine.info.max_model_len, len(prompt.token_ids))
         try:
             params = sampling_from_proto(parsed.sampling, unset)
         except GrammarError as exc:
             raise bad_request(f"grammar: {exc}", param=parsed.grammar_param or None) from None
-        outputs = self.engine.generate(parsed.request_id, prompt.token_ids, params)
+        outputs = self.engine.generate(parsed.request_id, prompt.token_ids, params, adapter=adapter)
         try:
             async for output in outputs:
                 yield output
-        except (RequestFailed, EngineFailed, CoreDied) as exc:
+        except (RequestFailed, EngineFailed, CoreDied, AdapterError) as exc:
             raise engine_error(exc) from None
         finally:
             # A client gone mid-stream: the engine aborts the request at once.
             await outputs.aclose()
 
-    async def deltas(self, parsed: ParsedRequest, prompt: Prompt) -> AsyncIterator[Delta]:
+    async def deltas(
+        self, parsed: ParsedRequest, prompt: Prompt, adapter: str
+    ) -> AsyncIterator[Delta]:
         """The engine's outputs as the gateway's Deltas; APIError for a failure."""
-        async with aclosing(self.outputs(parsed, prompt)) as outputs:
+        async with aclosing(self.outputs(parsed, prompt, adapter)) as outputs:
             async for output in outputs:
                 # The logprobs' token texts, as the gRPC answer carries them.
                 logprobs = response_of(output, self.tokenizer).logprobs if output.logprobs else ()

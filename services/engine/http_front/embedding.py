@@ -27,15 +27,18 @@ class Embedded:
     prompt_tokens: int
 
 
-async def embed_all(front: EngineFront, inputs: list[ParsedRequest]) -> list[Embedded]:
-    """Every input's vector, in input order, or the first failure (module docstring)."""
-    return await each_input(inputs, IN_FLIGHT, lambda parsed: embed_one(front, parsed))
+async def embed_all(
+    front: EngineFront, inputs: list[ParsedRequest], adapter: str
+) -> list[Embedded]:
+    """Every input's vector (with adapter, if named), in input order, or the first failure
+    (module docstring)."""
+    return await each_input(inputs, IN_FLIGHT, lambda parsed: embed_one(front, parsed, adapter))
 
 
-async def embed_one(front: EngineFront, parsed: ParsedRequest) -> Embedded:
+async def embed_one(front: EngineFront, parsed: ParsedRequest, adapter: str) -> Embedded:
     prompt = await front.prompt(parsed)
     # An embedding is answered by one output, at the end of its prefill.
-    async with aclosing(front.outputs(parsed, prompt)) as outputs:
+    async with aclosing(front.outputs(parsed, prompt, adapter)) as outputs:
         async for output in outputs:
             last = output
     return Embedded(last.embedding, last.prompt_tokens)

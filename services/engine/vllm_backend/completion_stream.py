@@ -24,6 +24,10 @@ class VllmRequestError(Exception):
     """vLLM refused the request (its 4xx, or an error object in the stream)."""
 
 
+class VllmModelNotFound(VllmRequestError):
+    """vLLM serves no model of the name the request gave: an adapter it does not hold."""
+
+
 class VllmUnavailable(Exception):
     """vLLM could not be reached or failed (5xx, connection lost)."""
 
@@ -129,7 +133,7 @@ async def stream_chunks(client: httpx.AsyncClient, body: dict) -> AsyncIterator[
                     error = chunk["error"]
                     code = error.get("code", 500) if isinstance(error, dict) else 500
                     raise (VllmUnavailable if code >= 500 else VllmRequestError)(
-                        _error_message(error)
+                        error_message(error)
                     )
                 yield chunk
     except httpx.TransportError as exc:
@@ -141,7 +145,8 @@ def refusal(status_code: int, content: bytes) -> VllmRequestError | VllmUnavaila
     the request refused (with vLLM's message)."""
     if status_code >= 500:
         return VllmUnavailable(f"vLLM answered {status_code}")
-    return VllmRequestError(_error_message(_json_or_text(content)))
+    refused = VllmModelNotFound if status_code == 404 else VllmRequestError
+    return refused(error_message(json_or_text(content)))
 
 
 def _finish(reason: str) -> str:
@@ -167,14 +172,14 @@ def _logprobs(logprobs: dict | None, token_ids: list[int], top_n: int) -> list[T
     return result
 
 
-def _json_or_text(content: bytes):
+def json_or_text(content: bytes):
     try:
         return json.loads(content)
     except ValueError:
         return content.decode(errors="replace")
 
 
-def _error_message(error) -> str:
+def error_message(error) -> str:
     # vLLM's bodies are OpenAI error objects, bare or under "error".
     if isinstance(error, dict):
         error = error.get("error", error)

@@ -1,10 +1,15 @@
 """The vLLM backend's start-up known-answer check: vLLM's own prompt logprobs.
 
 The adapter asks vLLM for the log-probability of every token of the known
-texts (services/engine/known_answer.py) in one /v1/completions call: token ids
-in (the adapter already checked that vLLM's tokenizer is ours), one token
-out, `prompt_logprobs: 0` (vLLM's extension: each prompt token's own
+texts (services/engine/known_answer.py), one /v1/completions call per text:
+token ids in (the adapter already checked that vLLM's tokenizer is ours), one
+token out, `prompt_logprobs: 0` (vLLM's extension: each prompt token's own
 logprob, no alternatives). The score is then judged as the native engine's is.
+
+One text per call, in turn: with --enable-lora, vLLM 0.32 maps LoRA slots to
+prompt-logprob rows per sequence, not per token, and a step holding two
+sequences' prompt logprobs kills its engine core (vllm-project/vllm#29955);
+one sequence's mapping broadcasts over its rows. Nothing else runs at start.
 """
 
 import asyncio
@@ -20,21 +25,22 @@ from maas_services.engine.settings import EngineSettings
 
 async def score_vllm(client: httpx.AsyncClient, served_model: str, texts: list[list[int]]) -> Score:
     started = asyncio.get_running_loop().time()
-    body = {
-        "model": served_model,
-        "prompt": texts,
-        "max_tokens": 1,
-        "temperature": 0,
-        "prompt_logprobs": 0,
-    }
-    reply = (await client.post("/v1/completions", json=body)).raise_for_status().json()
-    choices = sorted(reply["choices"], key=lambda choice: choice["index"])
-    logprobs = [
+    logprobs = []
+    for ids in texts:
+        body = {
+            "model": served_model,
+            "prompt": ids,
+            "max_tokens": 1,
+            "temperature": 0,
+            "prompt_logprobs": 0,
+        }
+        reply = (await client.post("/v1/completions", json=body)).raise_for_status().json()
+        (choice,) = reply["choices"]
         # The first token has no logprob (None): it is context only.
-        entry[str(token)]["logprob"]
-        for ids, choice in zip(texts, choices, strict=True)
-        for token, entry in zip(ids[1:], choice["prompt_logprobs"][1:], strict=True)
-    ]
+        logprobs += [
+            entry[str(token)]["logprob"]
+            for token, entry in zip(ids[1:], choice["prompt_logprobs"][1:], strict=True)
+        ]
     return score_of(logprobs, started, asyncio.get_running_loop().time())
 
 

@@ -88,6 +88,7 @@ class KvTranslator:
 def _salt(extra_keys) -> str:
     # The first block's keys are, in order, a LoRA name, (mm id, offset)
     # pairs, the cache salt, prompt-embedding digests (bytes): the salt is
-    # the last string. The adapter sends neither LoRA nor multimodal input.
+    # the last string. The adapter sends no multimodal input, and the salt
+    # covers the LoRA name too (request_salt), so the name itself is not needed.
     strings = [key for key in extra_keys or () if isinstance(key, str)]
     return strings[-1] if strings else ""

@@ -2,15 +2,22 @@
 
 Every router replica polls GetLoad about every 0.1-0.5 s; a Prometheus scrape
 of vLLM costs it more than our native engine's in-memory snapshot, so one
-scrape answers every poll within MAX_AGE_SECONDS.
+scrape answers every poll within MAX_AGE_SECONDS. The LoRA adapters held come
+from /v1/models in the same scrape (adapters.py), and how many one step may
+hold (max_loras) from the max_lora label of vllm:lora_requests_info, which
+vLLM publishes only with --enable-lora, from its first step on (the start-up
+check runs one): absent, the engine serves no adapters.
 """
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from maas_services.engine.vllm_backend.adapters import loaded_adapters
 
 MAX_AGE_SECONDS = 0.25
 
@@ -22,15 +29,20 @@ class VllmLoad:
     kv_cache_usage: float = 0.0
     block_size: int = 0
     num_blocks: int = 0
+    max_loras: int = 0
+    adapters: tuple[str, ...] = ()
 
 
 def parse_metrics(text: str) -> VllmLoad:
     values: dict[str, float] = {}
     cache_info: dict[str, str] = {}
+    max_loras = 0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "vllm:cache_config_info":
                 cache_info = sample.labels
+            elif sample.name == "vllm:lora_requests_info":
+                max_loras = _int(sample.labels.get("max_lora"))
             elif sample.name in (
                 "vllm:num_requests_running",
                 "vllm:num_requests_waiting",
@@ -44,6 +56,7 @@ def parse_metrics(text: str) -> VllmLoad:
         kv_cache_usage=values.get("vllm:kv_cache_usage_perc", 0.0),
         block_size=_int(cache_info.get("block_size")),
         num_blocks=_int(cache_info.get("num_gpu_blocks")),
+        max_loras=max_loras,
     )
 
 
@@ -67,6 +80,13 @@ class LoadCache:
             if time.monotonic() - self._at >= MAX_AGE_SECONDS:
                 response = await self._client.get("/metrics")
                 response.raise_for_status()
-                self._load = parse_metrics(response.text)
+                adapters = await loaded_adapters(self._client)
+                self._load = dataclasses.replace(
+                    parse_metrics(response.text), adapters=tuple(sorted(adapters))
+                )
                 self._at = time.monotonic()
         return self._load
+
+    def forget(self) -> None:
+        """The next get() scrapes again: an adapter was just loaded or unloaded."""
+        self._at = -MAX_AGE_SECONDS

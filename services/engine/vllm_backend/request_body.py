@@ -60,7 +60,8 @@ def completion_body(
     if resumed >= max_tokens:
         raise ResumeRefused(f"{resumed} resume tokens leave nothing of max_tokens {max_tokens}")
     body = {
-        "model": served_model,
+        # vLLM runs a request with the adapter it names as its model.
+        "model": request.adapter or served_model,
         "prompt": prompt + list(request.resume_token_ids),
         "stream": True,
         "stream_options": {"include_usage": True},

@@ -13,6 +13,11 @@ counts the whole prompt as computed (completion_stream.CompletionStream.aborted)
 vLLM says nothing of a prefill before its first token, and a request cut short
 is billed its prefill (docs/billing.md).
 
+A request naming a LoRA adapter names it as vLLM's model (vLLM runs it with
+that adapter) and salts its blocks by it; one vLLM does not hold is
+NOT_FOUND, as on our engine. LoadAdapter and UnloadAdapter go to vLLM's
+runtime LoRA API (adapters.py); GetLoad reports what it holds.
+
 Tokens ready together go in one message, as the native servicer sends them:
 the HTTP stream is read in a task of its own into a queue, and each message
 carries the chunks (up to READY_LIMIT) that queued while the previous one
@@ -32,7 +37,9 @@ from maas_services.common.engine_metadata import SCHEDULED
 from maas_services.common.grammar.spec import GrammarError
 from maas_services.common.logging import get_logger
 from maas_services.common.serves import GENERATE
+from maas_services.engine.lora.errors import AdapterError, AdapterNotFound, LoraDisabled
 from maas_services.engine.servicer import (
+    abort_adapter_error,
     kv_batch_proto,
     load_report,
     merged,
@@ -40,9 +47,11 @@ from maas_services.engine.servicer import (
     refuse_unserved,
     response_of,
 )
+from maas_services.engine.vllm_backend.adapters import load_adapter, unload_adapter
 from maas_services.engine.vllm_backend.cache_salt import SaltBook
 from maas_services.engine.vllm_backend.completion_stream import (
     CompletionStream,
+    VllmModelNotFound,
     VllmRequestError,
     VllmUnavailable,
     stream_chunks,
@@ -114,7 +123,11 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
                 grpc.StatusCode.INVALID_ARGUMENT, "request_id is required and must be unique"
             )
         salt = request_salt(
-            info.cache_salt, info.prefix_cache_sharing, request.tenant, request.share_prefix_cache
+            info.cache_salt,
+            info.prefix_cache_sharing,
+            request.tenant,
+            request.share_prefix_cache,
+            request.adapter,
         )
         try:
             body = completion_body(
@@ -146,6 +159,8 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
                 # What the stream had delivered goes out before the stream's end or failure.
                 for output in merged(outputs):
                     yield response_of(output, self._tokenizer)
+                if isinstance(last, VllmModelNotFound) and request.adapter:
+                    await self._refuse_adapter(request.adapter, context)
                 if isinstance(last, VllmRequestError):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(last))
                 if isinstance(last, VllmUnavailable):
@@ -181,8 +196,57 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
         except httpx.HTTPError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"vLLM /metrics: {exc!r}")
         return load_report(
-            self._info.model_id, load, self._info, self.draining, list(self._info.serves)
+            self._info.model_id,
+            load,
+            self._info,
+            self.draining,
+            list(self._info.serves),
+            list(load.adapters),
+            load.max_loras,
         )
+
+    async def _refuse_adapter(self, adapter: str, context) -> None:
+        """A Generate naming an adapter vLLM does not hold, refused as our engine refuses it."""
+        try:
+            disabled = not (await self._load.get()).max_loras
+        except httpx.HTTPError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"vLLM /metrics: {exc!r}")
+        if disabled:
+            await abort_adapter_error(
+                context, LoraDisabled(f"adapter {adapter!r}: this engine serves no adapters")
+            )
+        await abort_adapter_error(
+            context, AdapterNotFound(f"adapter {adapter!r} is not loaded here")
+        )
+
+    async def LoadAdapter(self, request, context):
+        if not request.name or not request.source:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "an adapter needs a name and a source"
+            )
+        try:
+            load = await self._load.get()
+            loaded = await load_adapter(self._client, request.name, request.source, load.max_loras)
+        except AdapterError as exc:
+            await abort_adapter_error(context, exc)
+        except (httpx.HTTPError, VllmUnavailable) as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"vLLM: {exc}")
+        finally:
+            self._load.forget()  # the router's next poll sees it
+        log.info("adapter_loaded", name=loaded.name, source=loaded.source)
+        return engine_pb2.AdapterStatus(name=loaded.name, rank=loaded.rank, source=loaded.source)
+
+    async def UnloadAdapter(self, request, context):
+        try:
+            load = await self._load.get()
+            found = await unload_adapter(self._client, request.name, load.max_loras)
+        except AdapterError as exc:
+            await abort_adapter_error(context, exc)
+        except (httpx.HTTPError, VllmUnavailable) as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"vLLM: {exc}")
+        finally:
+            self._load.forget()
+        return engine_pb2.UnloadAdapterResponse(found=found)
 
     async def Drain(self, request, context):
         if not self.draining:

@@ -194,10 +194,16 @@ class QuotaGate:
             self.hold_answered(call, (await replies(call))[0])
 
     async def hold_call(
-        self, reservation: Reservation, deployment: str, prompt_tokens: int, completion_tokens: int
+        self,
+        reservation: Reservation,
+        deployment: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        adapter: str = "",
     ) -> HoldCall | None:
         """reserve()'s script as a call to send with another's; None when there is
-        nothing to hold (pay as you go, or the store unreachable and the policy open)."""
+        nothing to hold (pay as you go, or the store unreachable and the policy open).
+        `adapter`: the LoRA adapter the request runs with, which may have its own price."""
         tenant = reservation.tenant
         try:
             if (await self._state(tenant)).balance_nano_usd is None:
@@ -209,7 +215,7 @@ class QuotaGate:
         if table is None:
             # Billing has published no prices yet: only a used-up balance refuses.
             QUOTA_CHECKS.labels("unpriced").inc()
-        price = table.for_deployment(deployment) if table else ModelPrice()
+        price = table.for_served(deployment, adapter) if table else ModelPrice()
         cost = price.most_nano_usd(prompt_tokens, completion_tokens)
         reservation.price = price
         # From here a cancelled call may have reserved: the request's end releases.

@@ -34,6 +34,12 @@ class Tenant(BaseModel):
     tpm: int = Field(0, ge=0, description="tokens (prompt + completion) per minute")
     max_concurrency: int = Field(0, ge=0, description="requests in flight at once")
     max_tokens: int = Field(0, ge=0, description="cap on one request's max_tokens")
+    adapter_loads_per_minute: int = Field(
+        0,
+        ge=0,
+        description="on-demand LoRA adapter loads per minute, per gateway replica (0: the"
+        " gateway's adapter_loads_per_minute; upstream/adapter_loads.py)",
+    )
     allowed_models: tuple[str, ...] = ()
     created_at: float = 0.0
 

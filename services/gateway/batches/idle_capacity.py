@@ -97,7 +97,7 @@ class IdleCapacity:
         pipeline = self._pipeline
         try:
             deployments = await pipeline.catalog.models()
-            route = pipeline.routes.table.resolve(model, tenant.tier, "", set(deployments))
+            route = pipeline.resolve(model, tenant, "", deployments)
         except (grpc.aio.AioRpcError, NoDeploymentUpError):
             return None
         if route is None or route.deployment not in deployments:

@@ -20,6 +20,12 @@ Loaded from a YAML file (a ConfigMap in Kubernetes):
       smollm2-135m-instruct:
         scales_to_zero: true               # may have no replica: hold requests, do not refuse
     expose_deployments: true    # also serve each deployment under its own name
+    adapters:                   # LoRA adapters (issue #34), named as a model
+      sql-upper:                # the name tenants send as `model`
+        deployment: smollm2-135m-instruct   # the base whose engines serve it
+        source: /models/adapters/sql-upper  # its PEFT folder, as the engines see it
+        tenants: [acme]         # who may use it; absent or empty: every tenant
+        load: on-demand         # or preload (the operator loads it onto every replica)
 
 A deployment is a model id the router knows. Deployments that are not up
 right now are skipped when picking, so a canary can be listed before it runs.
@@ -37,6 +43,17 @@ by a tenant of another tier, nor is it listed for one. Such a request is
 answered as for an unknown model (404 model_not_found), OpenAI's answer for a
 model the key may not use.
 
+An adapter is served by its base deployment's engines: a request naming it
+goes to that deployment with the adapter's name (Route.adapter), which the
+engine runs it with. An adapter with `tenants` is a 404 model_not_found for
+any other tenant, as a tier's pool is, never a 403 that says it exists.
+Adapters an engine was started with (--lora-modules), which the router
+reports in DeploymentStats.adapters and this table does not list, are shared:
+every tenant may use them, under the deployment reporting them
+(`resolve`'s `shared`). An adapter must name a deployment this table knows
+(in `deployments` or an alias's routes), and its name may be no alias's or
+deployment's: a typo fails the load rather than routing nowhere.
+
 Each tenant's cached prefixes are its own: a hit would tell a tenant what
 another sent (services/common/block_hash.py). `share_prefix_cache: true` asks a
 deployment's engines to pool them across tenants (public system prompts); only
@@ -46,10 +63,12 @@ spec.engine.prefixCacheSharing) do.
 
 import hashlib
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Strict(BaseModel):
@@ -79,6 +98,20 @@ class DeploymentOptions(_Strict):
     scales_to_zero: bool = False
 
 
+class Adapter(_Strict):
+    """A LoRA adapter served on a base deployment's engines, under its own name."""
+
+    deployment: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    tenants: tuple[str, ...] = ()
+    # preload: the operator loads it onto every replica; on-demand: the gateway
+    # loads it onto the replica picked for a request that finds it missing.
+    load: Literal["on-demand", "preload"] = "on-demand"
+
+    def visible_to(self, tenant: str) -> bool:
+        return not self.tenants or tenant in self.tenants
+
+
 DEFAULT_TIERS = {
     "free": Tier(weight=1, priority=0),
     "standard": Tier(weight=2, priority=1),
@@ -95,6 +128,10 @@ class Route:
     tier: Tier
     share_prefix_cache: bool = False
     scales_to_zero: bool = False  # with no ready replica, hold the request until one is
+    # The LoRA adapter the deployment's engines run the request with ("": the base),
+    # and its PEFT folder when the gateway may load it on demand ("": it may not).
+    adapter: str = ""
+    adapter_source: str = ""
 
 
 class NoDeploymentUpError(LookupError):
@@ -106,6 +143,25 @@ class RoutingTable(_Strict):
     models: dict[str, Alias] = {}
     deployments: dict[str, DeploymentOptions] = {}
     expose_deployments: bool = True
+    adapters: dict[str, Adapter] = {}
+
+    @model_validator(mode="after")
+    def _adapters_known(self) -> "RoutingTable":
+        known = self._named_deployments()
+        for name, adapter in self.adapters.items():
+            if adapter.deployment not in known:
+                raise ValueError(
+                    f"adapter {name!r} names deployment {adapter.deployment!r}, which this "
+                    "table does not know (list it under `deployments` or an alias's routes)"
+                )
+            if name in self.models or name in known:
+                raise ValueError(f"adapter {name!r} has the name of a model or deployment")
+        return self
+
+    def _named_deployments(self) -> set[str]:
+        """Deployments the table names: its options' and its aliases' targets."""
+        targets = {t.deployment for alias in self.models.values() for t in self._targets(alias)}
+        return set(self.deployments) | targets
 
     @classmethod
     def from_yaml(cls, text: str) -> "RoutingTable":
@@ -115,15 +171,22 @@ class RoutingTable(_Strict):
         """This table with each fragment's aliases and deployments added; names
         already taken keep their first owner. Returns the table and those names."""
         models, deployments = dict(self.models), dict(self.deployments)
+        adapters = dict(self.adapters)
         clashes = []
         for fragment in fragments:
-            for own, theirs in ((models, fragment.models), (deployments, fragment.deployments)):
+            # Aliases and adapters are both names a tenant sends: one namespace.
+            for own, theirs, other in (
+                (models, fragment.models, adapters),
+                (deployments, fragment.deployments, {}),
+                (adapters, fragment.adapters, models),
+            ):
                 for name, entry in theirs.items():
-                    if name in own:
+                    if name in own or name in other:
                         clashes.append(name)
                     else:
                         own[name] = entry
-        return self.model_copy(update={"models": models, "deployments": deployments}), clashes
+        update = {"models": models, "deployments": deployments, "adapters": adapters}
+        return self.model_copy(update=update), clashes
 
     def scales_to_zero(self, deployment: str) -> bool:
         options = self.deployments.get(deployment)
@@ -145,16 +208,40 @@ class RoutingTable(_Strict):
         exposed = {d for d in running if self._exposed(d, tier)}
         return sorted(aliases | exposed)
 
+    def adapter_names(
+        self, running: set[str], tier: str, tenant: str, shared: Mapping[str, str]
+    ) -> dict[str, str]:
+        """The adapters a tenant may send now, each with its base deployment:
+        this table's that it may see, and the shared ones (module docstring)."""
+        listed = {
+            name: adapter.deployment
+            for name, adapter in self.adapters.items()
+            if adapter.visible_to(tenant) and self._adapter_base(adapter.deployment, tier, running)
+        }
+        for name, deployment in shared.items():
+            # A name the table or a running deployment owns resolves to that.
+            owned = name in self.adapters or name in self.models or name in running
+            if not owned and self._adapter_base(deployment, tier, running):
+                listed[name] = deployment
+        return listed
+
+    def _adapter_base(self, deployment: str, tier: str, running: set[str]) -> bool:
+        """May a tenant of `tier` reach this adapter's base deployment now?"""
+        up = deployment in running or self.scales_to_zero(deployment)
+        return up and self._pool_allows(deployment, tier)
+
     @staticmethod
-    def _targets(alias: Alias, tier: str | None) -> list[Target]:
+    def _targets(alias: Alias, tier: str | None = None) -> list[Target]:
         if tier is None:
             return [t for targets in (alias.routes, *alias.tiers.values()) for t in targets]
         return alias.tiers.get(tier, alias.routes)
 
     def _exposed(self, deployment: str, tier: str | None) -> bool:
         """May a tenant of `tier` name this deployment directly?"""
-        if not self.expose_deployments:
-            return False
+        return self.expose_deployments and self._pool_allows(deployment, tier)
+
+    def _pool_allows(self, deployment: str, tier: str | None) -> bool:
+        """Is this deployment some alias's, or a pool of `tier`'s (or of no tier)?"""
         pools = {
             name
             for alias in self.models.values()
@@ -166,11 +253,28 @@ class RoutingTable(_Strict):
         )
         return routed or not pools or tier is None or tier in pools
 
-    def resolve(self, model: str, tier: str, session: str, running: set[str]) -> Route | None:
-        """The deployment for this request; None if `model` is unknown to this tier."""
+    def resolve(
+        self,
+        model: str,
+        tier: str,
+        session: str,
+        running: set[str],
+        tenant: str = "",
+        shared: Mapping[str, str] | None = None,
+    ) -> Route | None:
+        """The deployment for this request; None if `model` is unknown to this
+        tier or tenant. `shared`: adapter -> deployment of the adapters engines
+        were started with (module docstring)."""
         alias = self.models.get(model)
         if alias is None:
+            adapter = self.adapters.get(model)
+            if adapter is not None:
+                if not adapter.visible_to(tenant):
+                    return None
+                return self._adapter_route(model, adapter.deployment, adapter.source, tier, running)
             known = model in running or self.scales_to_zero(model)
+            if not known and shared and model in shared:
+                return self._adapter_route(model, shared[model], "", tier, running)
             if not (known and self._exposed(model, tier)):
                 return None
             deployment = model
@@ -183,6 +287,20 @@ class RoutingTable(_Strict):
             if not targets:
                 raise NoDeploymentUpError(model)
             deployment = pick(targets, f"{model}/{session}" if session else None)
+        return self._route(model, deployment, tier)
+
+    def _adapter_route(
+        self, model: str, deployment: str, source: str, tier: str, running: set[str]
+    ) -> Route | None:
+        """The base deployment's route, with the adapter; None where its base is
+        another tier's pool. `source` "": an adapter the gateway may not load."""
+        if not self._pool_allows(deployment, tier):
+            return None
+        if deployment not in running and not self.scales_to_zero(deployment):
+            raise NoDeploymentUpError(model)
+        return replace(self._route(model, deployment, tier), adapter=model, adapter_source=source)
+
+    def _route(self, model: str, deployment: str, tier: str) -> Route:
         options = self.deployments.get(deployment) or DeploymentOptions()
         return Route(
             alias=model,

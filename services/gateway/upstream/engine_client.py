@@ -27,6 +27,13 @@ tokens: none was delivered. For a client gone, the report is read in a task of
 its own (the request's task is cancelled), which EngineStream.tally awaits. A
 timed-out attempt the gateway retries on another replica is not tallied: the
 request is billed once, for the attempt it ended with.
+
+A request naming a LoRA adapter carries it to the router (PickRequest.adapter:
+replicas with it loaded are preferred) and the engine (GenerateRequest.adapter).
+A replica that answers NOT_FOUND lacks it: for an adapter the routing table
+lists, the replica is asked to load it, within the tenant's bounds
+(adapter_loads.py), and the request is sent there again, once; so is a
+migration's resume.
 """
 
 import asyncio
@@ -47,6 +54,7 @@ from maas_services.common.openai_api.parsed_request import ParsedRequest
 from maas_services.gateway.background import Background
 from maas_services.gateway.routing.routing_table import Route
 from maas_services.gateway.ticket import Ticket
+from maas_services.gateway.upstream.adapter_loads import AdapterLoads
 from maas_services.gateway.upstream.circuit_breaker import Breakers
 from maas_services.gateway.upstream.migration import (
     MIGRATABLE,
@@ -220,6 +228,7 @@ class EngineClient:
         max_attempts: int,
         background: Background,
         migration: MigrationPolicy,
+        adapters: AdapterLoads,
     ):
         self._up = upstreams
         self._timeouts = timeouts
@@ -227,6 +236,7 @@ class EngineClient:
         self._max_attempts = max_attempts
         self._background = background
         self._migration = migration
+        self._adapters = adapters
 
     def pick_early(
         self, request: ParsedRequest, route: Route, prompt: Prompt, tenant: str
@@ -280,9 +290,14 @@ class EngineClient:
         tried: list[str] = []
         failure: EngineFailedError | None = None
         attempts, migrating = 0, False
+        # The replica that has just loaded the request's adapter, to send it to again.
+        again: router_pb2.PickResponse | None = None
+        adapter_loaded = False
         try:
             while True:
-                if not attempts and ticket.pick is not None:
+                if again is not None:
+                    pick, again = again, None
+                elif not attempts and ticket.pick is not None:
                     pick = await ticket.pick.answer(self._breakers.blocked())
                     pick = pick or await self._pick(ticket, tried, failure)
                 elif not migrating:
@@ -293,12 +308,18 @@ class EngineClient:
                         raise failure.error
                     migrations.started(len(ticket.prompt.token_ids), 0)
                 attempts += 1
+                sent = time.monotonic()
                 try:
                     answer = await self._start(ticket, stream, pick, deadline, started)
                     if migrating:
                         MIGRATIONS.labels(RESUMED).inc()
                     return pick, *answer
                 except EngineFailedError as exc:
+                    if self._adapter_missing(ticket, exc) and not adapter_loaded:
+                        await self._adapters.load(ticket.principal.tenant, ticket.route, pick, sent)
+                        # Not an attempt of its own: the same one, now that it can run.
+                        again, adapter_loaded, attempts = pick, True, attempts - 1
+                        continue
                     tried.append(pick.endpoint_id)
                     failure = exc
                     if exc.code in MIGRATABLE:
@@ -314,6 +335,11 @@ class EngineClient:
             if failure is not None and failure.report is not None and not stream.cut_short:
                 stream.reported(failure.report)
             raise
+
+    @staticmethod
+    def _adapter_missing(ticket: Ticket, exc: EngineFailedError) -> bool:
+        """The replica lacks the request's adapter, which the gateway may load."""
+        return exc.code == grpc.StatusCode.NOT_FOUND and bool(ticket.route.adapter_source)
 
     async def _start(
         self,
@@ -341,6 +367,7 @@ class EngineClient:
                     tenant=ticket.principal.tenant.name,
                     share_prefix_cache=ticket.route.share_prefix_cache,
                     resume_token_ids=resume,
+                    adapter=ticket.route.adapter,
                 ),
                 timeout=max(deadline - time.monotonic(), 0.001),
             )
@@ -498,9 +525,7 @@ class EngineClient:
                 return None
             migrations.started(len(ticket.prompt.token_ids), len(delivered))
             try:
-                call, first = await self._start(
-                    ticket, stream, pick, deadline, started, resume=list(delivered)
-                )
+                call, first = await self._resume(ticket, stream, pick, deadline, started, delivered)
             except EngineFailedError as exc:
                 tried.append(pick.endpoint_id)
                 failed, code = pick, exc.code
@@ -517,6 +542,29 @@ class EngineClient:
                 migrations=migrations.count,
             )
             return pick, call, first
+
+    async def _resume(
+        self,
+        ticket: Ticket,
+        stream: EngineStream,
+        pick: router_pb2.PickResponse,
+        deadline: float,
+        started: float,
+        delivered: list[int],
+    ):
+        """A migration's start on `pick`; a replica that lacks the request's adapter
+        loads it first, within the tenant's bounds (a load refused: the resume is)."""
+        sent = time.monotonic()
+        try:
+            return await self._start(ticket, stream, pick, deadline, started, list(delivered))
+        except EngineFailedError as exc:
+            if not self._adapter_missing(ticket, exc):
+                raise
+            try:
+                await self._adapters.load(ticket.principal.tenant, ticket.route, pick, sent)
+            except APIError:
+                raise exc from None
+        return await self._start(ticket, stream, pick, deadline, started, list(delivered))
 
     async def _migration_pick(
         self, ticket: Ticket, tried: list[str], failure, deadline: float
@@ -646,4 +694,5 @@ def pick_request(
         exclude_endpoint_ids=exclude,
         share_prefix_cache=route.share_prefix_cache,
         serve=serves.EMBED if request.sampling.HasField("embedding") else serves.GENERATE,
+        adapter=route.adapter,
     )

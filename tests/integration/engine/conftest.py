@@ -47,6 +47,19 @@ def hf_model(smollm_path):
     ).eval()
 
 
+def transformers_greedy(model, prompt_ids: list[int], new_tokens: int) -> list[int]:
+    """A transformers model's greedy continuation of prompt ids, exactly new_tokens long."""
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([prompt_ids]),
+            attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+        )
+    return out[0, len(prompt_ids) :].tolist()
+
+
 @pytest.fixture(scope="session")
 def hf_greedy(hf_model):
     """transformers' greedy continuation of prompt ids, ignoring EOS, memoised."""
@@ -55,15 +68,7 @@ def hf_greedy(hf_model):
     def greedy(prompt_ids: list[int], new_tokens: int) -> list[int]:
         key = (tuple(prompt_ids), new_tokens)
         if key not in memo:
-            with torch.inference_mode():
-                out = hf_model.generate(
-                    torch.tensor([prompt_ids]),
-                    attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
-                    max_new_tokens=new_tokens,
-                    min_new_tokens=new_tokens,
-                    do_sample=False,
-                )
-            memo[key] = out[0, len(prompt_ids) :].tolist()
+            memo[key] = transformers_greedy(hf_model, prompt_ids, new_tokens)
         return memo[key]
 
     return greedy

@@ -249,7 +249,7 @@ async def test_protocol_metrics_are_exported_and_follow_the_load(front):
         assert int(config.labels["num_gpu_blocks"]) > 0
         [lora] = families["vllm:lora_requests_info"].samples
         assert lora.labels == {
-            "max_lora": "0",
+            "max_lora": "8",  # --max-loras' default; no adapter loaded
             "running_lora_adapters": "",
             "waiting_lora_adapters": "",
         }

@@ -84,12 +84,22 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
         self.priorities: list[int] = []
         # (tenant, share_prefix_cache) of each request: whose cache it may hit.
         self.cache_scopes: list[tuple[str, bool]] = []
+        # LoRA adapters loaded (a Generate naming another is NOT_FOUND), the
+        # adapter of each request served, each LoadAdapter's (name, source), and
+        # while set, an event every LoadAdapter waits for.
+        self.adapters: set[str] = set()
+        self.adapters_served: list[str] = []
+        self.loads: list[tuple[str, str]] = []
+        self.load_gate: asyncio.Event | None = None
 
     async def Generate(self, request, context):
         if self.scheduled:
             await context.send_initial_metadata(SCHEDULED)
         if self.fail is not None:
             await context.abort(self.fail, "stub engine told to fail")
+        if request.adapter and request.adapter not in self.adapters:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"adapter {request.adapter!r}")
+        self.adapters_served.append(request.adapter)
         self.served += 1
         self.priorities.append(request.priority)
         self.cache_scopes.append((request.tenant, request.share_prefix_cache))
@@ -167,6 +177,13 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
             max_model_len=2048,
         )
 
+    async def LoadAdapter(self, request, context):
+        self.loads.append((request.name, request.source))
+        if self.load_gate is not None:
+            await self.load_gate.wait()
+        self.adapters.add(request.name)
+        return engine_pb2.AdapterStatus(name=request.name, rank=8, source=request.source)
+
     async def StreamKvEvents(self, request, context):
         # No prefix cache here: keep the stream open and quiet.
         await asyncio.Event().wait()
@@ -182,6 +199,9 @@ class StubRouter(router_pb2_grpc.RouterServicer):
     sessions: list[str] = field(default_factory=list)
     releases: list[str] = field(default_factory=list)
     cache_scopes: list[tuple[str, bool]] = field(default_factory=list)
+    # model -> the LoRA adapters its pool reports loaded (DeploymentStats.adapters).
+    adapters: dict[str, list[str]] = field(default_factory=dict)
+    adapters_picked: list[str] = field(default_factory=list)
     _turn: itertools.count = field(default_factory=itertools.count)
 
     async def Pick(self, request, context):
@@ -196,6 +216,7 @@ class StubRouter(router_pb2_grpc.RouterServicer):
         self.picks.append(endpoint_id)
         self.sessions.append(request.session_id)
         self.cache_scopes.append((request.tenant, request.share_prefix_cache))
+        self.adapters_picked.append(request.adapter)
         return router_pb2.PickResponse(endpoint_id=endpoint_id, address=address)
 
     async def Release(self, request, context):
@@ -216,6 +237,7 @@ class StubRouter(router_pb2_grpc.RouterServicer):
                         for e in self.endpoints
                         if e[2] == model
                     ],
+                    adapters=self.adapters.get(model, []),
                 )
                 for model in models
             ]

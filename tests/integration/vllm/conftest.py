@@ -48,9 +48,9 @@ def vllm_python():
 
 # Package scope: the server (~3 GiB) stops after the package's last test, not
 # at the end of the worker's session.
-@pytest.fixture(scope="package")
-def vllm_server(vllm_python, tmp_path_factory):
-    config = VllmConfig(
+def vllm_config(vllm_python, *extra_args: str) -> VllmConfig:
+    """The tests' vLLM: float32, eager, one GiB of KV cache, the tests' block size."""
+    return VllmConfig(
         python=vllm_python,
         model=hf_model_folder(None),
         served_model_name=SERVED_MODEL,
@@ -60,10 +60,15 @@ def vllm_server(vllm_python, tmp_path_factory):
         dtype="float32",
         max_model_len=2048,
         max_num_seqs=MAX_NUM_SEQS,
-        extra_args=["--block-size", str(BLOCK_SIZE)],
+        extra_args=["--block-size", str(BLOCK_SIZE), *extra_args],
         # As the operator and `maas up` run it: only the adapter, given the key, may call it.
         api_key=API_KEY,
     )
+
+
+@pytest.fixture(scope="package")
+def vllm_server(vllm_python, tmp_path_factory):
+    config = vllm_config(vllm_python)
     server = VllmServer(config, tmp_path_factory.mktemp("vllm") / "vllm.log").start()
     yield server
     server.stop()

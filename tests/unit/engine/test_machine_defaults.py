@@ -59,6 +59,7 @@ def values(machine: MachineProfile, on_cuda: bool = False) -> dict:
 def test_an_avx2_epyc_computes_every_step_in_float32_on_both_cores():
     assert values(EPYC) == {
         "dtype": "float32",
+        "wide_gemm": "float32",
         "torch_threads": 2,
         # Through the stack the second core paid 1.24-1.46x even at 1 stream.
         "compute_wide_rows": 1,
@@ -126,7 +127,7 @@ def test_engine_settings_resolve_auto_through_the_machine():
 
 def test_explicit_flags_and_openmp_environment_win():
     flags = ["--dtype", "float32", "--torch-threads", "3", "--quantization", "int8"]
-    flags += ["--compute-wide-rows", "1"]
+    flags += ["--compute-wide-rows", "1", "--wide-gemm", "float32"]
     settings = parse_settings(EngineSettings, [*flags, "--speculative-max-batch", "2"], "engine")
     resolved = resolve(settings, XEON, on_cuda=False, environ={"GOMP_SPINCOUNT": "1000"})
     chosen = resolved.settings

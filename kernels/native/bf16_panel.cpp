@@ -1,0 +1,172 @@
+// The bf16 panel micro-kernel (bf16.h) with vdpbf16ps, for CPUs with AVX512-BF16 (Zen 4,
+// Zen 5, Cooper Lake and later Xeons): each instruction does two bf16 products per float32
+// lane, twice the float32 FMA's work, from half the bytes.
+//
+// The outer-product tile of matmul.cpp's float32 panel: a weight row's pair of inputs is
+// broadcast (one 32-bit word) and dotted with that pair in 16 activation rows at once, one
+// accumulator of 16 outputs per weight row and block. vdpbf16ps adds the odd input's
+// product, then the even one's, each sum rounded to float32 (the products of two bf16 are
+// exact in float32; measured on Zen 4, as Intel's SDM writes it), so every output is summed
+// in input order, whatever the tile, panel or thread: tests/unit/kernels/test_bf16_panel.py
+// emulates exactly that.
+
+#include "bf16.h"
+
+#include <immintrin.h>
+
+#include <vector>
+
+#ifdef __AVX512BF16__
+
+namespace {
+
+// The main tile: WIDE_W weight rows by two blocks of 16 activation rows, 16 accumulators,
+// each broadcast serving two vdpbf16ps (10 loads for 16 of them). SmolLM2's four layer
+// shapes, 1 thread, thread CPU, against one block of 16 by 16 weight rows (17 loads for
+// 16): 157 against 135 GFLOP/s at 64 rows, 171 against 149 at 256 (AMD EPYC Zen 4,
+// shared; 12 and 10 rows by two blocks measured 144-148 at 64). The tile of one block
+// (TILE_W rows, 16 accumulators) takes the rest: a last block of 16 or of 8, a short panel.
+constexpr int WIDE_W = 8;
+constexpr int TILE_W = 16;
+
+template <int W>
+void wide_tile(const uint16_t* w, int64_t k, const uint16_t* xt, float* sums,
+               int64_t sums_stride) {
+  const int64_t pairs = k / 2;
+  const int32_t* wp = reinterpret_cast<const int32_t*>(w);
+  const uint16_t* xt1 = xt + BF16_BLOCK_ROWS * k;
+  __m512 acc[W][2];
+  for (int i = 0; i < W; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  int64_t j = 0;
+  // k >= 8. A loop that might run zero times kept the accumulators on the stack
+  // (matmul.cpp's outer_tile).
+  do {
+    __m512bh x0 = (__m512bh)_mm512_loadu_si512(xt + j * 32);
+    __m512bh x1 = (__m512bh)_mm512_loadu_si512(xt1 + j * 32);
+    for (int i = 0; i < W; i++) {
+      __m512bh b = (__m512bh)_mm512_set1_epi32(wp[i * pairs + j]);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x0, b);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x1, b);
+    }
+  } while (++j < pairs);
+  for (int i = 0; i < W; i++) {
+    _mm512_storeu_ps(sums + i * sums_stride, acc[i][0]);
+    _mm512_storeu_ps(sums + i * sums_stride + 16, acc[i][1]);
+  }
+}
+
+// W weight rows by one block of 8 * V activation rows (V = 2: a zmm of 16; V = 1: a ymm
+// of the last 8).
+template <int W, int V>
+void tile(const uint16_t* w, int64_t k, const uint16_t* xt, float* sums, int64_t sums_stride) {
+  const int64_t pairs = k / 2;
+  const int32_t* wp = reinterpret_cast<const int32_t*>(w);
+  int64_t j = 0;
+  if constexpr (V == 2) {
+    __m512 acc[W];
+    for (int i = 0; i < W; i++) acc[i] = _mm512_setzero_ps();
+    do {
+      __m512bh xv = (__m512bh)_mm512_loadu_si512(xt + j * 32);
+      for (int i = 0; i < W; i++)
+        acc[i] = _mm512_dpbf16_ps(acc[i], xv, (__m512bh)_mm512_set1_epi32(wp[i * pairs + j]));
+    } while (++j < pairs);
+    for (int i = 0; i < W; i++) _mm512_storeu_ps(sums + i * sums_stride, acc[i]);
+  } else {
+    __m256 acc[W];
+    for (int i = 0; i < W; i++) acc[i] = _mm256_setzero_ps();
+    do {
+      __m256bh xv = (__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt + j * 16));
+      for (int i = 0; i < W; i++)
+        acc[i] = _mm256_dpbf16_ps(acc[i], xv, (__m256bh)_mm256_set1_epi32(wp[i * pairs + j]));
+    } while (++j < pairs);
+    for (int i = 0; i < W; i++) _mm256_storeu_ps(sums + i * sums_stride, acc[i]);
+  }
+}
+
+// The tile for the panel's last, short group of weight rows, and for a last block of 8.
+template <int W>
+void any_tile(int64_t w_rows, int64_t vectors, const uint16_t* w, int64_t k, const uint16_t* xt,
+              float* sums, int64_t sums_stride) {
+  if constexpr (W > 1)
+    if (w_rows < W) return any_tile<W - 1>(w_rows, vectors, w, k, xt, sums, sums_stride);
+  if (vectors == 2)
+    tile<W, 2>(w, k, xt, sums, sums_stride);
+  else
+    tile<W, 1>(w, k, xt, sums, sums_stride);
+}
+
+}  // namespace
+
+void to_bf16(const float* x, int64_t n, uint16_t* out) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
+                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + j)));
+  if (j < n)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j),
+                     (__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(x + j)));
+}
+
+int64_t bf16_padded_rows(int64_t rows, int64_t k) {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  // AMX's tiles take 16 rows of activations and 32 inputs at a time.
+  if (use_amx(k)) return (rows + 15) / 16 * 16;
+#endif
+  return (rows + 7) / 8 * 8;
+}
+
+void bf16_pack_rows(const float* x, int64_t rows, int64_t x_stride, int64_t k, int64_t padded,
+                    uint16_t* xt) {
+  static thread_local std::vector<uint16_t> row_buffer;
+  if (static_cast<int64_t>(row_buffer.size()) < k) row_buffer.resize(k);
+  const uint32_t* pairs = reinterpret_cast<const uint32_t*>(row_buffer.data());
+  int64_t blocks = (padded + BF16_BLOCK_ROWS - 1) / BF16_BLOCK_ROWS;
+#pragma omp for schedule(static)
+  for (int64_t b = 0; b < blocks; b++) {
+    int64_t first = b * BF16_BLOCK_ROWS;
+    int64_t width = padded - first < BF16_BLOCK_ROWS ? padded - first : BF16_BLOCK_ROWS;
+    uint32_t* block = reinterpret_cast<uint32_t*>(xt + first * k);
+    for (int64_t r = 0; r < width; r++) {
+      if (first + r < rows) {
+        to_bf16(x + (first + r) * x_stride, k, row_buffer.data());
+        for (int64_t j = 0; j < k / 2; j++) block[j * width + r] = pairs[j];
+      } else {
+        for (int64_t j = 0; j < k / 2; j++) block[j * width + r] = 0;
+      }
+    }
+  }
+}
+
+void bf16_panel(const uint16_t* w, int64_t count, int64_t k, const uint16_t* xt,
+                int64_t padded, float* sums) {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  if (use_amx(k)) return amx_panel(w, count, k, xt, padded, sums);
+#endif
+  int64_t r = 0;
+  for (; r + 2 * BF16_BLOCK_ROWS <= padded; r += 2 * BF16_BLOCK_ROWS) {
+    int64_t i = 0;
+    for (; i + WIDE_W <= count; i += WIDE_W)
+      wide_tile<WIDE_W>(w + i * k, k, xt + r * k, sums + i * padded + r, padded);
+    for (int64_t b = r; b < r + 2 * BF16_BLOCK_ROWS && i < count; b += BF16_BLOCK_ROWS)
+      any_tile<TILE_W>(count - i, 2, w + i * k, k, xt + b * k, sums + i * padded + b, padded);
+  }
+  for (; r < padded; r += BF16_BLOCK_ROWS) {
+    int64_t vectors = padded - r < BF16_BLOCK_ROWS ? (padded - r) / 8 : 2;
+    for (int64_t i = 0; i < count; i += TILE_W)
+      any_tile<TILE_W>(count - i, vectors, w + i * k, k, xt + r * k, sums + i * padded + r,
+                       padded);
+  }
+}
+
+extern "C" int64_t wide_bf16_kernel() {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  if (amx_available()) return 2;
+#endif
+  return 1;
+}
+
+#else
+
+extern "C" int64_t wide_bf16_kernel() { return 0; }
+
+#endif
