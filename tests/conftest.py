@@ -20,6 +20,11 @@ os.environ.setdefault("MAAS_CPU_MEMORY_BUDGET", str(1024**3))
 # on the other worker's processes at every op (tests that measure threads pass
 # their own count).
 os.environ.setdefault("MAAS_TORCH_THREADS", "1")
+# Before anything imports triton: the Triton kernels' tests run in its interpreter
+# (tests/unit/kernels/conftest.py), which triton.language's own jit functions take only
+# if TRITON_INTERPRET is set when triton is first imported, and collecting a test that
+# imports torch._dynamo (transformers, peft) imports triton before that conftest runs.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 

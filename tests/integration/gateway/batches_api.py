@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import httpx
 
 from maas_services.common.redis_client import open_redis
-from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
+from maas_services.common.usage_event import UsageEvent
 from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.tenants import TenantStore
 from maas_services.gateway.batches.file_store import FileLimits
@@ -20,6 +20,7 @@ from maas_services.gateway.batches.service import BatchService
 from maas_services.gateway.batches.worker import BatchWorker, WorkerSettings
 from maas_services.gateway.http_api.http_app import create_app
 from maas_services.gateway.http_api.routes.deps import Gateway
+from tests.integration.gateway.usage_stream import usage_events
 
 
 def jsonl(requests: list[dict]) -> bytes:
@@ -88,13 +89,7 @@ class BatchesApi:
         )
 
     async def usage_events(self, tenant: str | None = None) -> list[UsageEvent]:
-        redis = open_redis(self.redis_url)
-        try:
-            entries = await redis.xrange(USAGE_STREAM)
-        finally:
-            await redis.aclose()
-        events = [UsageEvent.from_fields(fields) for _, fields in entries]
-        return [e for e in events if e.tenant == (tenant or self.tenants[0])]
+        return await usage_events(self.redis_url, tenant or self.tenants[0])
 
 
 async def open_batches_api(

@@ -13,13 +13,13 @@ import pytest
 from maas_services.common.openai_api.embeddings import MAX_INPUTS
 from maas_services.common.redis_client import open_redis
 from maas_services.common.serves import EMBED, GENERATE
-from maas_services.common.usage_event import USAGE_STREAM, UsageEvent
 from maas_services.gateway.admission.tenants import TenantStore
 from maas_services.gateway.http_api.routes.embeddings import IN_FLIGHT
 from maas_services.gateway.responses.store import StoreLimits
 from tests.integration.gateway.conftest import MODEL
 from tests.integration.gateway.embedding_stubs import stub_vector, with_serves
 from tests.integration.gateway.responses_api import open_api
+from tests.integration.gateway.usage_stream import usage_events
 
 
 @pytest.fixture
@@ -56,16 +56,6 @@ async def tenant_key(redis_url: str, **limits) -> tuple[str, str]:
         return name, (await store.create_key(name))[1]
     finally:
         await redis.aclose()
-
-
-async def usage_events(redis_url: str, tenant: str) -> list[UsageEvent]:
-    redis = open_redis(redis_url)
-    try:
-        entries = await redis.xrange(USAGE_STREAM)
-    finally:
-        await redis.aclose()
-    events = [UsageEvent.from_fields(fields) for _, fields in entries]
-    return [e for e in events if e.tenant == tenant]
 
 
 def floats(encoded: str) -> list[float]:

@@ -14,7 +14,7 @@ from maas_services.common.redis_client import open_redis
 from maas_services.gateway.admission.tenants import Principal, Tenant
 from tests.integration.gateway.conftest import MODEL, parsed, read_as_a_front
 from tests.integration.gateway.private_redis import private_redis
-from tests.integration.gateway.test_embeddings_http import usage_events
+from tests.integration.gateway.usage_stream import usage_events
 
 
 def routes(owner: str) -> str:

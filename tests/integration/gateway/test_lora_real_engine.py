@@ -18,8 +18,8 @@ from maas_services.common.grpc_client import open_channel
 from maas_services.common.openai_api.errors import APIError
 from maas_services.gateway.admission.tenants import Principal, Tenant
 from tests.integration.gateway.conftest import MODEL, parsed, read_as_a_front
-from tests.integration.gateway.test_embeddings_http import usage_events
 from tests.integration.gateway.test_migration_real import chat, killable, tokenizer  # noqa: F401
+from tests.integration.gateway.usage_stream import usage_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
