@@ -9,7 +9,13 @@ simulator.
 from typing import Any
 
 from maas_services.common.block_hash import BLOCK_SIZE
-from maas_services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+from maas_services.common.defaults import (
+    MAX_CPU_LORAS,
+    MAX_LORA_RANK,
+    MAX_LORAS,
+    MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_SEQS,
+)
 from maas_services.common.quantization_methods import QUANTIZATION_METHODS
 from maas_services.common.routing_policies import (
     DEFAULT_ROUTING_POLICY,
@@ -45,9 +51,12 @@ ADAPTER_SOURCE_PATTERN = r"^(file:///|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/).+"
 ADAPTER_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$"
 MAX_ADAPTERS = 64
 PRELOAD, ON_DEMAND = "preload", "on-demand"
-# The engine's own LoRA limits when the spec sets none (services/engine/settings.py:
-# max_loras, max_lora_rank, max_cpu_loras); a vLLM server is given the same.
-ENGINE_LORA_DEFAULTS = {"maxLoras": 8, "maxLoraRank": 16, "maxCpuLoras": 32}
+# The engine's own LoRA limits when the spec sets none; a vLLM server is given the same.
+ENGINE_LORA_DEFAULTS = {
+    "maxLoras": MAX_LORAS,
+    "maxLoraRank": MAX_LORA_RANK,
+    "maxCpuLoras": MAX_CPU_LORAS,
+}
 # The ranks vLLM's LoRA config accepts for --max-lora-rank.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 

@@ -22,6 +22,11 @@ METRICS_PORT = 9090
 # An engine's batch: sequences in one step and tokens computed per step.
 MAX_NUM_SEQS = 64
 MAX_NUM_BATCHED_TOKENS = 2048
+# An engine's LoRA limits: distinct adapters in one step, the highest rank it loads,
+# adapters it keeps loaded (the operator gives a vLLM server the same).
+MAX_LORAS = 8
+MAX_LORA_RANK = 16
+MAX_CPU_LORAS = 32
 
 
 def default_max_tokens(max_model_len: int, prompt_tokens: int) -> int:

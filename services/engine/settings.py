@@ -3,7 +3,13 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from maas_services.common.block_hash import BLOCK_SIZE
-from maas_services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
+from maas_services.common.defaults import (
+    MAX_CPU_LORAS,
+    MAX_LORA_RANK,
+    MAX_LORAS,
+    MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_SEQS,
+)
 from maas_services.common.model_files import DEFAULT_MODEL_ID
 from maas_services.common.quantization_methods import QuantizationMethod
 from maas_services.common.serves import DEFAULT_SERVES, KINDS
@@ -145,16 +151,16 @@ class EngineSettings(ServiceSettings):
     )
 
     max_loras: int = Field(
-        8,
+        MAX_LORAS,
         ge=0,
         description="LoRA adapters one step may compute with (their requests batch together); "
         "0 = this engine serves no adapters (docs/lora.md)",
     )
     max_lora_rank: int = Field(
-        16, gt=0, description="adapters of a higher rank are refused at load"
+        MAX_LORA_RANK, gt=0, description="adapters of a higher rank are refused at load"
     )
     max_cpu_loras: int = Field(
-        32,
+        MAX_CPU_LORAS,
         gt=0,
         description="adapters kept loaded; beyond it an idle adapter loaded on demand is "
         "unloaded, least recently used first (those of --lora-modules never are); at least "
