@@ -111,14 +111,11 @@ class Pipeline:
         (routing_table.py: aliases, tiers, adapters and their visibility)."""
         if not tenant.may_use(model):
             return None
-        return self.routes.table.resolve(
-            model,
-            tenant.tier,
-            session,
-            set(deployments),
-            tenant.name,
-            shared_adapters(deployments),
-        )
+        table = self.routes.table
+        # Only a name the table does not route can be a shared adapter: a request for a
+        # model (nearly all) does not collect every deployment's adapters.
+        shared = None if model in table.models else shared_adapters(deployments)
+        return table.resolve(model, tenant.tier, session, set(deployments), tenant.name, shared)
 
     async def admit(self, principal: Principal, request: ParsedRequest) -> Run:
         """Steps 1-4; the Run streams the rest and owns the request's end."""
