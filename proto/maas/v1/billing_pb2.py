@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15maas/v1/billing.proto\x12\x07maas.v1\"h\n\x0fGetUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12)\n\x0bgranularity\x18\x04 \x01(\x0e\x32\x14.maas.v1.Granularity\"\x94\x01\n\nModelUsage\x12\r\n\x05model\x18\x01 \x01(\t\x12\x10\n\x08requests\x18\x02 \x01(\x03\x12\x15\n\rprompt_tokens\x18\x03 \x01(\x03\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x04 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x03\x12\x15\n\rcost_nano_usd\x18\x06 \x01(\x03\"\x95\x01\n\x0bUsageBucket\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x10\n\x08requests\x18\x02 \x01(\x03\x12\x15\n\rprompt_tokens\x18\x03 \x01(\x03\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x04 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x03\x12\x15\n\rcost_nano_usd\x18\x06 \x01(\x03\"\xfd\x01\n\x10GetUsageResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08requests\x18\x02 \x01(\x03\x12\x15\n\rprompt_tokens\x18\x03 \x01(\x03\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x04 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x03\x12\x14\n\x0ctotal_tokens\x18\x06 \x01(\x03\x12#\n\x06models\x18\x07 \x03(\x0b\x32\x13.maas.v1.ModelUsage\x12\x15\n\rcost_nano_usd\x18\x08 \x01(\x03\x12%\n\x07\x62uckets\x18\t \x03(\x0b\x32\x14.maas.v1.UsageBucket\"e\n\x14ListLineItemsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"\xc6\x01\n\x08LineItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06key_id\x18\x03 \x01(\t\x12\x0c\n\x04time\x18\x04 \x01(\x01\x12\x15\n\rprompt_tokens\x18\x05 \x01(\x03\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x06 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x07 \x01(\x03\x12\x15\n\rcost_nano_usd\x18\x08 \x01(\x03\x12\x12\n\ndeployment\x18\t \x01(\t\"R\n\x15ListLineItemsResponse\x12 \n\x05items\x18\x01 \x03(\x0b\x32\x11.maas.v1.LineItem\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*U\n\x0bGranularity\x12\x1b\n\x17GRANULARITY_UNSPECIFIED\x10\x00\x12\x14\n\x10GRANULARITY_HOUR\x10\x01\x12\x13\n\x0fGRANULARITY_DAY\x10\x02\x32\x9a\x01\n\x07\x42illing\x12?\n\x08GetUsage\x12\x18.maas.v1.GetUsageRequest\x1a\x19.maas.v1.GetUsageResponse\x12N\n\rListLineItems\x12\x1d.maas.v1.ListLineItemsRequest\x1a\x1e.maas.v1.ListLineItemsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15maas/v1/billing.proto\x12\x07maas.v1\"h\n\x0fGetUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12)\n\x0bgranularity\x18\x04 \x01(\x0e\x32\x14.maas.v1.Granularity\"\x94\x01\n\nModelUsage\x12\r\n\x05model\x18\x01 \x01(\t\x12\x10\n\x08requests\x18\x02 \x01(\x03\x12\x15\n\rprompt_tokens\x18\x03 \x01(\x03\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x04 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x03\x12\x15\n\rcost_nano_usd\x18\x06 \x01(\x03\"\x95\x01\n\x0bUsageBucket\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x10\n\x08requests\x18\x02 \x01(\x03\x12\x15\n\rprompt_tokens\x18\x03 \x01(\x03\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x04 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x03\x12\x15\n\rcost_nano_usd\x18\x06 \x01(\x03\"\xa4\x02\n\x10GetUsageResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08requests\x18\x02 \x01(\x03\x12\x15\n\rprompt_tokens\x18\x03 \x01(\x03\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x04 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x03\x12\x14\n\x0ctotal_tokens\x18\x06 \x01(\x03\x12#\n\x06models\x18\x07 \x03(\x0b\x32\x13.maas.v1.ModelUsage\x12\x15\n\rcost_nano_usd\x18\x08 \x01(\x03\x12%\n\x07\x62uckets\x18\t \x03(\x0b\x32\x14.maas.v1.UsageBucket\x12%\n\x08\x61\x64\x61pters\x18\n \x03(\x0b\x32\x13.maas.v1.ModelUsage\"e\n\x14ListLineItemsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"\xd7\x01\n\x08LineItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06key_id\x18\x03 \x01(\t\x12\x0c\n\x04time\x18\x04 \x01(\x01\x12\x15\n\rprompt_tokens\x18\x05 \x01(\x03\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x06 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x07 \x01(\x03\x12\x15\n\rcost_nano_usd\x18\x08 \x01(\x03\x12\x12\n\ndeployment\x18\t \x01(\t\x12\x0f\n\x07\x61\x64\x61pter\x18\n \x01(\t\"R\n\x15ListLineItemsResponse\x12 \n\x05items\x18\x01 \x03(\x0b\x32\x11.maas.v1.LineItem\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*U\n\x0bGranularity\x12\x1b\n\x17GRANULARITY_UNSPECIFIED\x10\x00\x12\x14\n\x10GRANULARITY_HOUR\x10\x01\x12\x13\n\x0fGRANULARITY_DAY\x10\x02\x32\x9a\x01\n\x07\x42illing\x12?\n\x08GetUsage\x12\x18.maas.v1.GetUsageRequest\x1a\x19.maas.v1.GetUsageResponse\x12N\n\rListLineItems\x12\x1d.maas.v1.ListLineItemsRequest\x1a\x1e.maas.v1.ListLineItemsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'maas.v1.billing_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GRANULARITY']._serialized_start=1087
-  _globals['_GRANULARITY']._serialized_end=1172
+  _globals['_GRANULARITY']._serialized_start=1143
+  _globals['_GRANULARITY']._serialized_end=1228
   _globals['_GETUSAGEREQUEST']._serialized_start=34
   _globals['_GETUSAGEREQUEST']._serialized_end=138
   _globals['_MODELUSAGE']._serialized_start=141
@@ -40,13 +40,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_USAGEBUCKET']._serialized_start=292
   _globals['_USAGEBUCKET']._serialized_end=441
   _globals['_GETUSAGERESPONSE']._serialized_start=444
-  _globals['_GETUSAGERESPONSE']._serialized_end=697
-  _globals['_LISTLINEITEMSREQUEST']._serialized_start=699
-  _globals['_LISTLINEITEMSREQUEST']._serialized_end=800
-  _globals['_LINEITEM']._serialized_start=803
-  _globals['_LINEITEM']._serialized_end=1001
-  _globals['_LISTLINEITEMSRESPONSE']._serialized_start=1003
-  _globals['_LISTLINEITEMSRESPONSE']._serialized_end=1085
-  _globals['_BILLING']._serialized_start=1175
-  _globals['_BILLING']._serialized_end=1329
+  _globals['_GETUSAGERESPONSE']._serialized_end=736
+  _globals['_LISTLINEITEMSREQUEST']._serialized_start=738
+  _globals['_LISTLINEITEMSREQUEST']._serialized_end=839
+  _globals['_LINEITEM']._serialized_start=842
+  _globals['_LINEITEM']._serialized_end=1057
+  _globals['_LISTLINEITEMSRESPONSE']._serialized_start=1059
+  _globals['_LISTLINEITEMSRESPONSE']._serialized_end=1141
+  _globals['_BILLING']._serialized_start=1231
+  _globals['_BILLING']._serialized_end=1385
 # @@protoc_insertion_point(module_scope)

@@ -61,7 +61,7 @@ class UsageBucket(_message.Message):
     def __init__(self, start: _Optional[int] = ..., requests: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cost_nano_usd: _Optional[int] = ...) -> None: ...
 
 class GetUsageResponse(_message.Message):
-    __slots__ = ("tenant", "requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "total_tokens", "models", "cost_nano_usd", "buckets")
+    __slots__ = ("tenant", "requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "total_tokens", "models", "cost_nano_usd", "buckets", "adapters")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,7 @@ class GetUsageResponse(_message.Message):
     MODELS_FIELD_NUMBER: _ClassVar[int]
     COST_NANO_USD_FIELD_NUMBER: _ClassVar[int]
     BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     requests: int
     prompt_tokens: int
@@ -80,7 +81,8 @@ class GetUsageResponse(_message.Message):
     models: _containers.RepeatedCompositeFieldContainer[ModelUsage]
     cost_nano_usd: int
     buckets: _containers.RepeatedCompositeFieldContainer[UsageBucket]
-    def __init__(self, tenant: _Optional[str] = ..., requests: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ..., cost_nano_usd: _Optional[int] = ..., buckets: _Optional[_Iterable[_Union[UsageBucket, _Mapping]]] = ...) -> None: ...
+    adapters: _containers.RepeatedCompositeFieldContainer[ModelUsage]
+    def __init__(self, tenant: _Optional[str] = ..., requests: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ..., cost_nano_usd: _Optional[int] = ..., buckets: _Optional[_Iterable[_Union[UsageBucket, _Mapping]]] = ..., adapters: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ...) -> None: ...
 
 class ListLineItemsRequest(_message.Message):
     __slots__ = ("tenant", "start", "end", "limit", "page_token")
@@ -97,7 +99,7 @@ class ListLineItemsRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class LineItem(_message.Message):
-    __slots__ = ("request_id", "model", "key_id", "time", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nano_usd", "deployment")
+    __slots__ = ("request_id", "model", "key_id", "time", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nano_usd", "deployment", "adapter")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     KEY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +109,7 @@ class LineItem(_message.Message):
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COST_NANO_USD_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     key_id: str
@@ -116,7 +119,8 @@ class LineItem(_message.Message):
     completion_tokens: int
     cost_nano_usd: int
     deployment: str
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., time: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cost_nano_usd: _Optional[int] = ..., deployment: _Optional[str] = ...) -> None: ...
+    adapter: str
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., key_id: _Optional[str] = ..., time: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cost_nano_usd: _Optional[int] = ..., deployment: _Optional[str] = ..., adapter: _Optional[str] = ...) -> None: ...
 
 class ListLineItemsResponse(_message.Message):
     __slots__ = ("items", "next_page_token")

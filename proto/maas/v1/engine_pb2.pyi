@@ -217,22 +217,28 @@ class KvEventsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class KvEvent(_message.Message):
-    __slots__ = ("kind", "block_hashes")
+    __slots__ = ("kind", "block_hashes", "adapter")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[KvEvent.Kind]
         KIND_STORED: _ClassVar[KvEvent.Kind]
         KIND_EVICTED: _ClassVar[KvEvent.Kind]
         KIND_CLEARED: _ClassVar[KvEvent.Kind]
+        KIND_ADAPTER_LOADED: _ClassVar[KvEvent.Kind]
+        KIND_ADAPTER_UNLOADED: _ClassVar[KvEvent.Kind]
     KIND_UNSPECIFIED: KvEvent.Kind
     KIND_STORED: KvEvent.Kind
     KIND_EVICTED: KvEvent.Kind
     KIND_CLEARED: KvEvent.Kind
+    KIND_ADAPTER_LOADED: KvEvent.Kind
+    KIND_ADAPTER_UNLOADED: KvEvent.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
     kind: KvEvent.Kind
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, kind: _Optional[_Union[KvEvent.Kind, str]] = ..., block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+    adapter: str
+    def __init__(self, kind: _Optional[_Union[KvEvent.Kind, str]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., adapter: _Optional[str] = ...) -> None: ...
 
 class KvEventBatch(_message.Message):
     __slots__ = ("sequence", "engine_id", "events")

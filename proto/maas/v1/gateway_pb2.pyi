@@ -153,16 +153,18 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Model(_message.Message):
-    __slots__ = ("id", "owned_by", "created", "max_model_len")
+    __slots__ = ("id", "owned_by", "created", "max_model_len", "parent")
     ID_FIELD_NUMBER: _ClassVar[int]
     OWNED_BY_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
     id: str
     owned_by: str
     created: int
     max_model_len: int
-    def __init__(self, id: _Optional[str] = ..., owned_by: _Optional[str] = ..., created: _Optional[int] = ..., max_model_len: _Optional[int] = ...) -> None: ...
+    parent: str
+    def __init__(self, id: _Optional[str] = ..., owned_by: _Optional[str] = ..., created: _Optional[int] = ..., max_model_len: _Optional[int] = ..., parent: _Optional[str] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)
