@@ -3,11 +3,12 @@
 In this process (no gRPC, no core process), float32, the default SmolLM2:
 
 - throughput: output tokens/s of 32 greedy streams spread over 8 adapters (4 each)
-  against the same 32 streams on the base alone, and the base again on the eager
-  path, which every step holding an adapter row runs (model_runner.py), to separate
-  the path's cost from the low-rank products'; after a warm-up run of each, in rounds
-  whose order reverses every round (so a drift of the machine's load weighs on all
-  alike), medians reported;
+  against the same 32 streams on the base alone, both on the engine's path (native:
+  the low-rank products in C++, native/lora.cpp), and the adapters' streams again on
+  the eager path (the products in torch, lora/step_lora.py: what adapter steps ran
+  before the native products, this change's A/B); after a warm-up run of each, in
+  rounds whose order reverses every round (so a drift of the machine's load weighs on
+  all alike), medians reported;
 - time to first token for an adapter not yet loaded: load_adapter, then one request
   naming it, until its first token, against the same request on the base.
 
@@ -134,11 +135,11 @@ def main() -> None:
         native_path = engine.runner.path
 
         def run_kind(kind: str) -> dict:
-            engine.runner.path = EAGER if kind == "base_eager" else native_path
-            adapters = spread if kind == "lora" else [""] * args.streams
+            engine.runner.path = EAGER if kind == "lora_eager" else native_path
+            adapters = [""] * args.streams if kind == "base" else spread
             return run_streams(engine, prompts, adapters, args.new_tokens)
 
-        kinds = ("base", "lora", "base_eager")
+        kinds = ("base", "lora", "lora_eager")
         for kind in kinds:  # warm-up: first-call allocations, page faults
             run_kind(kind)
         runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
@@ -167,9 +168,9 @@ def main() -> None:
             "runs": runs,
             "base_tokens_per_s": tokens_per_s("base"),
             "lora_tokens_per_s": tokens_per_s("lora"),
-            "base_eager_tokens_per_s": tokens_per_s("base_eager"),
+            "lora_eager_tokens_per_s": tokens_per_s("lora_eager"),
             "lora_over_base": round(tokens_per_s("lora") / tokens_per_s("base"), 3),
-            "lora_over_base_eager": round(tokens_per_s("lora") / tokens_per_s("base_eager"), 3),
+            "lora_eager_over_base": round(tokens_per_s("lora_eager") / tokens_per_s("base"), 3),
         },
         "ttft_unloaded_adapter": {
             "load_and_first_token_s_p50": round(statistics.median(cold), 4),

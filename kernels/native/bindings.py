@@ -2,8 +2,9 @@
 
 library.py builds and loads the shared object; this module declares, once, each
 exported function's argument and result types (SIGNATURES, in the C++
-declarations' order) and the two structures the layer kernels read (Weight:
-matmul.h's NativeWeight; Layer: layer.cpp's NativeLayer). library() binds them
+declarations' order) and the structures the layer kernels read (Weight:
+matmul.h's NativeWeight; Layer: layer.cpp's NativeLayer; LowRank and Lora:
+lora.h's, a step's LoRA adapters). library() binds them
 all and, before any caller can pass a structure, compares the ctypes layout
 with the one the C++ compiler chose (layer.cpp's native_layout()): a field
 added on one side only fails the load instead of corrupting a step. Every
@@ -67,6 +68,18 @@ class Layer(ctypes.Structure):
     ]
 
 
+class LowRank(ctypes.Structure):
+    """lora.h's NativeLowRank."""
+
+    _fields_ = [("a_t", ctypes.c_void_p), ("b_t", ctypes.c_void_p), ("width", ctypes.c_int64)]
+
+
+class Lora(ctypes.Structure):
+    """lora.h's NativeLora: one layer's adapters."""
+
+    _fields_ = [("qkv", LowRank), ("o", LowRank), ("gate_up", LowRank), ("down", LowRank)]
+
+
 # name -> (argument types, result type), each function as its .cpp declares it.
 SIGNATURES: dict[str, tuple[list, type | None]] = {
     # argmax.cpp: logits, rows, vocab, row stride, out.
@@ -101,13 +114,18 @@ SIGNATURES: dict[str, tuple[list, type | None]] = {
     "int4_gemm_f32": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, INT, THREADS], None),
     "int8_dequantize_f32": ([PTR, PTR, INT, INT, PTR, THREADS], None),
     "int4_dequantize_f32": ([PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
-    # layer.cpp: a Layer's address first.
-    "layer_inputs_f32": ([PTR, PTR, PTR, INT, PTR, PTR, PTR, PTR, PTR, PTR, THREADS], None),
-    "layer_outputs_f32": ([PTR, PTR, INT, PTR, INT, PTR, PTR, THREADS], None),
+    # layer.cpp: a Layer's address first; the last two pointers before the threads are a
+    # Lora's address (or the layers' array of them) and the rows' adapters, or null.
+    "layer_inputs_f32": (
+        [PTR, PTR, PTR, INT, PTR, PTR, PTR, PTR, PTR, PTR, PTR, PTR, THREADS],
+        None,
+    ),
+    "layer_outputs_f32": ([PTR, PTR, INT, PTR, INT, PTR, PTR, PTR, PTR, THREADS], None),
     # layers, count, x, tokens, cos, sin, pools and their layer stride, the metadata's
-    # slots, tables, table width, lengths and block size, out, stream.
+    # slots, tables, table width, lengths and block size, loras, rows' adapters, out, stream.
     "decode_layers_f32": (
-        [PTR, INT, PTR, INT, PTR, PTR, PTR, PTR, INT, PTR, PTR, INT, PTR, INT, PTR, PTR, THREADS],
+        [PTR, INT, PTR, INT, PTR, PTR, PTR, PTR, INT, PTR, PTR, INT, PTR, INT]
+        + [PTR, PTR, PTR, PTR, THREADS],
         None,
     ),
     "native_layout": ([PTR, INT], ctypes.c_int64),
@@ -119,7 +137,7 @@ SIGNATURES: dict[str, tuple[list, type | None]] = {
 def expected_layout() -> list[int]:
     """What native_layout() must report: each structure's size, then its fields' offsets."""
     values = []
-    for structure in (Weight, Layer):
+    for structure in (Weight, Layer, LowRank, Lora):
         values.append(ctypes.sizeof(structure))
         values += [getattr(structure, name).offset for name, _ in structure._fields_]
     return values

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attention.h"
+#include "lora.h"
 #include "matmul.h"
 #include "vec.h"
 
@@ -87,9 +88,13 @@ void add_rows(const float* a, const float* b, int64_t count, float* out) {
   for (int64_t j = 0; j < count; j++) out[j] = a[j] + b[j];
 }
 
-void linear(const NativeLayer& layer, const NativeWeight& w, const float* x, int64_t m,
-            int64_t x_stride, float* out, int threads) {
+// out = x @ W^T (+ bias), plus the rows' adapter updates where the step has adapters
+// (lora null: none; row_adapter: each row's adapter in the step's stack, -1 the base).
+void linear(const NativeLayer& layer, const NativeWeight& w, const NativeLowRank* lora,
+            const int64_t* row_adapter, const float* x, int64_t m, int64_t x_stride, float* out,
+            int threads) {
   native_linear(w, x, m, x_stride, out, layer.row_kernel_rows, layer.panel_bytes, threads);
+  if (lora) lora_add(*lora, row_adapter, x, m, x_stride, w.k, w.n, out, threads);
 }
 
 }  // namespace
@@ -99,9 +104,11 @@ extern "C" {
 // x [tokens, hidden]; residual [tokens, hidden] or null (the first layer); cos and sin
 // [tokens, head_dim]. Writes q [tokens, heads, head_dim], k and v [tokens, kv_heads,
 // head_dim], and stream = x + residual (untouched when residual is null: the stream is x).
+// lora: the layer's adapters where some row runs one (row_adapter: lora.h), else null.
 void layer_inputs_f32(const NativeLayer* layer, const float* x, const float* residual,
                       int64_t tokens, const float* cos, const float* sin, float* q, float* k,
-                      float* v, float* stream, int threads) {
+                      float* v, float* stream, const NativeLora* lora,
+                      const int64_t* row_adapter, int threads) {
   static thread_local std::vector<float> normed_buffer, qkv_buffer;
   const NativeLayer& L = *layer;
   const int64_t hidden = L.hidden, d = L.head_dim;
@@ -114,7 +121,8 @@ void layer_inputs_f32(const NativeLayer* layer, const float* x, const float* res
     if (residual) add_rows(x + t * hidden, residual + t * hidden, hidden, stream + t * hidden);
     rms_norm_row(source + t * hidden, L.input_norm, hidden, L.eps, normed + t * hidden);
   }
-  linear(L, L.qkv, normed, tokens, hidden, qkv, threads);
+  linear(L, L.qkv, lora ? &lora->qkv : nullptr, row_adapter, normed, tokens, hidden, qkv,
+         threads);
 #pragma omp parallel for num_threads(threads) if (tokens >= PARALLEL_TOKENS)
   for (int64_t t = 0; t < tokens; t++) {
     const float* row = qkv + t * width;
@@ -126,26 +134,30 @@ void layer_inputs_f32(const NativeLayer* layer, const float* x, const float* res
 
 // attended [tokens, heads * head_dim] (row stride attended_stride), residual [tokens,
 // hidden]. Writes stream = o_proj(attended) + residual and out = the MLP of its norm.
+// lora and row_adapter as layer_inputs_f32's.
 void layer_outputs_f32(const NativeLayer* layer, const float* attended, int64_t attended_stride,
                        const float* residual, int64_t tokens, float* out, float* stream,
-                       int threads) {
+                       const NativeLora* lora, const int64_t* row_adapter, int threads) {
   static thread_local std::vector<float> projected_buffer, normed_buffer, gate_up_buffer;
   const NativeLayer& L = *layer;
   const int64_t hidden = L.hidden, inter = L.intermediate;
   float* projected = buffer(projected_buffer, tokens * hidden);
   float* normed = buffer(normed_buffer, tokens * hidden);
   float* gate_up = buffer(gate_up_buffer, tokens * 2 * inter);
-  linear(L, L.o, attended, tokens, attended_stride, projected, threads);
+  linear(L, L.o, lora ? &lora->o : nullptr, row_adapter, attended, tokens, attended_stride,
+         projected, threads);
 #pragma omp parallel for num_threads(threads) if (tokens >= PARALLEL_TOKENS)
   for (int64_t t = 0; t < tokens; t++) {
     add_rows(projected + t * hidden, residual + t * hidden, hidden, stream + t * hidden);
     rms_norm_row(stream + t * hidden, L.post_norm, hidden, L.eps, normed + t * hidden);
   }
-  linear(L, L.gate_up, normed, tokens, hidden, gate_up, threads);
+  linear(L, L.gate_up, lora ? &lora->gate_up : nullptr, row_adapter, normed, tokens, hidden,
+         gate_up, threads);
 #pragma omp parallel for num_threads(threads) if (tokens >= PARALLEL_TOKENS)
   for (int64_t t = 0; t < tokens; t++) silu_and_mul_row(gate_up + t * 2 * inter, inter);
   // The products sit in each row's gate half: the down projection reads them in place.
-  linear(L, L.down, gate_up, tokens, 2 * inter, out, threads);
+  linear(L, L.down, lora ? &lora->down : nullptr, row_adapter, gate_up, tokens, 2 * inter, out,
+         threads);
 }
 
 // Every layer of a step whose tokens are all decodes, one token per sequence: from Python
@@ -153,13 +165,15 @@ void layer_outputs_f32(const NativeLayer* layer, const float* attended, int64_t 
 // wrappers each at one stream. The arithmetic is those calls' own, in their order, so
 // the result is theirs bit for bit. x [tokens, hidden] is the embeddings (left as they
 // are); the pools are [layers, blocks, block_size, kv_heads, head_dim] (contiguous,
-// layer_floats apart); the metadata is attention's for the step. Writes out (the last
-// MLP's output) and stream (the stream before it), for the final norm.
+// layer_floats apart); the metadata is attention's for the step. loras: one NativeLora
+// per layer where some row runs an adapter (row_adapter: lora.h), else null. Writes out
+// (the last MLP's output) and stream (the stream before it), for the final norm.
 void decode_layers_f32(const NativeLayer* layers, int64_t num_layers, const float* x,
                        int64_t tokens, const float* cos, const float* sin, float* k_pool,
                        float* v_pool, int64_t layer_floats, const int64_t* slot_mapping,
                        const int64_t* block_tables, int64_t table_width,
-                       const int64_t* context_lens, int64_t block_size, float* out,
+                       const int64_t* context_lens, int64_t block_size,
+                       const NativeLora* loras, const int64_t* row_adapter, float* out,
                        float* stream, int threads) {
   static thread_local std::vector<float> q_buffer, k_buffer, v_buffer, attended_buffer;
   for (int64_t l = 0; l < num_layers; l++) {
@@ -172,21 +186,23 @@ void decode_layers_f32(const NativeLayer* layers, int64_t num_layers, const floa
     // The first layer's stream is x itself; after it, the previous layer's, updated in
     // place (each add reads and writes one element at a time).
     const float* residual = l == 0 ? x : stream;
+    const NativeLora* lora = loras ? loras + l : nullptr;
     layer_inputs_f32(&L, l == 0 ? x : out, l == 0 ? nullptr : stream, tokens, cos, sin, q, k,
-                     v, stream, threads);
+                     v, stream, lora, row_adapter, threads);
     // native_attention.py's scale, head_dim ** -0.5 rounded to float.
     const float scale = static_cast<float>(pow(static_cast<double>(d), -0.5));
     paged_attention_decode_f32(q, q_size, d, k, kv_size, d, v, kv_size, d, slot_mapping, tokens,
                                k_pool + l * layer_floats, v_pool + l * layer_floats,
                                block_tables, table_width, context_lens, tokens, L.heads,
                                L.kv_heads, d, block_size, scale, attended, threads);
-    layer_outputs_f32(&L, attended, q_size, residual, tokens, out, stream, threads);
+    layer_outputs_f32(&L, attended, q_size, residual, tokens, out, stream, lora, row_adapter,
+                      threads);
   }
 }
 
-// The two structures' layout as this compiler laid them out, for bindings.py's check at
+// The structures' layout as this compiler laid them out, for bindings.py's check at
 // load: sizeof(NativeWeight), each field's offset in declaration order, then the same for
-// NativeLayer. Returns how many values there are; writes at most `capacity` of them.
+// NativeLayer, NativeLowRank and NativeLora. Returns how many values there are; writes at most `capacity` of them.
 int64_t native_layout(int64_t* out, int64_t capacity) {
   const int64_t values[] = {
       sizeof(NativeWeight),
@@ -216,6 +232,15 @@ int64_t native_layout(int64_t* out, int64_t capacity) {
       offsetof(NativeLayer, intermediate),
       offsetof(NativeLayer, row_kernel_rows),
       offsetof(NativeLayer, panel_bytes),
+      sizeof(NativeLowRank),
+      offsetof(NativeLowRank, a_t),
+      offsetof(NativeLowRank, b_t),
+      offsetof(NativeLowRank, width),
+      sizeof(NativeLora),
+      offsetof(NativeLora, qkv),
+      offsetof(NativeLora, o),
+      offsetof(NativeLora, gate_up),
+      offsetof(NativeLora, down),
   };
   const int64_t count = sizeof(values) / sizeof(values[0]);
   for (int64_t i = 0; i < count && i < capacity; i++) out[i] = values[i];

@@ -9,13 +9,20 @@ engine that dropped one); an adapter gone from the spec, or whose source
 changed, is unloaded by UnloadAdapter. On-demand adapters are loaded by
 whoever routes a request to them; here they are only reported.
 
-status.adapters lists each adapter with the replicas that report it, and the
-AdaptersReady condition says which failed to load and why, in the engine's
-words: INVALID_ARGUMENT is AdapterInvalid (a bad folder, a rank above the
-engine's maximum), RESOURCE_EXHAUSTED AdapterSlotsFull, FAILED_PRECONDITION
-LoraDisabled. An adapter refused as invalid or disabled is tried again only
-after RETRY_REFUSED_SECONDS or when its source changes: the same files give the
-same answer, and the engine's time is the tenants'.
+A canary (resources.py) runs the same spec.adapters on a deployment and router
+pool of its own (`<model>-canary`): its replicas, from that pool
+(canary_replicas), are synced in the same round as the main ones, under the
+same bounds, so a change reaches them too rather than only their next start.
+
+status.adapters lists each adapter with the replicas that report it, main and
+canary alike (pod names: a canary's are `<name>-engine-canary-…`; Loaded means
+on every serving replica of both), and the AdaptersReady condition says which
+failed to load and why, in the engine's words: INVALID_ARGUMENT is
+AdapterInvalid (a bad folder, a rank above the engine's maximum),
+RESOURCE_EXHAUSTED AdapterSlotsFull, FAILED_PRECONDITION LoraDisabled. An
+adapter refused as invalid or disabled is tried again only after
+RETRY_REFUSED_SECONDS or when its source changes: the same files give the same
+answer, and the engine's time is the tenants'.
 
 The work of one sync is bounded whatever the spec asks: at most
 LOADS_PER_REPLICA loads per replica, the replicas in parallel; the rest
@@ -32,6 +39,7 @@ import grpc
 
 from maas_operator.modeldeployment.adapter_spec import Adapter
 from maas_operator.modeldeployment.drain import Replica
+from maas_operator.modeldeployment.grpc_clients import PoolStatsUnavailable, replicas_of
 from maas_operator.modeldeployment.status import Condition, parse_timestamp, timestamp
 
 LOADS_PER_REPLICA = 4
@@ -114,6 +122,18 @@ class _Sync:
                 )
                 continue
             self.loaded[adapter.name].add(replica.endpoint_id)
+
+
+async def canary_replicas(
+    pool_stats: Callable[[str], Awaitable[object]], canary_model: str
+) -> list[Replica]:
+    """The canary's replicas as the router reports its pool; none while it knows none
+    of them or does not answer (the next round asks again)."""
+    try:
+        stats = await pool_stats(canary_model)
+    except PoolStatsUnavailable:
+        return []
+    return replicas_of(stats) if stats else []
 
 
 def _retry_now(failure: Failure | None, now: float) -> bool:

@@ -19,8 +19,9 @@ Synced condition saying so. The autoscaler's timer is the safety net for what
 the watch can miss (a delete while the watch was down): a Deployment it finds
 gone is recreated the same way.
 
-Adapters: each autoscaler tick starts loading spec.adapters onto the replicas
-it sees, in a task beside it, and writes where each is from the last one that
+Adapters: each autoscaler tick starts a task beside it that loads
+spec.adapters onto the replicas the tick saw and the canary's (their own
+pool, asked in that task), and writes where each is from the last one that
 finished (adapter_sync.py); a refused spec's are left as they are.
 """
 
@@ -41,6 +42,7 @@ from maas_operator.modeldeployment.adapter_sync import (
     AdapterCalls,
     AdapterReport,
     AdapterSyncs,
+    canary_replicas,
     sync_adapters,
 )
 from maas_operator.modeldeployment.admission import AdmissionPolicy, Refusal
@@ -50,8 +52,9 @@ from maas_operator.modeldeployment.drift import DriftWatch, Repair, synced
 from maas_operator.modeldeployment.kube import Credentials
 from maas_operator.modeldeployment.model_store import CLAIM_REASONS, claim_refusal
 from maas_operator.modeldeployment.reconcile import delete_owned, reconcile
-from maas_operator.modeldeployment.resources import OWNER_LABEL, selector_string
+from maas_operator.modeldeployment.resources import OWNER_LABEL, canary_wanted, selector_string
 from maas_operator.modeldeployment.routes import RoutesConfigMap
+from maas_operator.modeldeployment.spec import canary_model_id
 from maas_operator.modeldeployment.status import (
     conflict_refusal,
     merge_conditions,
@@ -152,9 +155,14 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         previous = (body.get("status") or {}).get("adapters") or []
         wanted, replicas = adapters(spec), result.replicas
         calls = AdapterCalls(ctx.deps.load_adapter, ctx.deps.unload_adapter)
+        canary = canary_model_id(body["metadata"]["name"], spec) if canary_wanted(spec) else ""
 
-        def run(entries: list[dict]):
-            return sync_adapters(calls, wanted, replicas, entries, ctx.clock())
+        async def run(entries: list[dict]) -> AdapterReport:
+            # In the task, not the tick: a slow router answer delays the adapters only.
+            everywhere = replicas + (
+                await canary_replicas(ctx.deps.pool_stats, canary) if canary else []
+            )
+            return await sync_adapters(calls, wanted, everywhere, entries, ctx.clock())
 
         wanted_now = replicas is not None and bool(wanted or previous)
         return adapter_syncs.step(body["metadata"]["uid"], previous, run if wanted_now else None)

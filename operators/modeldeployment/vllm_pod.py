@@ -106,8 +106,8 @@ def adapter_args(
 def vllm_lora_args(spec: dict) -> list[str]:
     """LoRA on when the spec asks for it, with our engine's limits where the spec sets none
     (vLLM's own defaults differ), so both backends hold the same adapters. No
-    --lora-modules: preload adapters reach vLLM through the adapter (LoadAdapter), so
-    a change of them restarts no pod."""
+    --lora-modules: preload adapters reach vLLM through the adapter (its
+    MAAS_LORA_MODULES at start, LoadAdapter after), so a change of them restarts no pod."""
     if not lora_wanted(spec):
         return []
     return ["--enable-lora", *lora_args({**ENGINE_LORA_DEFAULTS, **spec["engine"]})]

@@ -216,6 +216,7 @@ class Ledger:
                 "cached_prompt_tokens": r["cached_prompt_tokens"],
                 "completion_tokens": r["completion_tokens"],
                 "cost_nano_usd": r["cost_nano_usd"],
+                "adapter": r["adapter"],
             }
             for r in rows
         ]

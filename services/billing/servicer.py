@@ -23,6 +23,11 @@ def totals_fields(totals: Totals) -> dict[str, int]:
     }
 
 
+def usages(grouped: dict[str, Totals]) -> list[billing_pb2.ModelUsage]:
+    """Running totals by name (a model's, or an adapter's) as ModelUsage messages."""
+    return [billing_pb2.ModelUsage(model=name, **totals_fields(t)) for name, t in grouped.items()]
+
+
 class BillingServicer(billing_pb2_grpc.BillingServicer):
     def __init__(self, ledger: Ledger):
         self._ledger = ledger
@@ -31,10 +36,12 @@ class BillingServicer(billing_pb2_grpc.BillingServicer):
         if not request.tenant:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "tenant is required")
         totals, models = await self._ledger.totals(request.tenant)
+        adapters = await self._ledger.adapter_totals(request.tenant)
         response = billing_pb2.GetUsageResponse(
             tenant=request.tenant,
             total_tokens=totals.total_tokens,
-            models=[billing_pb2.ModelUsage(model=m, **totals_fields(t)) for m, t in models.items()],
+            models=usages(models),
+            adapters=usages(adapters),
             **totals_fields(totals),
         )
         if request.granularity != billing_pb2.GRANULARITY_UNSPECIFIED:

@@ -17,6 +17,8 @@ the core process is gone: the server then reports NOT_SERVING and exits.
 Adapters: load_adapter and unload_adapter send one message each and await the
 core's answer by token; `adapters` is the loaded set as of the core's latest
 batch (it sends the set whenever it changed), so the load report costs nothing.
+KV event subscribers see each change as an adapter_loaded or adapter_unloaded
+event, and the set itself in their snapshot, after its blocks.
 """
 
 import asyncio
@@ -75,7 +77,7 @@ def adapter_error(name: str, message: str) -> Exception:
 @dataclass(frozen=True)
 class KvEventBatch:
     sequence: int
-    events: list[tuple[str, list[int]]]
+    events: list[protocol.KvEvent]
 
 
 class AsyncEngine:
@@ -250,7 +252,8 @@ class AsyncEngine:
         return result
 
     async def kv_events(self) -> AsyncIterator[KvEventBatch]:
-        """A snapshot of every cached block, then each change as it happens."""
+        """A snapshot of every cached block and loaded adapter, then each change as it
+        happens (adapters loaded and unloaded among them)."""
         if self.death is not None:
             raise CoreDied(self.death)
         events: asyncio.Queue = asyncio.Queue()
@@ -315,7 +318,8 @@ class AsyncEngine:
         if events is None:
             return  # the subscriber left before its snapshot came
         self._kv_sequence += 1
+        loaded = [(protocol.ADAPTER_LOADED, name) for name in snapshot.adapters]
         events.put_nowait(
-            KvEventBatch(self._kv_sequence, [("cleared", []), ("stored", snapshot.hashes)])
+            KvEventBatch(self._kv_sequence, [("cleared", []), ("stored", snapshot.hashes), *loaded])
         )
         self._kv_subscribers.add(events)

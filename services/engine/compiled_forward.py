@@ -14,6 +14,10 @@ dimension of size 1, and the first layer has no residual stream yet (None),
 so Compiled compiles a single-token step and a many-token one, each with and
 without a stream, when it is built, before the engine takes requests.
 
+A step with LoRA adapter rows runs the layers' own (eager) methods: the graphs
+are traced without adapters, and a graph per set of adapters would recompile
+while serving.
+
 Compiled artifacts live in inductor's FX graph cache under the model cache
 (services/common/model_cache.py): a restart loads the kernels instead of
 building them.
@@ -31,6 +35,7 @@ import torch
 from maas_services.common.logging import get_logger
 from maas_services.common.model_cache import cache_root
 from maas_services.engine.compute_path import ComputePath
+from maas_services.engine.lora.step_lora import LayerLora
 from maas_services.engine.model import DecoderLayer, LlamaForCausalLM
 
 log = get_logger(__name__)
@@ -58,12 +63,21 @@ class Compiled(ComputePath):
         residual: torch.Tensor | None,
         cos: torch.Tensor,
         sin: torch.Tensor,
+        lora: LayerLora | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        if lora is not None:
+            return layer.attention_inputs(x, residual, cos, sin, lora)
         return self._inputs(layer, x, residual, cos, sin)
 
     def attention_outputs(
-        self, layer: DecoderLayer, attended: torch.Tensor, residual: torch.Tensor
+        self,
+        layer: DecoderLayer,
+        attended: torch.Tensor,
+        residual: torch.Tensor,
+        lora: LayerLora | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if lora is not None:
+            return layer.attention_outputs(attended, residual, lora)
         return self._outputs(layer, attended, residual)
 
     @torch.inference_mode()

@@ -18,6 +18,10 @@ says why; ModelRunner holds it and passes it to LlamaForCausalLM.forward, whose
 default is eager (tests, evaluation and the dense reference call the model
 directly). Nothing is patched onto the modules: the model's code plus the path's
 class is everything that runs.
+
+A step whose rows run LoRA adapters passes its share of them (lora/step_lora.py)
+to each half and to decode_step: every path adds the low-rank products beside
+the projections it runs (the native path in C++, native/lora.h).
 """
 
 from typing import TYPE_CHECKING
@@ -27,6 +31,7 @@ import torch
 if TYPE_CHECKING:
     from maas_services.engine.attention_metadata import AttentionMetadata
     from maas_services.engine.kv_cache import PagedKVCache
+    from maas_services.engine.lora.step_lora import LayerLora, StepLora
     from maas_services.engine.model import DecoderLayer, LlamaForCausalLM
 
 
@@ -45,15 +50,20 @@ class ComputePath:
         residual: torch.Tensor | None,
         cos: torch.Tensor,
         sin: torch.Tensor,
+        lora: "LayerLora | None" = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The layer's q, k, v and stream (DecoderLayer.attention_inputs)."""
-        return layer.attention_inputs(x, residual, cos, sin)
+        return layer.attention_inputs(x, residual, cos, sin, lora)
 
     def attention_outputs(
-        self, layer: "DecoderLayer", attended: torch.Tensor, residual: torch.Tensor
+        self,
+        layer: "DecoderLayer",
+        attended: torch.Tensor,
+        residual: torch.Tensor,
+        lora: "LayerLora | None" = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer's MLP output and stream (DecoderLayer.attention_outputs)."""
-        return layer.attention_outputs(attended, residual)
+        return layer.attention_outputs(attended, residual, lora)
 
     def decode_step(
         self,
@@ -63,6 +73,7 @@ class ComputePath:
         sin: torch.Tensor,
         kv_cache: "PagedKVCache",
         meta: "AttentionMetadata",
+        lora: "StepLora | None" = None,
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Every layer of the step at once, as the layer loop returns them, or None where
         this path leaves the step to the layer loop (always, here)."""

@@ -50,6 +50,7 @@ from maas_services.engine.engine_config import EngineConfig
 from maas_services.engine.grammar.matcher import GrammarState
 from maas_services.engine.isolation import bisect_failures
 from maas_services.engine.logprobs import token_logprob
+from maas_services.engine.lora.adapter import AdapterWeights
 from maas_services.engine.lora.registry import AdapterRegistry, LoadedAdapter
 from maas_services.engine.model_config import ModelConfig
 from maas_services.engine.model_runner import Forward
@@ -122,8 +123,18 @@ class LLMEngine:
 
     def load_adapter(self, name: str, source: str, pinned: bool = False) -> LoadedAdapter:
         """Load the PEFT folder `source` as adapter `name` (lora/registry.py: AdapterError
-        subclasses say why not; a refused load leaves the engine as it was)."""
-        loaded = self.lora.load(name, source, pinned)
+        subclasses say why not; a refused load leaves the engine as it was). The engine
+        core does the same in steps, reading the folder off its thread (core/engine_core.py)."""
+        loaded = self.lora.prepare(name, source, pinned)
+        if loaded is None:
+            loaded = self.install_adapter(name, source, self.lora.read(source), pinned)
+        return loaded
+
+    def install_adapter(
+        self, name: str, source: str, weights: AdapterWeights, pinned: bool = False
+    ) -> LoadedAdapter:
+        """Make weights read from `source` (AdapterRegistry.read) resident as `name`."""
+        loaded = self.lora.install(name, source, weights, pinned)
         log.info("adapter_loaded", adapter=name, source=source, rank=loaded.rank, pinned=pinned)
         return loaded
 

@@ -138,21 +138,15 @@ class DecoderLayer(nn.Module):
         `x + sublayer(x)`, rounded to the model dtype the same way; the last
         add happens in the final norm. Paged attention (data-dependent layout,
         writes to the pool) sits between two dense halves with fixed shapes:
-        those run through `path` (eager, compiled or native). A step with adapter
-        rows (`lora`) runs this layer's own methods with them: only they compute
-        the low-rank products (lora/step_lora.py).
+        those run through `path` (eager, compiled or native), with the step's
+        adapters where some rows run one (`lora`, lora/step_lora.py).
         """
-        if lora is None:
-            q, k, v, residual = path.attention_inputs(self, x, residual, cos, sin)
-        else:
-            q, k, v, residual = self.attention_inputs(x, residual, cos, sin, lora)
+        q, k, v, residual = path.attention_inputs(self, x, residual, cos, sin, lora)
         layer = self.self_attn.layer
         out = paged_attention(
             q, k, v, kv_cache.k[layer], kv_cache.v[layer], meta, use_kernel=uses_triton(q)
         )
-        if lora is None:
-            return path.attention_outputs(self, out, residual)
-        return self.attention_outputs(out, residual, lora)
+        return path.attention_outputs(self, out, residual, lora)
 
     def attention_inputs(
         self,
@@ -224,13 +218,13 @@ class LlamaForCausalLM(nn.Module):
         input_ids and positions are [tokens], the sequences back to back as meta
         lays them out. Returns the final hidden states, [tokens, hidden_size].
         `path` runs the layers' dense halves, or the whole decode step where it can.
-        `lora`, when some rows run an adapter, adds its low-rank products; the
-        layers then run their own methods (DecoderLayer.forward).
+        `lora`, when some rows run an adapter, adds its low-rank products beside
+        the projections, on whichever path runs them.
         """
         h = self.model.embed_tokens(input_ids)
         config = self.config
         cos, sin = rotary_cos_sin_reference(positions, config.head_dim, config.rope_theta, h.dtype)
-        decoded = path.decode_step(self, h, cos, sin, kv_cache, meta) if lora is None else None
+        decoded = path.decode_step(self, h, cos, sin, kv_cache, meta, lora)
         if decoded is not None:
             h, residual = decoded
         else:

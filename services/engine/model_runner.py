@@ -4,10 +4,11 @@ The runner owns the engine's compute path (compute_path.py), chosen once here,
 from the settings and the model as loaded (choose_path), and passed to every
 forward.
 
-A step holding rows of a LoRA adapter (issue #34) runs on the eager path whatever
-the engine's path is: the compiled and native halves have no low-rank products yet
-(lora/step_lora.py computes them beside the layers' own torch methods). Every other
-step, an all-base one, runs the engine's path as before, and pays nothing for LoRA.
+A step holding rows of a LoRA adapter (issue #34) runs on the engine's path too,
+with a StepLora (lora/step_lora.py) that says which rows run which adapter: the
+native path adds their low-rank products in C++ beside each projection, the eager
+one in torch (the compiled one runs such a step's layers eagerly). An all-base step
+has no StepLora and pays nothing for LoRA.
 """
 
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ import torch
 from maas_services.engine import native_layers
 from maas_services.engine.attention_metadata import AttentionMetadata
 from maas_services.engine.compiled_forward import Compiled
-from maas_services.engine.compute_path import EAGER, ComputePath
+from maas_services.engine.compute_path import ComputePath
 from maas_services.engine.kv_cache import PagedKVCache
 from maas_services.engine.lora.adapter import AdapterWeights
 from maas_services.engine.lora.step_lora import AdapterStack, StepLora
@@ -112,7 +113,7 @@ class ModelRunner:
             cpu_positions.to(self.device),
             self.kv_cache,
             meta,
-            self.path if lora is None else EAGER,
+            self.path,
             lora,
         )
         # An embedding's vector is its last position's state (embedding.py); a step

@@ -14,6 +14,12 @@ all the layers in one call (NativeDecode). model_runner.choose_path takes this
 path where it applies; elsewhere (CUDA, bf16, --no-native-layers, the compiled
 forward) the layers run their torch halves.
 
+A step whose rows run LoRA adapters stays on this path: the step's stacked
+adapters (lora/step_lora.py's AdapterStack) are described once per stack as
+native/lora.h's structures (NativeLoraStack), and each projection adds its rows'
+low-rank updates in C++ right after its GEMM (native/lora.cpp), the one-call
+decode step included.
+
 Wide steps (more rows than the row kernels take: decode batches, prefill) run
 the panel GEMM in float32, or with --wide-gemm bf16 in bf16 (native/bf16.h: the
 activations and weight panels rounded to bf16, float32 sums) where the library
@@ -34,6 +40,7 @@ from maas_services.engine import native_attention
 from maas_services.engine.attention_metadata import AttentionMetadata
 from maas_services.engine.compute_path import ComputePath
 from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.lora.step_lora import AdapterStack, LayerLora, StepLora
 from maas_services.engine.model import DecoderLayer, FusedLinear, LlamaForCausalLM
 from maas_services.engine.quantization import cpu_kernel
 from maas_services.engine.quantization.int4 import Int4Linear
@@ -99,6 +106,8 @@ class Native(ComputePath):
         self._decode = (
             NativeDecode(model, list(self._halves.values())) if every and one_call else None
         )
+        # The last step's adapters in lora.h's terms, rebuilt when its stack changes.
+        self._loras: NativeLoraStack | None = None
 
     def halves(self, layer: DecoderLayer) -> "NativeHalves | None":
         """The layer's native halves, or None where it runs the torch ones."""
@@ -111,19 +120,36 @@ class Native(ComputePath):
         residual: torch.Tensor | None,
         cos: torch.Tensor,
         sin: torch.Tensor,
+        lora: LayerLora | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         halves = self._halves.get(layer)
         if halves is None:
-            return layer.attention_inputs(x, residual, cos, sin)
-        return halves.inputs(x, residual, cos, sin)
+            return layer.attention_inputs(x, residual, cos, sin, lora)
+        return halves.inputs(x, residual, cos, sin, *self._lora(lora))
 
     def attention_outputs(
-        self, layer: DecoderLayer, attended: torch.Tensor, residual: torch.Tensor
+        self,
+        layer: DecoderLayer,
+        attended: torch.Tensor,
+        residual: torch.Tensor,
+        lora: LayerLora | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         halves = self._halves.get(layer)
         if halves is None:
-            return layer.attention_outputs(attended, residual)
-        return halves.outputs(attended, residual)
+            return layer.attention_outputs(attended, residual, lora)
+        return halves.outputs(attended, residual, *self._lora(lora))
+
+    def _lora(self, lora: LayerLora | None) -> tuple[int | None, int | None]:
+        """The layer's NativeLora address and the rows' adapters' pointer (None, None: the
+        step has no adapter rows)."""
+        if lora is None:
+            return None, None
+        return self._stack(lora.step).layer(lora.index), lora.step.row_adapter.data_ptr()
+
+    def _stack(self, step: StepLora) -> "NativeLoraStack":
+        if self._loras is None or self._loras.stack is not step.stack:
+            self._loras = NativeLoraStack(step.stack)
+        return self._loras
 
     def decode_step(
         self,
@@ -133,10 +159,14 @@ class Native(ComputePath):
         sin: torch.Tensor,
         kv_cache: PagedKVCache,
         meta: AttentionMetadata,
+        lora: StepLora | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         if self._decode is None:
             return None
-        return self._decode(model, x, cos, sin, kv_cache, meta)
+        if lora is None:
+            return self._decode(model, x, cos, sin, kv_cache, meta, None, None)
+        loras = self._stack(lora).address
+        return self._decode(model, x, cos, sin, kv_cache, meta, loras, lora.row_adapter.data_ptr())
 
     def describe(self) -> dict[str, object]:
         return {
@@ -240,8 +270,16 @@ class NativeHalves:
         return None if described is None else cls(*described)
 
     def inputs(
-        self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        lora: int | None = None,
+        row_adapter: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """lora: the layer's NativeLora address and row_adapter its rows' adapters (int64
+        [tokens]), where the step has adapter rows."""
         tokens = x.shape[0]
         x = x.contiguous()
         cos, sin = cos.contiguous(), sin.contiguous()
@@ -264,12 +302,18 @@ class NativeHalves:
             k.data_ptr(),
             v.data_ptr(),
             stream.data_ptr(),
+            lora,
+            row_adapter,
             torch.get_num_threads(),
         )
         return q, k, v, stream
 
     def outputs(
-        self, attended: torch.Tensor, residual: torch.Tensor
+        self,
+        attended: torch.Tensor,
+        residual: torch.Tensor,
+        lora: int | None = None,
+        row_adapter: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = attended.shape[0]
         rows = attended.flatten(1)
@@ -286,6 +330,8 @@ class NativeHalves:
             tokens,
             out.data_ptr(),
             stream.data_ptr(),
+            lora,
+            row_adapter,
             torch.get_num_threads(),
         )
         return out, stream
@@ -315,11 +361,14 @@ class NativeDecode:
         sin: torch.Tensor,
         kv_cache: PagedKVCache,
         meta: AttentionMetadata,
+        loras: int | None,
+        row_adapter: int | None,
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(the last MLP's output, the stream before it) from the embeddings x, every new
         key and value written to the pool, as the layer loop returns them; None where the
         step is another model's, not all decodes, or attention would not take the native
-        call."""
+        call. loras: the address of NativeLoraStack's array and row_adapter its rows'
+        adapters, where the step has adapter rows."""
         tokens = x.shape[0]
         if model is not self._model or meta.num_decodes != tokens:
             return None
@@ -344,8 +393,38 @@ class NativeDecode:
             tables.stride(0),
             meta.decode_context_lens.data_ptr(),
             kv_cache.block_size,
+            loras,
+            row_adapter,
             out.data_ptr(),
             stream.data_ptr(),
             torch.get_num_threads(),
         )
         return out, stream
+
+
+# step_lora's module names -> NativeLora's fields.
+_LORA_FIELDS = {"qkv_proj": "qkv", "o_proj": "o", "gate_up_proj": "gate_up", "down_proj": "down"}
+
+
+class NativeLoraStack:
+    """A step's stacked adapters (AdapterStack) as an array of lora.h's NativeLora, one per
+    layer, pointing into the stack's tensors (held: the stack is kept)."""
+
+    __slots__ = ("stack", "_array", "address")
+
+    def __init__(self, stack: AdapterStack):
+        self.stack = stack
+        self._array = (bindings.Lora * len(stack.layers))()
+        for layer, modules in zip(self._array, stack.layers, strict=True):
+            for module, stacked in modules.items():
+                # The model is float32 (unavailable() above); the stack is made in its dtype.
+                assert stacked.a_t.dtype == torch.float32
+                assert stacked.a_t.is_contiguous() and stacked.b_t.is_contiguous()
+                pair = getattr(layer, _LORA_FIELDS[module])
+                pair.a_t, pair.b_t = stacked.a_t.data_ptr(), stacked.b_t.data_ptr()
+                pair.width = stacked.a_t.shape[2]
+        self.address = ctypes.addressof(self._array)
+
+    def layer(self, index: int) -> int:
+        """The address of layer `index`'s NativeLora."""
+        return self.address + index * ctypes.sizeof(bindings.Lora)

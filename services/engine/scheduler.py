@@ -13,6 +13,16 @@ behind it are still admitted, so a full set of adapters never holds up the base 
 the adapters already in the batch. Admission keeps the bound for every step, since
 a step schedules only running sequences and those it admits.
 
+That alone lets a steady stream for the running adapters keep a new adapter out
+for ever (as in vLLM), so the wait has an age bound: once the first waiting
+sequence in admission order that the adapter bound keeps out has waited
+ADAPTER_WAIT_STEPS steps, no waiting sequence of any other adapter is admitted
+until it is. Nothing is preempted: the running sequences decode on, the first
+adapter whose last one finishes frees its slot, and the blocked sequence takes it.
+Base sequences are not held back: they take no adapter slot, and they cannot take
+the blocked one's place either, since it comes first in admission order and a
+sequence that lacks blocks stops admission behind it.
+
 When a decode needs a block and none is free, the lowest-priority, newest
 running sequence is preempted: its blocks are freed and it goes back to
 waiting with its generated tokens, to be recomputed (often from the prefix
@@ -24,6 +34,13 @@ from dataclasses import dataclass, field
 from maas_services.common.defaults import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS
 from maas_services.engine.block_manager import BlockManager
 from maas_services.engine.sequence import Sequence, SequenceStatus
+
+# Steps (not seconds) because a slot frees as running sequences advance, one token a
+# step, whatever a step costs on this machine, and a test can count them. 32 is small
+# beside a typical answer's length (hundreds of tokens), which the hold then adds to
+# the wait anyway, and long enough that an adapter whose last short request is about
+# to end frees a slot without a hold.
+ADAPTER_WAIT_STEPS = 32
 
 
 @dataclass
@@ -75,6 +92,10 @@ class Scheduler:
         self.max_loras = max_loras  # EngineConfig.max_loras
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
+        # The first waiting sequence the adapter bound keeps out, and for how many
+        # steps it has been (module docstring).
+        self._starving: Sequence | None = None
+        self._starving_steps = 0
 
     @property
     def has_work(self) -> bool:
@@ -94,9 +115,33 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         self.running.sort(key=Sequence.sort_key)
         budget = self._schedule_running(out, budget)
+        held_for = self._adapter_held_for()
         if not out.preempted:
-            self._admit_waiting(out, budget)
+            self._admit_waiting(out, budget, held_for)
         return out
+
+    def _running_adapters(self) -> set[str]:
+        return {seq.adapter for seq in self.running if seq.adapter}
+
+    def _adapter_held_for(self) -> str:
+        """The adapter whose sequence has waited too long for a slot ("" for none):
+        waiting sequences of every other adapter are not admitted this step."""
+        adapters = self._running_adapters()
+        if len(adapters) >= self.max_loras:
+            blocked = min(
+                (s for s in self.waiting if s.adapter and s.adapter not in adapters),
+                key=Sequence.sort_key,
+                default=None,
+            )
+            # A sequence ahead of the tracked one (higher priority) starts its own wait.
+            if blocked is not None and (
+                self._starving is None or blocked.sort_key() < self._starving.sort_key()
+            ):
+                self._starving, self._starving_steps = blocked, 0
+        if self._starving is None:
+            return ""
+        self._starving_steps += 1
+        return self._starving.adapter if self._starving_steps > ADAPTER_WAIT_STEPS else ""
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         index = 0
@@ -119,10 +164,10 @@ class Scheduler:
                 index += 1
         return budget
 
-    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, held_for: str) -> None:
         self.waiting.sort(key=Sequence.sort_key)
         full_budget = self.config.max_num_batched_tokens
-        adapters = {seq.adapter for seq in self.running if seq.adapter}
+        adapters = self._running_adapters()
         index = 0  # waiting sequences before it wait for an adapter slot
         while (
             index < len(self.waiting)
@@ -130,7 +175,10 @@ class Scheduler:
             and len(self.running) < self.config.max_num_seqs
         ):
             seq = self.waiting[index]
-            if seq.adapter and seq.adapter not in adapters and len(adapters) >= self.max_loras:
+            if seq.adapter and (
+                (seq.adapter not in adapters and len(adapters) >= self.max_loras)
+                or (held_for and seq.adapter != held_for)
+            ):
                 index += 1
                 continue
             fits_whole = seq.num_uncomputed_tokens <= budget
@@ -143,6 +191,8 @@ class Scheduler:
             seq.num_computed_tokens = self.blocks.allocate(seq)
             if seq.adapter:
                 adapters.add(seq.adapter)
+            if seq is self._starving:
+                self._starving = None
             self.waiting.pop(index)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
@@ -170,6 +220,8 @@ class Scheduler:
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
         self.blocks.free(seq)
+        if seq is self._starving:
+            self._starving = None
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
 

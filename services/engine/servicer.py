@@ -56,6 +56,7 @@ from maas_services.engine.async_engine import (
     KvEventBatch,
     RequestFailed,
 )
+from maas_services.engine.core.protocol import ADAPTER_LOADED, ADAPTER_UNLOADED
 from maas_services.engine.lora.errors import (
     AdapterError,
     AdapterInvalid,
@@ -72,6 +73,8 @@ KV_KINDS = {
     "stored": engine_pb2.KvEvent.KIND_STORED,
     "evicted": engine_pb2.KvEvent.KIND_EVICTED,
     "cleared": engine_pb2.KvEvent.KIND_CLEARED,
+    ADAPTER_LOADED: engine_pb2.KvEvent.KIND_ADAPTER_LOADED,
+    ADAPTER_UNLOADED: engine_pb2.KvEvent.KIND_ADAPTER_UNLOADED,
 }
 
 # Each adapter refusal's status (engine.proto); both backends answer with these.
@@ -219,11 +222,15 @@ def kv_batch_proto(engine_id: str, batch: KvEventBatch) -> engine_pb2.KvEventBat
     return engine_pb2.KvEventBatch(
         sequence=batch.sequence,
         engine_id=engine_id,
-        events=[
-            engine_pb2.KvEvent(kind=KV_KINDS[kind], block_hashes=hashes)
-            for kind, hashes in batch.events
-        ],
+        events=[kv_event_proto(kind, what) for kind, what in batch.events],
     )
+
+
+def kv_event_proto(kind: str, what: list[int] | str) -> engine_pb2.KvEvent:
+    """One event: block hashes, or an adapter kind's adapter name (protocol.KvEvent)."""
+    if kind in (ADAPTER_LOADED, ADAPTER_UNLOADED):
+        return engine_pb2.KvEvent(kind=KV_KINDS[kind], adapter=what)
+    return engine_pb2.KvEvent(kind=KV_KINDS[kind], block_hashes=what)
 
 
 async def refuse_unservable(request, context, model_id: str, draining: bool) -> None:

@@ -69,7 +69,15 @@ def build_pipeline(settings: GatewaySettings, upstreams: Upstreams, redis, route
         background,
         MigrationPolicy(settings.max_migrations, settings.hold_timeout_seconds),
         AdapterLoads(
-            upstreams, settings.adapter_loads_per_minute, settings.adapter_load_timeout_seconds
+            upstreams,
+            # The loads' own limiter (adapter_loads.py), its lease outliving a load.
+            RateLimiter(
+                redis,
+                settings.adapter_load_timeout_seconds + 60,
+                settings.rate_limit_on_redis_error,
+            ),
+            settings.adapter_loads_per_minute,
+            settings.adapter_load_timeout_seconds,
         ),
     )
     # A concurrency lease outlives any request: hold, queue wait plus the whole request.

@@ -76,8 +76,9 @@ class GatewaySettings(ServiceSettings):
     adapter_loads_per_minute: int = Field(
         10,
         ge=1,
-        description="on-demand LoRA adapter loads a tenant may cause per minute on this"
-        " replica, unless its own limit says otherwise (upstream/adapter_loads.py)",
+        description="on-demand LoRA adapter loads a tenant may cause per minute, across the"
+        " gateway's replicas (counted in Redis), unless its own limit says otherwise"
+        " (upstream/adapter_loads.py)",
     )
     adapter_load_timeout_seconds: float = Field(
         60.0, gt=0, description="for an engine to load an adapter on demand"

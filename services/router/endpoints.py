@@ -39,8 +39,9 @@ class Endpoint:
     prefix_cache_sharing: str = "tenant"
     # What the engine serves (LoadReport.serves); empty: an engine from before the field.
     serves: tuple[str, ...] = ()
-    # LoRA adapters the engine holds (LoadReport.adapters) and how many it can
-    # hold at once (LoadReport.max_loras; 0: it serves none).
+    # LoRA adapters the engine holds (LoadReport.adapters, and its KV events'
+    # ADAPTER_LOADED and _UNLOADED between reports: kv_events.py) and how many it
+    # can hold at once (LoadReport.max_loras; 0: it serves none).
     adapters: frozenset[str] = frozenset()
     max_loras: int = 0
     kv_events_live: bool = False

@@ -94,10 +94,12 @@ class EngineLink:
         backoff = RECONNECT_MIN_SECONDS
         while True:
             try:
+                first = True  # each stream begins with the engine's snapshot
                 async for batch in self._stub.StreamKvEvents(engine_pb2.KvEventsRequest()):
                     e.kv_events_live = True
                     backoff = RECONNECT_MIN_SECONDS
-                    apply_batch(self._index, self._history, e.endpoint_id, batch)
+                    apply_batch(self._index, self._history, e, batch, first)
+                    first = False
                 self._events_lost("stream ended")
             except grpc.aio.AioRpcError as exc:
                 self._events_lost(exc.code().name)

@@ -1,6 +1,7 @@
 """`maas tenants ...` and `maas keys ...`: manage tenants and API keys in Redis.
 
     maas tenants create --name acme --rpm 600 --tpm 100000 --max-concurrency 8 --json
+    maas tenants update --name acme --adapter-loads-per-minute 20
     maas tenants list | update --name acme --rpm 1200 | disable --name acme
     maas keys create --tenant acme
     maas keys list [--tenant acme]
@@ -30,7 +31,16 @@ from maas_tools.admin.key_listing import COLUMNS as KEY_COLUMNS
 from maas_tools.admin.key_listing import list_keys
 from maas_tools.admin.redis_locator import RedisNotFoundError, locate_redis
 
-TENANT_COLUMNS = ("name", "tier", "status", "rpm", "tpm", "max_concurrency", "max_tokens")
+TENANT_COLUMNS = (
+    "name",
+    "tier",
+    "status",
+    "rpm",
+    "tpm",
+    "max_concurrency",
+    "max_tokens",
+    "adapter_loads_per_minute",
+)
 
 
 def _limit_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
@@ -41,6 +51,13 @@ def _limit_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
     parser.add_argument("--tpm", type=int, default=default, help="tokens per minute (0: none)")
     parser.add_argument("--max-concurrency", type=int, default=default)
     parser.add_argument("--max-tokens", type=int, default=default, help="cap per request")
+    parser.add_argument(
+        "--adapter-loads-per-minute",
+        type=int,
+        default=default,
+        help="on-demand LoRA adapter loads per minute, across the gateway's replicas"
+        " (0: the gateway's adapter_loads_per_minute)",
+    )
     parser.add_argument(
         "--models", default="" if defaults else None, help="allowed models, comma-separated"
     )
@@ -83,6 +100,7 @@ def _tenant_fields(args: argparse.Namespace) -> dict:
         "tpm": args.tpm,
         "max_concurrency": args.max_concurrency,
         "max_tokens": args.max_tokens,
+        "adapter_loads_per_minute": args.adapter_loads_per_minute,
         "allowed_models": args.models,
         "status": getattr(args, "status", None),
     }

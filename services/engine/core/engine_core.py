@@ -1,6 +1,7 @@
 """The engine core's loop: take inputs, step, send one StepBatch per step.
 
-It owns the LLMEngine and is the only thread that touches it. Inputs arrive
+It owns the LLMEngine and is the only thread that touches its state (the
+adapter reader below reads files into new tensors, nothing more). Inputs arrive
 on a PULL socket and are applied between steps; each step's outputs go back
 as one message on a PUSH socket (protocol.py). It runs as its own process in
 serving (process.py); tests may run it on a thread over the same sockets.
@@ -9,15 +10,21 @@ thread that touches only the grammar compiler, and their requests added
 between steps (grammar_compiles.py).
 
 Adapter loads and unloads are applied between steps too, one per step at
-most, in arrival order: a caller sending loads in a loop delays each step by
-one load, never by all of its queue (they wait their turn behind the steps),
-and by no more than reading an adapter's worth of weights: a larger file is
-refused on its size before it is read (adapter_limits.py).
-Each is answered after the batch that shows the adapters it changed (protocol.py).
+most, in arrival order. A load's folder is read and checked on a worker thread
+(one at a time; the loads and unloads behind it wait their turn), while the
+steps go on; the core then installs the weights between two steps. So a
+caller sending loads in a loop, or one slow file, delays no stream: the steps
+wait for neither (a weights file larger than any adapter is still refused on
+its size before it is read, adapter_limits.py).
+Each is answered after the batch that shows the adapters it changed
+(protocol.py): the batch carries the new set and, among its KV events, an
+adapter_loaded or adapter_unloaded for each adapter that came or went (a load
+that evicted one for room shows both), so a router learns of it at once.
 """
 
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import zmq
 
@@ -43,7 +50,7 @@ from maas_services.engine.lora.errors import (
 log = get_logger(__name__)
 
 IDLE_POLL_MS = 500
-# How long an idle core waits for input while a grammar compiles on its worker.
+# How long an idle core waits for input while a grammar compiles or an adapter is read.
 COMPILE_POLL_MS = 5
 # How often a busy core sends its metrics; it sends them too with the batch that leaves it idle.
 METRICS_INTERVAL_SECONDS = 1.0
@@ -77,6 +84,9 @@ class EngineCore:
         self._running = True
         self._compiles = GrammarCompiles(engine.grammar_compiler)
         self._adapter_work: deque[protocol.LoadAdapter | protocol.UnloadAdapter] = deque()
+        # The load whose folder the reader thread reads now, if any (module docstring).
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="adapter-reader")
+        self._reading: tuple[protocol.LoadAdapter, Future] | None = None
         # The set the serving process last heard of (Ready, then StepBatch.adapters).
         self._adapters_sent = engine.adapters()
         metrics.LORA_ADAPTERS_LOADED.set(len(self._adapters_sent))
@@ -103,8 +113,9 @@ class EngineCore:
         )
         try:
             while self._running:
-                busy = self.engine.has_work or self._adapter_work
-                wait = COMPILE_POLL_MS if self._compiles.pending else IDLE_POLL_MS
+                reading = self._reading is not None
+                busy = self.engine.has_work or (self._adapter_work and not reading)
+                wait = COMPILE_POLL_MS if self._compiles.pending or reading else IDLE_POLL_MS
                 self._take_inputs(timeout_ms=0 if busy else wait)
                 self._add_compiled()
                 self._adapter_step()
@@ -113,6 +124,7 @@ class EngineCore:
                 self._flush()
         finally:
             self._compiles.close()
+            self._reader.shutdown(wait=False, cancel_futures=True)
             self._outputs.close(linger=1000)
             self._inputs.close(linger=0)
             self._context.term()
@@ -144,7 +156,8 @@ class EngineCore:
         elif isinstance(message, protocol.KvSnapshot):
             # What was sent before the snapshot precedes it; what follows, follows it.
             self._flush(force=True)
-            self._send(protocol.KvHashes(message.token, list(self.engine.blocks.hash_to_block)))
+            blocks = list(self.engine.blocks.hash_to_block)
+            self._send(protocol.KvHashes(message.token, blocks, self._adapters_sent))
         elif isinstance(message, protocol.LoadAdapter | protocol.UnloadAdapter):
             self._adapter_work.append(message)
         elif isinstance(message, protocol.Shutdown):
@@ -203,32 +216,59 @@ class EngineCore:
             self._add(message, grammar)
 
     def _adapter_step(self) -> None:
-        """Apply the oldest adapter load or unload, and answer it (module docstring)."""
-        if not self._adapter_work:
-            return
-        message = self._adapter_work.popleft()
+        """Install the load whose read is done, else apply the oldest adapter load or
+        unload (a load starts its read), and answer it (module docstring)."""
+        if self._reading is not None:
+            message, read = self._reading
+            if not read.done():
+                return
+            self._reading = None
+            self._answer(message, self._install, message, read)
+        elif self._adapter_work:
+            message = self._adapter_work.popleft()
+            if isinstance(message, protocol.LoadAdapter):
+                self._answer(message, self._start_load, message)
+            else:
+                self._answer(message, self.engine.unload_adapter, message.name)
+
+    def _answer(self, message, apply, *args) -> None:
+        """Answer message with apply(*args): a LoadedAdapter, an unload's whether it was
+        loaded, or None for a load whose read just started (answered once installed)."""
         answer = protocol.AdapterAnswer(message.token)
         try:
-            if isinstance(message, protocol.LoadAdapter):
-                answer.loaded = self._load(message)
-            else:
-                answer.found = self.engine.unload_adapter(message.name)
+            result = apply(*args)
         except AdapterError as exc:
             self._refused(message, answer, exc, str(exc))
         except Exception as exc:  # a loader bug refuses this load, not the core
             log.exception("engine_adapter_failed", adapter=message.name)
             self._refused(message, answer, exc, f"adapter {message.name!r}: {exc}")
+        else:
+            if result is None:
+                return
+            if isinstance(message, protocol.LoadAdapter):
+                answer.loaded = result
+            else:
+                answer.found = result
         # Its batch first: the answer then finds the new set in the load report.
         self._flush(force=True)
         self._send(answer)
 
-    def _load(self, message: protocol.LoadAdapter):
-        before = set(self.engine.adapters())
+    def _start_load(self, message: protocol.LoadAdapter):
+        """What needs no reading is refused (or done) now; else the read starts."""
         check_adapter_name(message.name)
         check_adapter_size(message.source, self._adapter_bytes)
-        loaded = self.engine.load_adapter(message.name, message.source)
-        if message.name not in before:  # not the same load again
+        before = self.engine.adapters()
+        loaded = self.engine.lora.prepare(message.name, message.source)
+        if loaded is None:
+            self._reading = (message, self._reader.submit(self.engine.lora.read, message.source))
+        elif message.name not in before:  # it cancelled an unload: loaded again
             metrics.LORA_ADAPTER_LOADS.labels("loaded").inc()
+        return loaded
+
+    def _install(self, message: protocol.LoadAdapter, read: Future):
+        before = set(self.engine.adapters())
+        loaded = self.engine.install_adapter(message.name, message.source, read.result())
+        metrics.LORA_ADAPTER_LOADS.labels("loaded").inc()
         # A load makes room by unloading idle adapters (lora/registry.py).
         metrics.LORA_ADAPTER_EVICTIONS.inc(len(before - set(self.engine.adapters())))
         return loaded
@@ -270,6 +310,9 @@ class EngineCore:
         )
         adapters = self.engine.adapters()
         if adapters != self._adapters_sent:
+            now, before = set(adapters), set(self._adapters_sent)
+            batch.kv_events += [(protocol.ADAPTER_UNLOADED, a) for a in sorted(before - now)]
+            batch.kv_events += [(protocol.ADAPTER_LOADED, a) for a in sorted(now - before)]
             batch.adapters = self._adapters_sent = adapters
             metrics.LORA_ADAPTERS_LOADED.set(len(adapters))
         # The gauges follow every flush, not only steps: an abort that leaves

@@ -18,6 +18,14 @@ from maas_services.engine.lora.registry import LoadedAdapter
 from maas_services.engine.request import SeqOutput
 from maas_services.engine.sampling_params import SamplingParams
 
+# StepBatch.kv_events' kinds besides the block manager's ("stored", "evicted",
+# "cleared", each with block hashes): an adapter that new requests may now name, or
+# may no longer, with its name (engine.proto's KIND_ADAPTER_LOADED and _UNLOADED).
+ADAPTER_LOADED = "adapter_loaded"
+ADAPTER_UNLOADED = "adapter_unloaded"
+# (kind, block hashes) or (adapter kind, adapter name).
+KvEvent = tuple[str, list[int] | str]
+
 
 class Add(msgspec.Struct, tag=True):
     request_id: str
@@ -97,13 +105,14 @@ class Failure(msgspec.Struct):
 
 class StepBatch(msgspec.Struct, tag=True):
     """Everything one step (and the inputs before it) produced, in delivery order:
-    metrics, requests that entered the step, outputs, failures, then KV-cache changes."""
+    metrics, requests that entered the step, outputs, failures, then KV-cache changes
+    (with the adapters loaded or unloaded: engine_core.py)."""
 
     load: Load
     scheduled: list[str] = []
     outputs: list[SeqOutput] = []
     failures: list[Failure] = []
-    kv_events: list[tuple[str, list[int]]] = []
+    kv_events: list[KvEvent] = []
     # The core's maas_engine_* metrics in the Prometheus text format, now and
     # then; applied before the outputs, so a client that got its last token
     # finds that token counted.
@@ -113,8 +122,12 @@ class StepBatch(msgspec.Struct, tag=True):
 
 
 class KvHashes(msgspec.Struct, tag=True):
+    """KvSnapshot's answer: every cached block, and the adapters loaded, after the
+    batches sent before it."""
+
     token: int
     hashes: list[int]
+    adapters: list[str] = []
 
 
 class AdapterAnswer(msgspec.Struct, tag=True):

@@ -9,7 +9,9 @@ for it at once (AdapterNotFound) and lets the running ones finish; it is dropped
 the last one ends. How many adapters one step computes with is the scheduler's
 bound (max_loras), not this one's.
 
-Single-threaded, as the engine that owns it (llm_engine.py).
+Single-threaded, as the engine that owns it (llm_engine.py), but for read(): a load
+is prepare (refusals that need no reading), read (the folder, the slow part), then
+install, so the engine core can read on a worker thread between its steps.
 """
 
 from collections import OrderedDict
@@ -70,31 +72,46 @@ class AdapterRegistry:
         """The adapters new requests may use, sorted."""
         return sorted(name for name, r in self._resident.items() if not r.unloading)
 
-    def load(self, name: str, source: str, pinned: bool = False) -> LoadedAdapter:
-        """Load the PEFT folder `source` as `name`; the same name and source again is a
-        no-op (it also cancels an unload in progress)."""
+    def prepare(self, name: str, source: str, pinned: bool = False) -> LoadedAdapter | None:
+        """What a load is refused for before its folder is read (a full engine at once), or
+        the adapter itself when `name` is resident from `source` already: the load is then
+        a no-op (it also cancels an unload in progress). None: read the folder, then install."""
         if not self.max_loras:
             raise LoraDisabled("this engine serves no adapters (--max-loras 0)")
         if not name:
             raise AdapterInvalid("an adapter needs a name")
         resident = self._resident.get(name)
-        if resident is not None:
-            if resident.loaded.source != source:
-                raise AdapterInvalid(
-                    f"adapter {name!r} is loaded from {resident.loaded.source!r}; "
-                    f"unload it before loading {source!r} under that name"
-                )
-            resident.unloading = False
-            resident.pinned |= pinned
-            self._resident.move_to_end(name)
-            return resident.loaded
-        victim = self._victim()  # before reading: a full engine refuses at once
+        if resident is None:
+            self._victim()
+            return None
+        if resident.loaded.source != source:
+            raise AdapterInvalid(
+                f"adapter {name!r} is loaded from {resident.loaded.source!r}; "
+                f"unload it before loading {source!r} under that name"
+            )
+        resident.unloading = False
+        resident.pinned |= pinned
+        self._resident.move_to_end(name)
+        return resident.loaded
+
+    def read(self, source: str) -> AdapterWeights:
+        """The folder's weights, checked, on the engine's device in its dtype (AdapterInvalid).
+        It touches nothing of the registry, so any thread may read: the engine core reads
+        on a worker while its steps go on (core/engine_core.py)."""
         weights = load_adapter_weights(source, self.model_config, self.max_lora_rank)
+        return weights.to(self.device, self.dtype)
+
+    def install(
+        self, name: str, source: str, weights: AdapterWeights, pinned: bool = False
+    ) -> LoadedAdapter:
+        """Make read weights resident as `name`, which prepare() found absent, making room
+        (module docstring): AdapterSlotsFull if requests took every slot since then."""
+        victim = self._victim()
         if victim is not None:
             self._drop(victim)
         loaded = LoadedAdapter(name, weights.rank, source)
-        self._resident[name] = _Resident(loaded, weights.to(self.device, self.dtype), pinned)
-        self.weights[name] = self._resident[name].weights
+        self._resident[name] = _Resident(loaded, weights, pinned)
+        self.weights[name] = weights
         return loaded
 
     def unload(self, name: str) -> bool:

@@ -18,6 +18,11 @@ beside a few decodes of others), the groups run one by one on views of the stack
 The stack is built when a step's set of adapters changes and reused while it does
 not (the runner keeps the last one): copying the weights every step would cost more
 than the products.
+
+That is the torch path's arithmetic (the eager and compiled compute paths). The
+native path reads the same stack from C++ (native/lora.h, through
+native_layers.Native): each row's adapter index (`row_adapter`) picks its pair, so
+it needs neither the gather nor the padding.
 """
 
 from dataclasses import dataclass
@@ -64,6 +69,8 @@ class LayerLora:
     modules: dict[str, Stacked]
     padded: Padded | None  # None: groups one by one (module docstring)
     groups: list[torch.Tensor]  # each adapter's batch rows, in stack order
+    step: "StepLora"  # the step it is part of: a native path reads its stack and rows
+    index: int  # the layer's
 
     def add(self, module: str, x: torch.Tensor, out: torch.Tensor) -> None:
         """out (the module's output for input x) gains each row's adapter's update."""
@@ -83,9 +90,19 @@ class LayerLora:
 
 
 class StepLora:
-    def __init__(self, stack: AdapterStack, padded: Padded | None, groups: list):
+    def __init__(
+        self,
+        stack: AdapterStack,
+        padded: Padded | None,
+        groups: list,
+        row_adapter: torch.Tensor,
+    ):
         self.stack = stack
-        self._layers = [LayerLora(modules, padded, groups) for modules in stack.layers]
+        # int64 [rows]: each batch row's adapter, its index in the stack, -1 for the base.
+        self.row_adapter = row_adapter
+        self._layers = [
+            LayerLora(modules, padded, groups, self, i) for i, modules in enumerate(stack.layers)
+        ]
 
     @classmethod
     def build(
@@ -109,10 +126,16 @@ class StepLora:
         stack = last
         if stack is None or stack.key != tuple(id(w) for w in adapters):
             stack = AdapterStack(adapters)
+        row_adapter = [-1] * max(end for _, _, end in spans)
+        for index, name in enumerate(names):
+            for row in rows[name]:
+                row_adapter[row] = index
+        row_adapter = torch.tensor(row_adapter, dtype=torch.int64, device=device)
         longest = max(len(r) for r in rows.values())
         total = sum(len(r) for r in rows.values())
         if longest * len(names) > 2 * total:
-            return cls(stack, None, [torch.tensor(rows[name], device=device) for name in names])
+            groups = [torch.tensor(rows[name], device=device) for name in names]
+            return cls(stack, None, groups, row_adapter)
         gather, keep = [], []
         for name in names:
             own = rows[name]
@@ -124,7 +147,7 @@ class StepLora:
             torch.tensor(gather, device=device),
             torch.tensor(keep, dtype=dtype).view(len(names), longest, 1).to(device),
         )
-        return cls(stack, padded, [])
+        return cls(stack, padded, [], row_adapter)
 
     def layer(self, index: int) -> LayerLora:
         return self._layers[index]

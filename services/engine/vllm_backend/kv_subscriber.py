@@ -5,8 +5,10 @@ PUB socket, which drops what a slow or late subscriber misses. A sequence
 that skips (or restarts, vLLM having restarted) means our map may be wrong:
 it is dropped and every StreamKvEvents subscriber is told KIND_CLEARED, as the
 native engine's consumers expect (services/router/kv_events.py). Each new
-subscriber first gets CLEARED then STORED with every block held, as from the
-native engine.
+subscriber first gets CLEARED then STORED with every block held, then
+ADAPTER_LOADED for each adapter vLLM holds, as from the native engine. vLLM
+publishes nothing of adapters: the servicer tells of each LoadAdapter and
+UnloadAdapter that succeeded (adapter_changed).
 """
 
 import asyncio
@@ -18,6 +20,7 @@ import zmq.asyncio
 
 from maas_services.common.logging import get_logger
 from maas_services.engine.async_engine import KvEventBatch
+from maas_services.engine.core.protocol import ADAPTER_LOADED
 from maas_services.engine.vllm_backend.kv_translation import Events, KvTranslator
 
 log = get_logger(__name__)
@@ -47,12 +50,13 @@ class KvSubscriber:
         self._socket.close()
         self._context.term()
 
-    async def batches(self) -> AsyncIterator[KvEventBatch]:
+    async def batches(self, adapters: list[str]) -> AsyncIterator[KvEventBatch]:
+        """adapters: those vLLM holds now, for the snapshot."""
         queue: asyncio.Queue = asyncio.Queue()
         self._sequence += 1
-        queue.put_nowait(
-            KvEventBatch(self._sequence, [("cleared", []), ("stored", self._translator.held())])
-        )
+        loaded = [(ADAPTER_LOADED, name) for name in adapters]
+        snapshot = [("cleared", []), ("stored", self._translator.held()), *loaded]
+        queue.put_nowait(KvEventBatch(self._sequence, snapshot))
         self._subscribers.add(queue)
         try:
             while True:
@@ -75,6 +79,10 @@ class KvSubscriber:
                 log.warning("vllm_kv_events_undecodable", error=repr(exc))
                 events = self._translator.clear()
             self._publish(events)
+
+    def adapter_changed(self, kind: str, name: str) -> None:
+        """An adapter was loaded or unloaded: kind is protocol.ADAPTER_(UN)LOADED."""
+        self._publish([(kind, name)])
 
     def _publish(self, events: Events) -> None:
         if not events:

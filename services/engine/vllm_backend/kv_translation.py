@@ -24,9 +24,10 @@ a map tagged by "type" (vllm/distributed/kv_events.py, vLLM 0.32).
 from collections.abc import Hashable
 
 from maas_services.common.block_hash import hash_block
+from maas_services.engine.core.protocol import KvEvent
 from maas_services.engine.vllm_backend.cache_salt import SaltBook
 
-Events = list[tuple[str, list[int]]]
+Events = list[KvEvent]
 
 
 class KvTranslator:

@@ -4,8 +4,9 @@ Start order: vLLM's /health answers; /v1/models names the model and its
 context length; its tokenizer must be ours (tokenizer_check.py), else the
 process exits 1 with `vllm_tokenizer_mismatch`; /metrics gives the block size
 and pool size; vLLM's known-answer check (known_answer.py: a failure leaves
-the server NOT_SERVING, the reason in its log and GetLoad); then the KV-event
-subscription and the gRPC server start.
+the server NOT_SERVING, the reason in its log and GetLoad); the preload
+adapters (--lora-modules, load_lora_modules); then the KV-event subscription
+and the gRPC server start.
 
 A vLLM server runs one runner, so the adapter serves generation or
 embeddings (--serves embed: a vLLM started with its pooling runner,
@@ -29,8 +30,15 @@ from maas_services.common.logging import get_logger
 from maas_services.common.model_files import resolve_model_path
 from maas_services.common.serves import EMBED, VLLM_POOLING_ARGS
 from maas_services.common.tokenizer_loader import load_tokenizer
+from maas_services.engine.core.adapter_limits import check_adapter_name
+from maas_services.engine.lora.errors import AdapterError
 from maas_services.engine.server import SERVICE_NAME, stay_not_serving
 from maas_services.engine.settings import EngineSettings
+from maas_services.engine.vllm_backend.adapters import (
+    load_adapter,
+    loaded_adapters,
+    unload_adapter,
+)
 from maas_services.engine.vllm_backend.cache_salt import SaltBook
 from maas_services.engine.vllm_backend.completion_stream import VllmRequestError, VllmUnavailable
 from maas_services.engine.vllm_backend.embeddings import embed
@@ -114,6 +122,41 @@ async def check_pooling(client: httpx.AsyncClient, served_model: str) -> None:
         raise SystemExit(1) from exc
 
 
+async def load_lora_modules(
+    client: httpx.AsyncClient, modules: dict[str, str], max_loras: int
+) -> None:
+    """--lora-modules (name -> folder; MAAS_LORA_MODULES in a pod) into vLLM before the
+    adapter serves, as the native engine loads them before it is ready: a new replica
+    serves its preload adapters from its first request, not from the operator's next
+    round. Through vLLM's runtime API rather than vLLM's own --lora-modules: vLLM's
+    command line is the pod template's, and a change of the list must restart no pod
+    (docs/operator.md). An adapter restarted beside a running vLLM finds them held;
+    one held from another folder is replaced, this list being what the replica serves.
+    SystemExit(1) at the first that fails, with vLLM's reason, as the native engine.
+
+    max_loras: this engine's --max-loras, above 0 wherever --lora-modules is set
+    (settings.py), not vLLM's: vLLM publishes its own only from its first step on,
+    and --known-answer off runs none before this. A vLLM without LoRA refuses the
+    load itself."""
+    if not modules:
+        return
+    try:
+        held = await loaded_adapters(client)
+    except httpx.HTTPError as exc:
+        log.error("engine_lora_modules_failed", error=repr(exc))
+        raise SystemExit(1) from exc
+    for name, source in modules.items():
+        try:
+            check_adapter_name(name)
+            if held.get(name, source) != source:
+                await unload_adapter(client, name, max_loras)
+            await load_adapter(client, name, source, max_loras)
+        except (AdapterError, VllmUnavailable) as exc:
+            log.error("engine_lora_module_failed", adapter=name, source=source, error=str(exc))
+            raise SystemExit(1) from exc
+        log.info("adapter_loaded", name=name, source=source)
+
+
 async def serve(settings: EngineSettings) -> None:
     if not settings.vllm_url:
         log.error("vllm_url_missing", hint="--backend vllm needs --vllm-url")
@@ -133,6 +176,7 @@ async def serve(settings: EngineSettings) -> None:
             # A vLLM that computes this model wrongly here (#32) never serves.
             failure = await check_vllm(client, info.served_model, tokenizer, settings)
         info = dataclasses.replace(info, known_answer_failure=failure)
+        await load_lora_modules(client, settings.lora_module_sources, settings.max_loras)
         salts, kv = SaltBook(), None
         if settings.vllm_kv_events_endpoint:
             translator = KvTranslator(info.block_size, salts)

@@ -16,7 +16,9 @@ is billed its prefill (docs/billing.md).
 A request naming a LoRA adapter names it as vLLM's model (vLLM runs it with
 that adapter) and salts its blocks by it; one vLLM does not hold is
 NOT_FOUND, as on our engine. LoadAdapter and UnloadAdapter go to vLLM's
-runtime LoRA API (adapters.py); GetLoad reports what it holds.
+runtime LoRA API (adapters.py); GetLoad reports what it holds. Each one that
+succeeds is a KIND_ADAPTER_LOADED or _UNLOADED on StreamKvEvents, whose first
+batch lists the adapters of GetLoad's scrape (/v1/models, cached: load.py).
 
 Tokens ready together go in one message, as the native servicer sends them:
 the HTTP stream is read in a task of its own into a queue, and each message
@@ -37,6 +39,7 @@ from maas_services.common.engine_metadata import SCHEDULED
 from maas_services.common.grammar.spec import GrammarError
 from maas_services.common.logging import get_logger
 from maas_services.common.serves import GENERATE
+from maas_services.engine.core.protocol import ADAPTER_LOADED, ADAPTER_UNLOADED
 from maas_services.engine.lora.errors import AdapterError, AdapterNotFound, LoraDisabled
 from maas_services.engine.servicer import (
     abort_adapter_error,
@@ -234,6 +237,7 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
         finally:
             self._load.forget()  # the router's next poll sees it
         log.info("adapter_loaded", name=loaded.name, source=loaded.source)
+        self._adapter_changed(ADAPTER_LOADED, loaded.name)
         return engine_pb2.AdapterStatus(name=loaded.name, rank=loaded.rank, source=loaded.source)
 
     async def UnloadAdapter(self, request, context):
@@ -246,7 +250,13 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"vLLM: {exc}")
         finally:
             self._load.forget()
+        if found:
+            self._adapter_changed(ADAPTER_UNLOADED, request.name)
         return engine_pb2.UnloadAdapterResponse(found=found)
+
+    def _adapter_changed(self, kind: str, name: str) -> None:
+        if self._kv is not None:
+            self._kv.adapter_changed(kind, name)
 
     async def Drain(self, request, context):
         if not self.draining:
@@ -259,7 +269,11 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
             await context.abort(
                 grpc.StatusCode.UNIMPLEMENTED, "no --vllm-kv-events-endpoint configured"
             )
-        async for batch in self._kv.batches():
+        try:
+            adapters = (await self._load.get()).adapters
+        except httpx.HTTPError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"vLLM /v1/models: {exc!r}")
+        async for batch in self._kv.batches(list(adapters)):
             yield kv_batch_proto(self._engine_id, batch)
 
 

@@ -37,8 +37,8 @@ class Tenant(BaseModel):
     adapter_loads_per_minute: int = Field(
         0,
         ge=0,
-        description="on-demand LoRA adapter loads per minute, per gateway replica (0: the"
-        " gateway's adapter_loads_per_minute; upstream/adapter_loads.py)",
+        description="on-demand LoRA adapter loads per minute, across the gateway's replicas"
+        " (0: the gateway's adapter_loads_per_minute; upstream/adapter_loads.py)",
     )
     allowed_models: tuple[str, ...] = ()
     created_at: float = 0.0

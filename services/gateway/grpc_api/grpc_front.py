@@ -288,12 +288,13 @@ class GatewayServicer:
         return chunk, bool(finish)
 
     async def list_models(self, principal, context):
+        """GET /v1/models' list (Pipeline.models): the same names, adapters with their parent."""
         try:
             models = await self._pipeline.models(principal.tenant)
         except APIError as exc:
             await self._abort(context, exc)
         return gateway_pb2.ListModelsResponse(
-            models=[gateway_pb2.Model(id=m, owned_by="maas") for m in models]
+            models=[gateway_pb2.Model(id=m, owned_by="maas", parent=p) for m, p in models.items()]
         )
 
 

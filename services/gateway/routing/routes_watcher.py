@@ -86,7 +86,10 @@ class RoutesWatcher:
         RELOADS.labels("loaded").inc()
 
     def _merge(self) -> None:
-        self.table, clashes = self._file_table.merged(list(self._fragments.values()))
+        table, clashes = self._file_table.merged(list(self._fragments.values()))
+        # A private adapter removed (a ModelDeployment deleted, the file edited) stays
+        # hidden while engines still report it (RoutingTable.retiring).
+        self.table = table.retiring(self.table)
         if clashes:
             log.warning("routes_names_taken_kept_first", names=sorted(set(clashes)))
 

@@ -50,9 +50,11 @@ any other tenant, as a tier's pool is, never a 403 that says it exists.
 Adapters an engine was started with (--lora-modules), which the router
 reports in DeploymentStats.adapters and this table does not list, are shared:
 every tenant may use them, under the deployment reporting them
-(`resolve`'s `shared`). An adapter must name a deployment this table knows
-(in `deployments` or an alias's routes), and its name may be no alias's or
-deployment's: a typo fails the load rather than routing nowhere.
+(`resolve`'s `shared`), except a name an earlier table listed as private
+(`retiring`): engines report it until every replica has unloaded it, and
+meanwhile it is no one's. An adapter must name a deployment this table
+knows (in `deployments` or an alias's routes), and its name may be no
+alias's or deployment's: a typo fails the load rather than routing nowhere.
 
 Each tenant's cached prefixes are its own: a hit would tell a tenant what
 another sent (services/common/block_hash.py). `share_prefix_cache: true` asks a
@@ -68,7 +70,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 
 class _Strict(BaseModel):
@@ -144,6 +146,10 @@ class RoutingTable(_Strict):
     deployments: dict[str, DeploymentOptions] = {}
     expose_deployments: bool = True
     adapters: dict[str, Adapter] = {}
+    # Private adapters earlier tables listed and this one does not: never shared, though
+    # engines report them until every replica has unloaded them. Not a field, so no
+    # routes file can set it; RoutesWatcher carries it from table to table.
+    _retired: frozenset[str] = PrivateAttr(frozenset())
 
     @model_validator(mode="after")
     def _adapters_known(self) -> "RoutingTable":
@@ -188,6 +194,14 @@ class RoutingTable(_Strict):
         update = {"models": models, "deployments": deployments, "adapters": adapters}
         return self.model_copy(update=update), clashes
 
+    def retiring(self, previous: "RoutingTable") -> "RoutingTable":
+        """This table, remembering the private adapters `previous` routed (or remembered)
+        that it does not list; a name listed again takes this table's visibility."""
+        private = {name for name, adapter in previous.adapters.items() if adapter.tenants}
+        table = self.model_copy()
+        table._retired = frozenset((previous._retired | private) - set(self.adapters))
+        return table
+
     def scales_to_zero(self, deployment: str) -> bool:
         options = self.deployments.get(deployment)
         return options is not None and options.scales_to_zero
@@ -219,9 +233,11 @@ class RoutingTable(_Strict):
             if adapter.visible_to(tenant) and self._adapter_base(adapter.deployment, tier, running)
         }
         for name, deployment in shared.items():
-            # A name the table or a running deployment owns resolves to that.
+            # A name the table or a running deployment owns resolves to that; one the
+            # table once kept private, to nothing.
             owned = name in self.adapters or name in self.models or name in running
-            if not owned and self._adapter_base(deployment, tier, running):
+            withheld = owned or name in self._retired
+            if not withheld and self._adapter_base(deployment, tier, running):
                 listed[name] = deployment
         return listed
 
@@ -273,7 +289,7 @@ class RoutingTable(_Strict):
                     return None
                 return self._adapter_route(model, adapter.deployment, adapter.source, tier, running)
             known = model in running or self.scales_to_zero(model)
-            if not known and shared and model in shared:
+            if not known and shared and model in shared and model not in self._retired:
                 return self._adapter_route(model, shared[model], "", tier, running)
             if not (known and self._exposed(model, tier)):
                 return None

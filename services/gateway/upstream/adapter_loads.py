@@ -8,17 +8,25 @@ has no source here and is never loaded by the gateway.
 
 A load is shared work: it reads the adapter's files, takes an adapter slot
 and may push another tenant's idle adapter out of the engine's cache. So it
-is bounded per tenant, on each gateway replica:
+is bounded per tenant, across the gateway's replicas:
 - at most one load in flight per tenant: a second, for another adapter or
   replica, is refused at once;
-- a token bucket of `per_minute` loads a minute (the tenant's
-  adapter_loads_per_minute, else the gateway's), holding at most a minute's.
+- at most `per_minute` loads in any minute (the tenant's
+  adapter_loads_per_minute, else the gateway's).
+Both are the rate limiter's (rate_limiter.py), in Redis: its RPM and
+concurrency, counted in one script call under a tenant of their own,
+`<tenant>/adapter-loads` (no tenant can have that name), whose lease is the
+load's; so N gateway replicas together allow a tenant its budget, not N
+times it. This replica also refuses a second load of a tenant it has in
+flight without asking Redis. With Redis unreachable, loads follow the
+limiter's rate_limit_on_redis_error: unbounded (fail_open) or 503.
 Over either bound the request is refused with 429 `rate_limit_exceeded` and a
 Retry-After, its own excess (OpenAI's envelope, as the fair queue's
 refusals). Requests that find a load of the same adapter onto the same
 replica in flight wait for it and pay nothing, whoever started it, and so do
 those whose NOT_FOUND crossed a load that ended after they were sent (they
-are sent again): a tenant's burst on one new adapter costs one load.
+are sent again): a tenant's burst on one new adapter costs one load, and
+shares its refusal.
 Visibility comes first: a request reaches here only once its route resolved,
 so a tenant cannot make the gateway load another tenant's private adapter
 (a 404 before any load).
@@ -30,13 +38,15 @@ it: a client gone does not cancel work other requests wait on.
 import asyncio
 import math
 import time
-from dataclasses import dataclass
+import uuid
 
 import grpc
 from prometheus_client import Counter
 
 from maas.v1 import engine_pb2, router_pb2
 from maas_services.common.openai_api.errors import APIError, bad_request, dropped, from_upstream
+from maas_services.gateway.admission.rate_limiter import RateLimiter
+from maas_services.gateway.admission.store_trip import replies
 from maas_services.gateway.admission.tenants import Tenant
 from maas_services.gateway.routing.routing_table import Route
 from maas_services.gateway.upstream.upstreams import Upstreams
@@ -53,15 +63,11 @@ RATE_REASON = "adapter-load-rate"
 LOADED_MEMORY_SECONDS = 60.0
 
 
-@dataclass
-class _Bucket:
-    tokens: float
-    at: float
-
-
 class AdapterLoads:
-    def __init__(self, upstreams: Upstreams, per_minute: int, timeout: float):
+    def __init__(self, upstreams: Upstreams, limiter: RateLimiter, per_minute: int, timeout: float):
         self._up = upstreams
+        # Its lease outlives a load (server.py); its window is the minute.
+        self._limiter = limiter
         self._per_minute = per_minute
         self._timeout = timeout
         # (endpoint id, adapter) -> the load in flight there.
@@ -70,8 +76,6 @@ class AdapterLoads:
         self._started_by: dict[str, tuple[str, str]] = {}
         # (endpoint id, adapter) -> when its last load finished (monotonic).
         self._loaded: dict[tuple[str, str], float] = {}
-        # One per tenant that has caused a load: bounded by the tenants, not by requests.
-        self._buckets: dict[str, _Bucket] = {}
 
     async def load(
         self, tenant: Tenant, route: Route, pick: router_pb2.PickResponse, sent: float
@@ -84,8 +88,10 @@ class AdapterLoads:
             LOADS.labels("joined").inc()
             return
         if task is None:
-            self._take(tenant)
-            task = asyncio.ensure_future(self._load(pick, route))
+            if tenant.name in self._started_by:
+                raise busy()
+            # Registered before Redis is asked: a burst arriving meanwhile joins it.
+            task = asyncio.ensure_future(self._counted_load(tenant, pick, route))
             self._in_flight[key] = task
             self._started_by[tenant.name] = key
             task.add_done_callback(lambda done: self._ended(key, tenant.name, done))
@@ -93,29 +99,38 @@ class AdapterLoads:
             LOADS.labels("joined").inc()
         await asyncio.shield(task)
 
-    def _take(self, tenant: Tenant) -> None:
-        """Count a load against the tenant's bounds, or raise its 429."""
-        if tenant.name in self._started_by:
-            LOADS.labels("refused_in_flight").inc()
-            raise dropped(
-                "An adapter load for this key is already in progress; retry shortly.",
-                BUSY_REASON,
-            )
-        per_minute = tenant.adapter_loads_per_minute or self._per_minute
-        now = time.monotonic()
-        bucket = self._buckets.get(tenant.name) or _Bucket(per_minute, now)
-        bucket.tokens = min(per_minute, bucket.tokens + (now - bucket.at) * per_minute / 60)
-        bucket.at = now
-        self._buckets[tenant.name] = bucket
-        if bucket.tokens < 1:
+    async def _counted_load(
+        self, tenant: Tenant, pick: router_pb2.PickResponse, route: Route
+    ) -> None:
+        """The load, once the tenant's bounds in Redis allow it; their lease ends with it."""
+        # Built unvalidated: its name is no tenant's (a "/"), so no tenant's counts share its keys.
+        budget = Tenant.model_construct(
+            name=f"{tenant.name}/adapter-loads",
+            rpm=tenant.adapter_loads_per_minute or self._per_minute,
+            max_concurrency=1,
+        )
+        load_id = uuid.uuid4().hex
+        call = self._limiter.admit_call(budget, load_id, floor=0)
+        (reply,) = await replies(call)
+        if isinstance(reply, BaseException):
+            # The limiter's answer to a store that failed: raised (503), or unbounded.
+            self._limiter.decided(call, reply)
+            await self._load(pick, route)
+            return
+        admitted, reason, retry_ms = reply[:3]
+        if not admitted and reason == "concurrency":
+            raise busy()
+        if not admitted:
             LOADS.labels("refused_rate").inc()
-            wait = math.ceil((1 - bucket.tokens) * 60 / per_minute)
             raise dropped(
-                f"Rate limit reached for adapter loads: {per_minute} per minute.",
+                f"Rate limit reached for adapter loads: {budget.rpm} per minute.",
                 RATE_REASON,
-                retry_after=wait,
+                retry_after=max(1, math.ceil(retry_ms / 1000)),
             )
-        bucket.tokens -= 1
+        try:
+            await self._load(pick, route)
+        finally:
+            await self._limiter.settle(budget, load_id, 0)
 
     def _ended(self, key: tuple[str, str], tenant: str, task: asyncio.Task) -> None:
         if not task.cancelled():
@@ -138,6 +153,14 @@ class AdapterLoads:
         now = time.monotonic()
         self._loaded = {k: at for k, at in self._loaded.items() if now - at < LOADED_MEMORY_SECONDS}
         self._loaded[(pick.endpoint_id, route.adapter)] = now
+
+
+def busy() -> APIError:
+    """The 429 for a second load of a tenant while one of its loads is in flight."""
+    LOADS.labels("refused_in_flight").inc()
+    return dropped(
+        "An adapter load for this key is already in progress; retry shortly.", BUSY_REASON
+    )
 
 
 def load_refusal(exc: grpc.aio.AioRpcError, adapter: str) -> APIError:

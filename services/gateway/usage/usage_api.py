@@ -71,5 +71,7 @@ async def usage_report(
         "granularity": granularity or "day",
         "totals": totals(reply),
         "models": [{"model": m.model, **totals(m)} for m in reply.models],
+        # Per LoRA adapter the tenant's requests ran with (all time, as `models`).
+        "adapters": [{"adapter": a.model, **totals(a)} for a in reply.adapters],
         "data": [{"start": b.start, **totals(b)} for b in reply.buckets],
     }

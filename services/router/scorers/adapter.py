@@ -7,8 +7,9 @@ someone else is using, so the policy weighs this above every load scorer
 together, as it does a full prefix match (policies.py): load wins only
 through the overload guard. A replica picked for an adapter counts as holding
 it until its next load report (endpoints.py), so a burst for a new adapter
-fills one replica up to the guard before a second one loads it. A base
-request has no preference.
+fills one replica up to the guard before a second one loads it. What a replica
+holds follows its KV events' adapter loads and unloads at once, and its load
+reports (kv_events.py). A base request has no preference.
 """
 
 from maas_services.router.endpoints import Endpoint

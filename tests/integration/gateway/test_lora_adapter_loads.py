@@ -103,8 +103,8 @@ async def test_loads_past_the_tenants_rate_are_refused_with_retry_after(make_clu
         await run(cluster, greedy, f"{greedy.name}-2")
     assert (caught.value.status, caught.value.code) == (429, "rate_limit_exceeded")
     assert caught.value.headers[DROPPED_REASON_HEADER] == RATE_REASON
-    # A token comes back every 30 s at 2 a minute.
-    assert 1 <= int(caught.value.headers["Retry-After"]) <= 30
+    # The first of the minute's two loads leaves the window within a minute.
+    assert 1 <= int(caught.value.headers["Retry-After"]) <= 60
     # Adapters already loaded still serve it, and the other tenant loads its own.
     assert await run(cluster, greedy, f"{greedy.name}-1")
     assert await run(cluster, other, f"{other.name}-own")

@@ -1,7 +1,8 @@
 """A real maas.v1.Engine gRPC server on loopback whose cache and load the test scripts.
 
 It speaks the engine's KV event protocol: each subscriber first gets CLEARED
-then STORED with everything cached, then every change as it happens.
+then STORED with everything cached and ADAPTER_LOADED for each adapter its load
+report lists, then every change as it happens.
 """
 
 import asyncio
@@ -47,6 +48,14 @@ class FakeEngine(engine_pb2_grpc.EngineServicer):
         self.cached.difference_update(hashes)
         self._publish(engine_pb2.KvEvent(kind=KIND.KIND_EVICTED, block_hashes=hashes))
 
+    def load_adapter(self, name: str) -> None:
+        self.load.adapters.append(name)
+        self._publish(engine_pb2.KvEvent(kind=KIND.KIND_ADAPTER_LOADED, adapter=name))
+
+    def unload_adapter(self, name: str) -> None:
+        self.load.adapters.remove(name)
+        self._publish(engine_pb2.KvEvent(kind=KIND.KIND_ADAPTER_UNLOADED, adapter=name))
+
     def _batch(self, *events: engine_pb2.KvEvent) -> engine_pb2.KvEventBatch:
         self._sequence += 1
         return engine_pb2.KvEventBatch(
@@ -70,6 +79,10 @@ class FakeEngine(engine_pb2_grpc.EngineServicer):
             yield self._batch(
                 engine_pb2.KvEvent(kind=KIND.KIND_CLEARED),
                 engine_pb2.KvEvent(kind=KIND.KIND_STORED, block_hashes=sorted(self.cached)),
+                *(
+                    engine_pb2.KvEvent(kind=KIND.KIND_ADAPTER_LOADED, adapter=name)
+                    for name in self.load.adapters
+                ),
             )
             while True:
                 yield await queue.get()

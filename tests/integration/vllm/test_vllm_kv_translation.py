@@ -13,6 +13,7 @@ import zmq
 import zmq.asyncio
 
 from maas_services.common.block_hash import prefix_block_hashes
+from maas_services.engine.core.protocol import ADAPTER_LOADED, ADAPTER_UNLOADED
 from maas_services.engine.vllm_backend.cache_salt import SaltBook
 from maas_services.engine.vllm_backend.kv_subscriber import KvSubscriber
 from maas_services.engine.vllm_backend.kv_translation import KvTranslator
@@ -65,9 +66,10 @@ async def test_sequence_gap_clears_subscribers():
     publisher.bind(f"tcp://127.0.0.1:{port}")
     subscriber = KvSubscriber(f"tcp://127.0.0.1:{port}", KvTranslator(16, SALTS))
     subscriber.start()
-    batches = subscriber.batches()
+    batches = subscriber.batches(["sql"])
     try:
-        assert (await anext(batches)).events == [("cleared", []), ("stored", [])]
+        snapshot = [("cleared", []), ("stored", []), (ADAPTER_LOADED, "sql")]
+        assert (await anext(batches)).events == snapshot
         assert await publisher.recv() == b"\x01"  # subscribed to every topic
 
         async def send(sequence, events):
@@ -79,6 +81,9 @@ async def test_sequence_gap_clears_subscribers():
         assert batch.events == [("stored", prefix_block_hashes(TOKENS[:16], 16, SALT))]
         await send(5, [])  # 1..4 lost
         assert (await asyncio.wait_for(anext(batches), 5)).events == [("cleared", [])]
+        # The servicer's word of an adapter unloaded (vLLM publishes none).
+        subscriber.adapter_changed(ADAPTER_UNLOADED, "sql")
+        assert (await anext(batches)).events == [(ADAPTER_UNLOADED, "sql")]
     finally:
         await batches.aclose()
         await subscriber.stop()

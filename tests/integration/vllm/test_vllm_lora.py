@@ -8,6 +8,7 @@ which VllmConfig sets with --enable-lora).
 """
 
 import asyncio
+import json
 
 import grpc
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from maas.v1 import engine_pb2, engine_pb2_grpc
 from maas_services.common.model_files import default_model_path
 from maas_services.common.tokenizer_loader import load_tokenizer
-from maas_tools.local.readiness import wait_ready
+from maas_tools.local.readiness import StartupError, wait_ready
 from maas_tools.peers.vllm_server import VllmServer
 from tests.integration.router.conftest import eventually
 from tests.integration.vllm.conftest import (
@@ -31,19 +32,25 @@ LORA_ARGS = ["--enable-lora", f"--max-loras={MAX_LORAS}", "--max-lora-rank=8", "
 
 
 @pytest.fixture(scope="module")
-def lora_adapter_address(vllm_python, tmp_path_factory):
+def lora_vllm(vllm_python, tmp_path_factory):
+    """One vLLM with LoRA for the module: its start is the slow part."""
     config = vllm_config(vllm_python, *LORA_ARGS)
     logs = tmp_path_factory.mktemp("vllm-lora")
     # --enable-lora: VllmConfig.env() allows vLLM's runtime LoRA API too.
     server = VllmServer(config, logs / "vllm.log").start()
-    process, address = adapter_process(server, logs)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def lora_adapter_address(lora_vllm, tmp_path_factory):
+    process, address = adapter_process(lora_vllm, tmp_path_factory.mktemp("adapter"))
     try:
         process.start()
         asyncio.run(wait_ready(process, address, timeout=120))
         yield address
     finally:
         process.stop(timeout=30)
-        server.stop()
 
 
 @pytest.fixture
@@ -114,3 +121,75 @@ async def test_adapters_load_serve_and_unload_as_on_our_engine(
 
 async def _adapters(stub, names: list[str]) -> bool:
     return list((await stub.GetLoad(engine_pb2.GetLoadRequest())).adapters) == names
+
+
+async def test_preload_adapters_from_maas_lora_modules_are_held_before_the_adapter_is_ready(
+    lora_vllm, lora_adapter_dir, tmp_path
+):
+    """As an engine pod starts: MAAS_LORA_MODULES, from the operator's adapters
+    ConfigMap. vLLM holds the adapter by the time the adapter first reports ready,
+    and a request naming it runs with it; a folder vLLM refuses fails the start
+    with vLLM's reason, as on our engine."""
+    process, address = adapter_process(lora_vllm, tmp_path / "preloaded")
+    process.env["MAAS_LORA_MODULES"] = json.dumps([f"preloaded={lora_adapter_dir}"])
+    process.start()
+    try:
+        await wait_ready(process, address, timeout=120)
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = engine_pb2_grpc.EngineStub(channel)
+            load = await stub.GetLoad(engine_pb2.GetLoadRequest())
+            assert list(load.adapters) == ["preloaded"], "held at the first poll after ready"
+            tokenizer = load_tokenizer(default_model_path())
+            prompt = tokenizer.encode_chat([{"role": "user", "content": "Name a colour."}])
+            request = generate_request("preloaded", prompt, max_tokens=12, temperature=0.0)
+            request.adapter = "preloaded"
+            tuned = await text_of(stub, request)
+            assert tuned.strip() and tuned == tuned.upper()
+            # vLLM is the module's: leave it holding nothing, as the other test expects.
+            unload = engine_pb2.UnloadAdapterRequest(name="preloaded")
+            assert (await stub.UnloadAdapter(unload)).found
+    finally:
+        process.stop(timeout=30)
+
+    refused, address = adapter_process(lora_vllm, tmp_path / "refused")
+    refused.env["MAAS_LORA_MODULES"] = json.dumps([f"broken={tmp_path / 'no-such-folder'}"])
+    refused.start()
+    try:
+        with pytest.raises(StartupError, match="exited with code 1") as caught:
+            await wait_ready(refused, address, timeout=120)
+        assert "engine_lora_module_failed" in str(caught.value)
+        assert "no-such-folder" in str(caught.value)
+    finally:
+        refused.stop(timeout=30)
+
+
+async def test_loads_and_unloads_are_kv_events_and_the_snapshot_lists_the_adapters(
+    lora_stub, lora_adapter_dir
+):
+    """A subscriber's first batch lists what vLLM holds; each LoadAdapter and
+    UnloadAdapter that succeeded follows as KIND_ADAPTER_LOADED / _UNLOADED."""
+    stub, source = lora_stub, str(lora_adapter_dir)
+    kind = engine_pb2.KvEvent.Kind
+
+    async def next_adapter_events(events) -> list[tuple[int, str]]:
+        while True:  # block events of other requests may come between
+            batch = await asyncio.wait_for(events.read(), 60)
+            if changed := [(e.kind, e.adapter) for e in batch.events if e.adapter]:
+                return changed
+
+    await stub.LoadAdapter(engine_pb2.LoadAdapterRequest(name="held", source=source))
+    events = stub.StreamKvEvents(engine_pb2.KvEventsRequest())
+    try:
+        snapshot = await asyncio.wait_for(events.read(), 60)
+        assert snapshot.events[0].kind == kind.KIND_CLEARED
+        assert [(e.kind, e.adapter) for e in snapshot.events if e.adapter] == [
+            (kind.KIND_ADAPTER_LOADED, "held")
+        ]
+        await stub.LoadAdapter(engine_pb2.LoadAdapterRequest(name="sql", source=source))
+        assert await next_adapter_events(events) == [(kind.KIND_ADAPTER_LOADED, "sql")]
+        for name in ("missing", "sql", "held"):  # not found: no event
+            await stub.UnloadAdapter(engine_pb2.UnloadAdapterRequest(name=name))
+        assert await next_adapter_events(events) == [(kind.KIND_ADAPTER_UNLOADED, "sql")]
+        assert await next_adapter_events(events) == [(kind.KIND_ADAPTER_UNLOADED, "held")]
+    finally:
+        events.cancel()

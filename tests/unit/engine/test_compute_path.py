@@ -54,7 +54,8 @@ def test_a_structure_layout_other_than_the_cpp_one_fails_the_load(monkeypatch):
 
 
 def test_every_structure_field_is_reported_by_the_cpp_side():
-    # native_layout() lists sizeof and each field's offset of both structures, in order.
-    fields = len(bindings.Weight._fields_) + len(bindings.Layer._fields_)
-    assert len(bindings.expected_layout()) == fields + 2
+    # native_layout() lists sizeof and each field's offset of every structure, in order.
+    structures = (bindings.Weight, bindings.Layer, bindings.LowRank, bindings.Lora)
+    fields = sum(len(structure._fields_) for structure in structures)
+    assert len(bindings.expected_layout()) == fields + len(structures)
     assert bindings.expected_layout()[0] == ctypes.sizeof(bindings.Weight)

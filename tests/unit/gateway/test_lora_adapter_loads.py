@@ -1,16 +1,14 @@
-"""AdapterLoads' bookkeeping: a NOT_FOUND that crossed a finished load costs nothing,
-and the token bucket refills at the tenant's rate."""
+"""AdapterLoads' bookkeeping: a NOT_FOUND that crossed a finished load costs nothing.
+Its bounds in Redis: tests/integration/gateway/test_adapter_loads_across_gateways.py."""
 
 import time
-from types import SimpleNamespace
-
-import pytest
+import uuid
 
 from maas.v1 import engine_pb2, router_pb2
-from maas_services.common.openai_api.errors import APIError
+from maas_services.common.redis_client import open_redis
+from maas_services.gateway.admission.rate_limiter import RateLimiter
 from maas_services.gateway.admission.tenants import Tenant
 from maas_services.gateway.routing.routing_table import Route, Tier
-from maas_services.gateway.upstream import adapter_loads
 from maas_services.gateway.upstream.adapter_loads import AdapterLoads
 
 ROUTE = Route("a", "base", "base", None, Tier(), adapter="a", adapter_source="/adapters/a")
@@ -34,10 +32,11 @@ class Upstreams:
         return self.stub
 
 
-async def test_a_not_found_sent_before_a_finished_load_is_sent_again_unloaded():
+async def test_a_not_found_sent_before_a_finished_load_is_sent_again_unloaded(redis_url):
     up = Upstreams()
-    loads = AdapterLoads(up, per_minute=10, timeout=5)
-    tenant = Tenant(name="t")
+    redis = open_redis(redis_url)
+    loads = AdapterLoads(up, RateLimiter(redis, lease_seconds=60), per_minute=10, timeout=5)
+    tenant = Tenant(name=f"t-{uuid.uuid4().hex[:8]}")
     sent = time.monotonic()
     await loads.load(tenant, ROUTE, PICK, sent)
     # Sent before that load finished: it crossed it.
@@ -46,18 +45,4 @@ async def test_a_not_found_sent_before_a_finished_load_is_sent_again_unloaded():
     # Sent after it: the adapter went again, load it again.
     await loads.load(tenant, ROUTE, PICK, time.monotonic())
     assert up.stub.loads == ["a", "a"]
-
-
-async def test_the_bucket_refills_at_the_tenants_rate(monkeypatch):
-    now = [1000.0]
-    # The module's clock only: the event loop keeps the real one.
-    monkeypatch.setattr(adapter_loads, "time", SimpleNamespace(monotonic=lambda: now[0]))
-    loads = AdapterLoads(Upstreams(), per_minute=10, timeout=5)
-    tenant = Tenant(name="t", adapter_loads_per_minute=1)
-    await loads.load(tenant, ROUTE, PICK, now[0])
-    now[0] += 1
-    with pytest.raises(APIError) as caught:
-        await loads.load(tenant, ROUTE, PICK, now[0])
-    assert caught.value.headers["Retry-After"] == "59"
-    now[0] += 59
-    await loads.load(tenant, ROUTE, PICK, now[0])
+    await redis.aclose()

@@ -45,7 +45,7 @@ def test_index_mirrors_the_engine_cache_through_evictions():
         engine.mark_computed(seq, len(seq.token_ids))
         engine.free(seq)
         evictions += sum(kind == "evicted" for kind, _ in emitted)
-        apply_batch(index, history, "e", batch(*emitted))
+        apply_batch(index, history, endpoint("e"), batch(*emitted))
         emitted.clear()
         cached = set(engine.hash_to_block)
         assert index.size("e") == len(cached)
@@ -60,9 +60,9 @@ def test_an_evicted_block_stops_counting_and_ends_the_run():
     history = PickHistory(60, 1000)
     scorer = PrefixScorer(index, history)
     e = endpoint("e")
-    apply_batch(index, history, "e", batch(("stored", hashes)))
+    apply_batch(index, history, endpoint("e"), batch(("stored", hashes)))
     assert scorer.score(context(tokens), [e]) == [1.0]
-    apply_batch(index, history, "e", batch(("evicted", [hashes[1]])))
+    apply_batch(index, history, endpoint("e"), batch(("evicted", [hashes[1]])))
     # Blocks 2 and 3 are still cached, but without block 1 they are no prefix.
     assert scorer.score(context(tokens), [e]) == [0.25]
 
@@ -72,19 +72,19 @@ def test_an_eviction_also_overrides_the_routing_history_guess():
     hashes = blocks(tokens)
     index, history = PrefixIndex(), PickHistory(60, 1000)
     history.record("e", hashes, now=100.0)
-    apply_batch(index, history, "e", batch(("evicted", hashes[:1])))
+    apply_batch(index, history, endpoint("e"), batch(("evicted", hashes[:1])))
     assert PrefixScorer(index, history).score(context(tokens), [endpoint("e")]) == [0.0]
 
 
 def test_a_snapshot_replaces_everything_known_before():
     index, history = PrefixIndex(), PickHistory(60, 1000)
-    apply_batch(index, history, "e", batch(("stored", [1, 2, 3])))
-    apply_batch(index, history, "e", batch(("cleared", []), ("stored", [3, 4])))
+    apply_batch(index, history, endpoint("e"), batch(("stored", [1, 2, 3])))
+    apply_batch(index, history, endpoint("e"), batch(("cleared", []), ("stored", [3, 4])))
     assert [index.holds("e", h) for h in (1, 2, 3, 4)] == [False, False, True, True]
 
 
 def test_endpoints_are_indexed_apart():
     index, history = PrefixIndex(), PickHistory(60, 1000)
-    apply_batch(index, history, "a", batch(("stored", [1])))
-    apply_batch(index, history, "b", batch(("cleared", [])))
+    apply_batch(index, history, endpoint("a"), batch(("stored", [1])))
+    apply_batch(index, history, endpoint("b"), batch(("cleared", [])))
     assert index.holds("a", 1) and not index.holds("b", 1)
