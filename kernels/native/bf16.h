@@ -11,7 +11,8 @@
 // - activations: blocks of BF16_BLOCK_ROWS rows (the last of 8 when the padded rows leave
 //   that), each [k/2][its rows][2]: the pair j of every row of the block side by side.
 // Every output is the float32 sum of its bf16 products, in input order with vdpbf16ps
-// (bf16_panel.cpp), in the hardware's order within a tile with AMX (amx_panel.cpp).
+// (bf16_panel.cpp; bf16_rows, for a few rows, gives the same sums), in the hardware's
+// order within a tile with AMX (amx_panel.cpp).
 #pragma once
 
 #include <stdint.h>
@@ -42,6 +43,15 @@ void bf16_pack_rows(const float* x, int64_t rows, int64_t x_stride, int64_t k, i
 // (w [count, k] bf16) and every packed row.
 void bf16_panel(const uint16_t* w, int64_t count, int64_t k, const uint16_t* xt,
                 int64_t padded, float* sums);
+
+// The narrow steps' kernel: out [m, n] (contiguous) = x [m, k] (row stride x_stride)
+// rounded to bf16, dotted with w [n, k] bf16, each output the very sum bf16_panel's
+// vdpbf16ps tile gives it (from +0, its input pairs in order), so a row's result does
+// not depend on how many rows share its step. k a multiple of 32 (bf16_rows_take).
+void bf16_rows(const uint16_t* w, int64_t n, int64_t k, const float* x, int64_t m,
+               int64_t x_stride, float* out, int threads);
+
+inline bool bf16_rows_take(int64_t k) { return k % 32 == 0; }
 
 #endif
 

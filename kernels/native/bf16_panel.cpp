@@ -95,7 +95,88 @@ void any_tile(int64_t w_rows, int64_t vectors, const uint16_t* w, int64_t k, con
     tile<W, 1>(w, k, xt, sums, sums_stride);
 }
 
+// The row kernel's pieces (bf16_rows below).
+constexpr int ROWS_W = 16;    // weight rows a group: one output per float32 lane
+constexpr int ROWS_MAX = 4;   // activation rows at once: one accumulator each
+
+// v[i] = the 16 dwords of row i of a 16 x 16 block -> v[j] = its column j: each weight
+// row's 16 input pairs become 16 vectors, each one pair of all 16 rows. Unpacks of
+// dwords and quadwords within 128-bit lanes, then a 4 x 4 transpose of the lanes.
+inline void transpose16(__m512i v[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  // u[4 * c + g] (rows 4g..4g+3) holds, in its 128-bit lane L, column 4L + c.
+  __m512i u[16];
+  for (int g = 0; g < 4; g++) {
+    const __m512i *lo = t + 4 * g, *hi = t + 4 * g + 1;
+    u[0 + g] = _mm512_unpacklo_epi64(lo[0], lo[2]);
+    u[4 + g] = _mm512_unpackhi_epi64(lo[0], lo[2]);
+    u[8 + g] = _mm512_unpacklo_epi64(hi[0], hi[2]);
+    u[12 + g] = _mm512_unpackhi_epi64(hi[0], hi[2]);
+  }
+  for (int c = 0; c < 4; c++) {
+    const __m512i* q = u + 4 * c;
+    __m512i a = _mm512_shuffle_i32x4(q[0], q[1], 0x44), b = _mm512_shuffle_i32x4(q[0], q[1], 0xEE);
+    __m512i e = _mm512_shuffle_i32x4(q[2], q[3], 0x44), f = _mm512_shuffle_i32x4(q[2], q[3], 0xEE);
+    v[0 + c] = _mm512_shuffle_i32x4(a, e, 0x88);
+    v[4 + c] = _mm512_shuffle_i32x4(a, e, 0xDD);
+    v[8 + c] = _mm512_shuffle_i32x4(b, f, 0x88);
+    v[12 + c] = _mm512_shuffle_i32x4(b, f, 0xDD);
+  }
+}
+
+// M activation rows (their bf16 pairs, xp[r * pairs + j]) against the group of `count`
+// weight rows from w: out[r * n + i], i < count.
+template <int M>
+void rows_group(const uint16_t* w, int64_t count, int64_t k, const uint32_t* xp, float* out,
+                int64_t n) {
+  const int64_t pairs = k / 2;
+  __m512 acc[M];
+  for (int r = 0; r < M; r++) acc[r] = _mm512_setzero_ps();
+  for (int64_t j0 = 0; j0 < pairs; j0 += 16) {
+    __m512i v[16];
+    for (int i = 0; i < ROWS_W; i++)
+      v[i] = i < count ? _mm512_loadu_si512(w + i * k + 2 * j0) : _mm512_setzero_si512();
+    transpose16(v);
+    // Pair by pair, in input order: the panel's order for every output.
+    for (int c = 0; c < 16; c++)
+      for (int r = 0; r < M; r++)
+        acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)v[c],
+                                  (__m512bh)_mm512_set1_epi32(xp[r * pairs + j0 + c]));
+  }
+  const __mmask16 lanes = count >= 16 ? 0xFFFF : (__mmask16)((1u << count) - 1);
+  for (int r = 0; r < M; r++) _mm512_mask_storeu_ps(out + r * n, lanes, acc[r]);
+}
+
+template <int M>
+void rows_any(int64_t m, const uint16_t* w, int64_t count, int64_t k, const uint32_t* xp,
+              float* out, int64_t n) {
+  if constexpr (M > 1)
+    if (m < M) return rows_any<M - 1>(m, w, count, k, xp, out, n);
+  rows_group<M>(w, count, k, xp, out, n);
+}
+
 }  // namespace
+
+void bf16_rows(const uint16_t* w, int64_t n, int64_t k, const float* x, int64_t m,
+               int64_t x_stride, float* out, int threads) {
+  static thread_local std::vector<uint16_t> rounded;
+  if (static_cast<int64_t>(rounded.size()) < m * k) rounded.resize(m * k);
+  for (int64_t r = 0; r < m; r++) to_bf16(x + r * x_stride, k, rounded.data() + r * k);
+  const uint32_t* xp = reinterpret_cast<const uint32_t*>(rounded.data());
+  const int64_t groups = (n + ROWS_W - 1) / ROWS_W, pairs = k / 2;
+  // Each output is one thread's, summed in one order: the thread count changes nothing.
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t g = 0; g < groups; g++) {
+    const int64_t first = g * ROWS_W, count = n - first < ROWS_W ? n - first : ROWS_W;
+    for (int64_t r = 0; r < m; r += ROWS_MAX)
+      rows_any<ROWS_MAX>(m - r, w + first * k, count, k, xp + r * pairs, out + r * n + first,
+                         n);
+  }
+}
 
 void to_bf16(const float* x, int64_t n, uint16_t* out) {
   int64_t j = 0;

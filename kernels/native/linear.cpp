@@ -14,7 +14,8 @@ void f32_linear(const float* x, int64_t m, int64_t x_stride, const float* w, con
 }
 
 // native_linear on a weight as the layers describe it (bindings.Weight): one projection in
-// any format, wide path and all, for the kernel tests and benchmarks/flops_bench.py.
+// any format, wide path and all: the kernel tests, benchmarks/flops_bench.py and the bf16
+// LM head of wide steps (native_layers.NativeHead).
 void weight_linear(const NativeWeight* w, const float* x, int64_t m, int64_t x_stride,
                    float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads) {
   native_linear(*w, x, m, x_stride, out, row_kernel_rows, panel_bytes, threads);

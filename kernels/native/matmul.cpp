@@ -544,6 +544,17 @@ void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_s
   } else if (integer_dot && w.format == WEIGHT_INT4) {
     int4_qdot(static_cast<const uint8_t*>(w.data), w.scales, w.mins, w.group, w.n, k, x, m,
               x_stride, out, threads);
+#ifdef __AVX512BF16__
+  } else if (w.format == WEIGHT_FLOAT32 && w.wide_bf16 && w.bf16 && m <= row_kernel_rows) {
+    // A weight computed in bf16 is so in every step, with the panel's sums (bf16.h): a
+    // row's result does not depend on its step's width. The row kernel where it takes k.
+    const float* data = static_cast<const float*>(w.data);
+    auto row = [=](int64_t col) { return Float32Row{data + col * k}; };
+    if (bf16_rows_take(k))
+      bf16_rows(w.bf16, w.n, k, x, m, x_stride, out, threads);
+    else
+      bf16_panel_matmul(row, w.bf16, x, m, x_stride, w.n, k, panel_bytes, out, threads);
+#endif
   } else if (w.format == WEIGHT_FLOAT32) {
     const float* data = static_cast<const float*>(w.data);
     auto row = [=](int64_t col) { return Float32Row{data + col * k}; };

@@ -39,6 +39,9 @@ class ComputePath:
     """The eager path, and the interface the compiled and native paths override."""
 
     name = "eager"
+    # Memory the path keeps beside the model's own tensors (the native path's bf16 weight
+    # copies): the KV budget counts it as weights (core/build.py).
+    extra_bytes = 0
 
     def __init__(self, reason: str):
         self.reason = reason  # why this engine runs this path: logged once, at load
@@ -78,6 +81,10 @@ class ComputePath:
         """Every layer of the step at once, as the layer loop returns them, or None where
         this path leaves the step to the layer loop (always, here)."""
         return None
+
+    def logits(self, model: "LlamaForCausalLM", hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head of the final hidden states (LlamaForCausalLM.compute_logits)."""
+        return model.compute_logits(hidden)
 
     def describe(self) -> dict[str, object]:
         """The path's fields for the engine_ready log."""

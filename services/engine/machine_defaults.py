@@ -92,27 +92,25 @@ DTYPE_BY_CPU_CLASS = {
     ),
 }
 
-# The native layers' panel GEMM above the row kernels (--wide-gemm), per CPU class. bf16
-# (native/bf16.h) measured faster where the CPU has bf16 dot products, but it stays opt-in:
-# it rounds a wide step's activations to bf16 while a narrow step's row kernels stay exact
-# float32, so a request's tokens would depend on how many others share its step (an
-# embedding alone and batched differed by 1.6e-3; the batch API's lines would stop matching
-# interactive answers), which float32 keeps invariant: every output is summed in one order
-# whatever the step's width.
+# The native layers' and LM head's matmuls (--wide-gemm), per CPU class. bf16
+# (native/bf16.h) where the CPU has bf16 dot products and every width sums alike: the
+# panel GEMM for wide steps, bf16_rows for narrow ones, the same sums for every output,
+# so a request's tokens do not depend on how many others share its step (as float32's).
+# With AMX the tiles sum in their own order, which the rows do not follow.
 WIDE_GEMM_BY_CPU_CLASS = {
     "amx": Measured(
         "float32",
-        "the AMX tile panel (native/amx_panel.cpp) has not run on an AMX CPU; bf16 is "
-        "opt-in (batch invariance)",
+        "the AMX tile panel (native/amx_panel.cpp) has not run on an AMX CPU, and its tiles "
+        "sum in their own order, not bf16_rows': bf16 is opt-in there",
     ),
     "avx512_bf16": Measured(
-        "float32",
-        "bf16 is opt-in (--wide-gemm bf16: a row's result would depend on its step's "
-        "width); measured on AMD EPYC family 25 model 17 (Zen 4, avx512_bf16, no AMX; "
-        "shared, load 5-9): decode steps at 32 / 64 streams, 1 thread, 1.36x / 1.38x "
-        "float32's tokens per CPU second, int8 1.26x / 1.36x; 2 threads 1.13-1.60x; layer "
-        "GEMMs at 32-256 rows 1.75-2.4x; known-answer perplexity +0.02% off float32's "
-        "(benchmarks/results/wide_bf16_zen4*.json, docs/bench.md)",
+        "bf16",
+        "every width sums alike (bf16_rows for narrow steps, the panel's sums); through the "
+        "stack (make bench-peers, AMD EPYC family 25 model 17, Zen 4, avx512_bf16, no AMX, "
+        "quiet) 36.2 / 243.7 / 495.2 / 605.7 output tok/s at 1 / 8 / 32 / 64 streams "
+        "against float32's 36.7 / 162.6 / 351.5 / 389.6 and vLLM bf16's 37.3 / 227.4 / "
+        "370.1 / 419.2 (benchmarks/results/peers_zen4.json: wide steps in bf16, narrow "
+        "ones float32 then); known-answer perplexity +0.02% off float32's",
     ),
     "avx512": Measured("float32", "no bf16 dot products: the library has no bf16 panel"),
     "avx2": Measured("float32", "no bf16 dot products: the library has no bf16 panel"),

@@ -1,8 +1,8 @@
 """Run one scheduled step: a mixed batch of prefill chunks and decodes over the paged pool.
 
-The runner owns the engine's compute path (compute_path.py), chosen once here,
-from the settings and the model as loaded (choose_path), and passed to every
-forward.
+The runner owns the engine's compute path (compute_path.py), chosen once from
+the settings and the model as loaded (choose_path, called by core/build.py
+before it sizes the KV cache), and passed to every forward.
 
 A step holding rows of a LoRA adapter (issue #34) runs on the engine's path too,
 with a StepLora (lora/step_lora.py) that says which rows run which adapter: the
@@ -46,18 +46,16 @@ class ModelRunner:
         config: ModelConfig,
         kv_cache: PagedKVCache,
         device: torch.device | str,
-        compiled: bool = False,
-        native: bool = True,
-        wide_gemm: str = "float32",
+        path: ComputePath | None = None,
     ):
         self.model = model
         self.config = config
         self.kv_cache = kv_cache
         self.device = device
-        # Every engine's model runs here (the draft model's too), so this is where its path
-        # is chosen: compiled = --no-enforce-eager, native = not --no-native-layers,
-        # wide_gemm = --wide-gemm resolved (native_layers.WIDE_GEMMS).
-        self.path = choose_path(model, compiled=compiled, native=native, wide_gemm=wide_gemm)
+        # The engine's path, chosen from its settings before its KV cache was sized
+        # (core/build.py: the path's extra_bytes count as weights); else (a draft model,
+        # the offline engine, tests) the defaults' choice.
+        self.path = path or choose_path(model, compiled=False, native=True)
         # The last LoRA step's adapters side by side, reused while a step holds the same
         # ones (lora/step_lora.py); it keeps their weights alive until the next differs.
         self._lora_stack: AdapterStack | None = None
@@ -135,7 +133,7 @@ class ModelRunner:
         # (a decode-only step samples at every row, in order: nothing to pick).
         if rows != list(range(hidden.shape[0])):
             hidden = hidden[torch.tensor(rows, dtype=torch.long, device=self.device)]
-        return Forward(self.model.compute_logits(hidden).float(), pooled_rows)
+        return Forward(self.path.logits(self.model, hidden).float(), pooled_rows)
 
 
 def choose_path(

@@ -20,13 +20,14 @@ native/lora.h's structures (NativeLoraStack), and each projection adds its rows'
 low-rank updates in C++ right after its GEMM (native/lora.cpp), the one-call
 decode step included.
 
-Wide steps (more rows than the row kernels take: decode batches, prefill) run
-the panel GEMM in float32, or with --wide-gemm bf16 in bf16 (native/bf16.h: the
-activations and weight panels rounded to bf16, float32 sums) where the library
-has it (a CPU with AVX512-BF16 or AMX): each float32 projection then keeps a
-bf16 copy of its weight, made here once (half its float32 bytes again); int8
-and int4 panels are dequantized into bf16 instead of float32. Narrow steps keep
-their exact float32 and int8 row kernels either way.
+The projections run in float32, or with --wide-gemm bf16 in bf16 (native/bf16.h:
+the activations and weights rounded to bf16, float32 sums) where the library has it
+(a CPU with AVX512-BF16 or AMX): each float32 projection then keeps a bf16 copy of
+its weight, made here once (half its float32 bytes again), and the LM head too
+(NativeHead); every step's width runs the same sums (the panel GEMM for wide steps,
+bf16_rows for narrow ones), so a row's result does not depend on its step. int8 and
+int4 panels are dequantized into bf16 instead of float32; their narrow steps keep
+their own row kernels. Path.extra_bytes counts the copies for the KV budget.
 """
 
 import ctypes
@@ -108,6 +109,10 @@ class Native(ComputePath):
         )
         # The last step's adapters in lora.h's terms, rebuilt when its stack changes.
         self._loras: NativeLoraStack | None = None
+        # Wide steps' LM head in bf16 too where the layers' are (NativeHead).
+        self._head = NativeHead.of(model) if self.wide_gemm == "bf16" else None
+        self.extra_bytes = sum(h.copy_bytes for h in self._halves.values())
+        self.extra_bytes += 0 if self._head is None else self._head.copy_bytes
 
     def halves(self, layer: DecoderLayer) -> "NativeHalves | None":
         """The layer's native halves, or None where it runs the torch ones."""
@@ -167,6 +172,11 @@ class Native(ComputePath):
             return self._decode(model, x, cos, sin, kv_cache, meta, None, None)
         loras = self._stack(lora).address
         return self._decode(model, x, cos, sin, kv_cache, meta, loras, lora.row_adapter.data_ptr())
+
+    def logits(self, model: LlamaForCausalLM, hidden: torch.Tensor) -> torch.Tensor:
+        if self._head is None:
+            return model.compute_logits(hidden)
+        return self._head(hidden)
 
     def describe(self) -> dict[str, object]:
         return {
@@ -253,11 +263,22 @@ def _describe(
 class NativeHalves:
     """One layer's native halves: attention_inputs and attention_outputs' signatures."""
 
-    __slots__ = ("described", "_kept", "_address", "_hidden", "_heads", "_kv_heads", "_dim")
+    __slots__ = (
+        "described",
+        "copy_bytes",
+        "_kept",
+        "_address",
+        "_hidden",
+        "_heads",
+        "_kv_heads",
+        "_dim",
+    )
 
     def __init__(self, described: bindings.Layer, kept: list[torch.Tensor]):
         # Kept alive: the calls pass the structure's address, and it the tensors'.
         self.described, self._kept = described, kept
+        # The model is float32 (unavailable()): its bf16 tensors here are _weight's copies.
+        self.copy_bytes = sum(t.nbytes for t in kept if t.dtype == torch.bfloat16)
         self._hidden, self._dim = described.hidden, described.head_dim
         self._heads, self._kv_heads = described.heads, described.kv_heads
         self._address = ctypes.addressof(described)
@@ -400,6 +421,52 @@ class NativeDecode:
             torch.get_num_threads(),
         )
         return out, stream
+
+
+class NativeHead:
+    """The LM head in bf16 (--wide-gemm bf16), as the layers' projections: the activations
+    and a bf16 copy of the head's float32 weight (the embeddings, where tied), float32
+    sums, the same at every width (the panel GEMM, bf16_rows for a few rows)."""
+
+    __slots__ = ("weight", "copy_bytes", "_copy", "_address", "_rows")
+
+    def __init__(self, weight: torch.Tensor):
+        self._copy = weight.detach().to(torch.bfloat16)  # nearest even, as the activations
+        self.copy_bytes = self._copy.nbytes
+        n, k = weight.shape
+        self.weight = bindings.Weight(
+            bindings.FLOAT32, weight.data_ptr(), 0, 0, 0, 0, n, k, 0, 1, self._copy.data_ptr()
+        )
+        self._address = ctypes.addressof(self.weight)
+        self._rows = n
+
+    @classmethod
+    def of(cls, model: LlamaForCausalLM) -> "NativeHead | None":
+        """The model's head in bf16, or None where it is not a float32 weight (a quantized
+        head keeps its own kernels)."""
+        head = model.lm_head
+        if head is not None and type(head) is not nn.Linear:
+            return None
+        weight = model.model.embed_tokens.weight if head is None else head.weight
+        if weight.dtype != torch.float32 or not weight.is_contiguous() or weight.shape[1] % 8:
+            return None
+        return cls(weight)
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        hidden = hidden.contiguous()
+        rows = hidden.shape[0]
+        out = torch.empty(rows, self._rows)
+        bindings.library().weight_linear(
+            self._address,
+            hidden.data_ptr(),
+            rows,
+            hidden.stride(0),
+            out.data_ptr(),
+            cpu_kernel.MAX_ROW_KERNEL_ROWS,
+            cpu_kernel.PANEL_BYTES,
+            torch.get_num_threads(),
+        )
+        return out
 
 
 # step_lora's module names -> NativeLora's fields.

@@ -21,7 +21,7 @@ def window_logits(
     path: ComputePath = EAGER,
 ) -> torch.Tensor:
     """Logits at every position of one sequence, prefilled in one step over a fresh pool,
-    its layers run by `path` (a serving engine's own: known_answer.py)."""
+    its layers and head run by `path` (a serving engine's own: known_answer.py)."""
     dtype = model.model.embed_tokens.weight.dtype
     blocks = -(-len(token_ids) // BLOCK_SIZE)
     pool = PagedKVCache.allocate(model.config, blocks, BLOCK_SIZE, dtype, device)
@@ -30,4 +30,4 @@ def window_logits(
         positions, [len(token_ids)], [len(token_ids)], [list(range(blocks))], BLOCK_SIZE, device
     )
     ids = torch.tensor(token_ids, device=device)
-    return model.compute_logits(model(ids, positions.to(device), pool, meta, path))
+    return path.logits(model, model(ids, positions.to(device), pool, meta, path))

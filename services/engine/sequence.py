@@ -23,7 +23,9 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass
+# eq=False: a sequence is itself, not its fields' values (the scheduler's list.remove
+# and `in` then compare identities instead of building every field's tuple per element).
+@dataclass(eq=False)
 class Sequence:
     request_id: str
     index: int  # which of the request's n samples

@@ -62,11 +62,11 @@ class EngineSettings(ServiceSettings):
     )
     wide_gemm: Literal["auto", "float32", "bf16"] = Field(
         "auto",
-        description="the native layers' matmuls above the row kernels (decode batches, "
-        "prefill): float32, or bf16 (activations and weights rounded to bf16, float32 sums; "
-        "a CPU with AVX512-BF16 or AMX, float32 elsewhere; a float32 weight keeps a bf16 "
-        "copy, half its bytes again); auto = per CPU class, from a measured table "
-        "(services/engine/machine_defaults.py)",
+        description="the native layers' and LM head's matmuls at every step width: float32, "
+        "or bf16 (activations and weights rounded to bf16, float32 sums, the same sums "
+        "whatever the width; a CPU with AVX512-BF16 or AMX, float32 elsewhere; a float32 "
+        "weight keeps a bf16 copy, half its bytes again, counted in the KV budget); auto = "
+        "per CPU class, from a measured table (services/engine/machine_defaults.py)",
     )
     max_model_len: int = Field(0, ge=0, description="cap the model's context length (0 = model's)")
     torch_threads: int = Field(

@@ -22,7 +22,7 @@ from maas_services.engine.kv_cache import PagedKVCache
 from maas_services.engine.llm_engine import LLMEngine
 from maas_services.engine.loader import load_model
 from maas_services.engine.machine_defaults import resolve
-from maas_services.engine.model_runner import ModelRunner
+from maas_services.engine.model_runner import ModelRunner, choose_path
 from maas_services.engine.quantization.config import QuantizationConfig
 from maas_services.engine.settings import EngineSettings
 
@@ -45,21 +45,20 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
     )
     model, config = load_model(path, dtype, device, progress=True, quantization=quantization)
     tokenizer = load_tokenizer(path)
-    weight_bytes = model_bytes(model)
-    memory = kv_cache_bytes(settings, device, weight_bytes)
-    blocks = num_blocks(settings, config, dtype, memory)
-    engine_config, config = build_configs(settings, config, blocks)
-    cache = PagedKVCache.allocate(config, blocks, engine_config.block_size, dtype, device)
-    # The compute path (eager, compiled or native: compute_path.py) is chosen here, once.
-    runner = ModelRunner(
+    # The compute path (eager, compiled or native: compute_path.py) is chosen here, once,
+    # before the KV cache is sized: the weight copies it keeps are weights too.
+    path = choose_path(
         model,
-        config,
-        cache,
-        device,
         compiled=not settings.enforce_eager,
         native=settings.native_layers,
         wide_gemm=settings.wide_gemm,
     )
+    weight_bytes = model_bytes(model) + path.extra_bytes
+    memory = kv_cache_bytes(settings, device, weight_bytes)
+    blocks = num_blocks(settings, config, dtype, memory)
+    engine_config, config = build_configs(settings, config, blocks)
+    cache = PagedKVCache.allocate(config, blocks, engine_config.block_size, dtype, device)
+    runner = ModelRunner(model, config, cache, device, path=path)
     log.info(
         "engine_ready",
         path=str(path),

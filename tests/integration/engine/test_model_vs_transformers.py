@@ -13,7 +13,7 @@ from maas_services.engine.kv_cache import PagedKVCache
 from maas_services.engine.loader import load_model
 from maas_services.engine.model import LlamaForCausalLM
 from maas_services.engine.model_config import ModelConfig
-from maas_services.engine.model_runner import ModelRunner
+from maas_services.engine.model_runner import ModelRunner, choose_path
 from maas_services.engine.sampler import Sampler, make_generator
 from maas_services.engine.sampling_params import SamplingParams
 from maas_services.engine.scheduler import ScheduledSeq
@@ -119,7 +119,9 @@ def greedy_batch(
     ]
     dtype = next(model.parameters()).dtype
     pool = PagedKVCache.allocate(config, sum(needed), BLOCK_SIZE, dtype, "cpu")
-    runner = ModelRunner(model, config, pool, "cpu", compiled=compiled, native=native)
+    runner = ModelRunner(
+        model, config, pool, "cpu", path=choose_path(model, compiled=compiled, native=native)
+    )
     sampler = Sampler(config.eos_token_ids)
     running = list(seqs)
     while running:

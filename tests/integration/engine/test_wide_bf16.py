@@ -1,8 +1,10 @@
-"""--wide-gemm bf16 on the real model: the engine's wide steps in bf16 still compute SmolLM2
-within the known-answer check, and greedy decoding in wide batches stays sane. Skipped
-where the library has no bf16 panel GEMM (a CPU without AVX512-BF16)."""
+"""--wide-gemm bf16 on the real model: the engine's steps in bf16 still compute SmolLM2
+within the known-answer check, greedy decoding in wide batches stays sane, and a request
+answers alone as it does batched. Skipped where the library has no bf16 panel GEMM (a CPU
+without AVX512-BF16)."""
 
 import pytest
+import torch
 
 from maas_services.common.machine_profile import machine_profile
 from maas_services.engine.known_answer import judge, known_token_ids, score_native
@@ -11,6 +13,7 @@ from maas_services.engine.machine_defaults import resolve
 from maas_services.engine.model_runner import choose_path
 from maas_services.engine.native_layers import Native, wide_bf16_kernel
 from maas_services.engine.offline import generate, offline_engine
+from maas_services.engine.quantization.cpu_kernel import MAX_ROW_KERNEL_ROWS
 from maas_services.engine.sampling_params import SamplingParams
 from maas_services.engine.settings import EngineSettings
 
@@ -30,6 +33,28 @@ def test_the_engine_takes_the_bf16_panel_where_asked_and_auto_resolves_to_a_choi
     resolved = resolve(EngineSettings(), machine_profile(), on_cuda=False, environ={})
     assert resolved.settings.wide_gemm in ("float32", "bf16")
     assert resolved.choices["wide_gemm"].why
+
+
+def test_the_bf16_head_is_within_bf16_rounding_at_every_width(model, bf16_path):
+    """Logits through the head's bf16 copy (native_layers.NativeHead): within the derived
+    bound of float32's (test_bf16_panel.py's), not equal to them; a narrow step's rows
+    are the same rows' of a wide step (bf16_rows). The copies are counted (the KV budget
+    reads extra_bytes)."""
+    llama = model[0]
+    torch.manual_seed(0)
+    hidden = torch.randn(24, llama.config.hidden_size)
+    weight = llama.model.embed_tokens.weight
+    exact = hidden.double() @ weight.double().T
+    wide = bf16_path.logits(llama, hidden)
+    k = weight.shape[1]
+    bound = (2**-8 + 2**-18 + 2 * k * 2**-24) * (hidden.abs().double() @ weight.abs().double().T)
+    assert ((wide.double() - exact).abs() <= bound).all()
+    assert not torch.equal(wide, llama.compute_logits(hidden))
+    for rows in range(1, MAX_ROW_KERNEL_ROWS + 1):
+        assert torch.equal(bf16_path.logits(llama, hidden[:rows]), wide[:rows])
+    copies = sum(p.numel() * 2 for name, p in llama.named_parameters() if "proj" in name)
+    assert bf16_path.extra_bytes == copies + weight.numel() * 2
+    assert Native(llama, "float32", wide_gemm="float32").extra_bytes == 0
 
 
 def test_bf16_wide_steps_pass_the_known_answer_check(model, tokenizer, smollm_path, bf16_path):
@@ -60,3 +85,5 @@ def test_greedy_batches_decode_in_bf16_and_a_rows_place_in_a_tile_changes_nothin
     outputs = generate(engine, prompts, params)
     assert all(out == outputs[0] for out in outputs[:16])
     assert "Paris" in tokenizer.decode(outputs[0])
+    # Alone, its steps narrow (bf16_rows), the question answers as in a step of 24.
+    assert generate(engine, [question], params)[0] == outputs[0]

@@ -39,7 +39,13 @@ def test_no_native_layers_and_bfloat16_run_eagerly_and_say_why(tiny_model):
 
 def test_the_runner_owns_the_path_it_chose(tiny_model, tiny_config):
     pool = PagedKVCache.allocate(tiny_config, 4, 4, torch.float32, "cpu")
-    runner = ModelRunner(tiny_model, tiny_config, pool, "cpu", native=False)
+    runner = ModelRunner(
+        tiny_model,
+        tiny_config,
+        pool,
+        "cpu",
+        path=choose_path(tiny_model, compiled=False, native=False),
+    )
     assert runner.path.name == "eager"
 
 

@@ -79,10 +79,13 @@ def test_an_amx_xeon_serves_float32_native_layers_on_its_physical_cores():
     assert chosen["speculative_max_batch"].value > values(EPYC)["speculative_max_batch"]
 
 
-def test_avx512_bf16_without_amx_serves_float32_through_the_native_layers():
+def test_avx512_bf16_without_amx_computes_float32_weights_in_bf16_at_every_width():
     chosen = derive(ZEN5, False, draft_tokens=4, max_num_seqs=64)
     assert chosen["dtype"].value == "float32"
     assert chosen["dtype"].why.startswith("avx512_bf16 CPU, measured:")
+    # bf16 dot products, and every width sums alike (bf16_rows); AMX keeps float32.
+    assert chosen["wide_gemm"].value == "bf16"
+    assert values(XEON)["wide_gemm"] == "float32"
     # Wider FMAs than the AVX2 machine's, float32 weights as on the AMX Xeon.
     assert (
         values(EPYC)["speculative_max_batch"]

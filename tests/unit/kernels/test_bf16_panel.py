@@ -145,12 +145,30 @@ def test_the_panel_is_within_bf16s_bound_of_float32(rows):
     assert (float32.double() - reference).abs().max() < error.max() / 16
 
 
-def test_rows_the_row_kernels_take_stay_exact_float32():
-    g = torch.Generator().manual_seed(0)
-    x, w = torch.randn(ROW_KERNEL_ROWS, 576, generator=g), torch.randn(200, 576, generator=g)
-    copy = w.to(torch.bfloat16)
-    asked = linear(float32_weight(w, True, copy), x)
-    assert torch.equal(asked, linear(float32_weight(w, False, None), x))
+@pytest.mark.parametrize("rows", range(1, ROW_KERNEL_ROWS + 1))
+@pytest.mark.parametrize("n", OUTPUTS + (3072,))
+@pytest.mark.parametrize("k", (64, 72, 576, 1536))
+def test_narrow_rows_give_the_panels_sums_bit_for_bit(rows, n, k):
+    """The rows the row kernels take run bf16_rows (k a multiple of 32) or the panel (72):
+    the same arithmetic, so each row's outputs are those it gets inside a wide step, on
+    one thread or two."""
+    g = torch.Generator().manual_seed(rows * n + k)
+    x, w = torch.randn(40, k, generator=g), torch.randn(n, k, generator=g)
+    weight = float32_weight(w, True, copy := w.to(torch.bfloat16))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = linear(weight, x[:rows])
+        torch.set_num_threads(2)
+        two = linear(weight, x[:rows])
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+    assert torch.equal(one, emulated(x[:rows], copy.float()))
+    if not runs_amx(k):
+        assert torch.equal(one, linear(weight, x)[:rows])
+    # Not float32's: the rows are in bf16 too.
+    assert not torch.equal(one, linear(float32_weight(w, False, None), x[:rows]))
 
 
 def test_every_thread_count_gives_the_same_bits():
