@@ -19,17 +19,19 @@ struct NativeWeight {
   // int8 and int4: up to this many rows the activations are rounded to int8 per block of
   // 32 for qdot.cpp's integer row kernels (0: never, they stay float32).
   int64_t integer_rows;
-  // Above the row kernels, the panel GEMM in bf16 (bf16.h) instead of float32: 1 asks for
-  // it where the library has it (wide_bf16_kernel()), 0 keeps float32's. bf16: a float32
-  // weight's copy rounded to bf16 [n, k], made once at load (null: each panel is rounded
-  // per call, as int8 and int4 panels are dequantized into bf16).
+  // The panel GEMM in bf16 (bf16.h) instead of float32: 1 asks for it where the library
+  // has it (wide_bf16_kernel()), 0 keeps float32's. bf16: a float32 weight's copy rounded
+  // to bf16 [n, k], made once at load (null: each panel is rounded per call, as int8 and
+  // int4 panels are dequantized into bf16); with it, narrow steps run bf16_rows too, the
+  // panel's sums, so every width computes alike.
   int64_t wide_bf16;
   const uint16_t* bf16;
 };
 
 // out [m, n] (contiguous) = x [m, k] (row stride x_stride) @ W^T + bias: the row kernel up
-// to row_kernel_rows rows, the panel GEMM above (panels of panel_bytes of float32 rows, or
-// of bf16 rows where w.wide_bf16 asks and the build has them).
+// to row_kernel_rows rows (bf16_rows for a float32 weight computed in bf16), the panel
+// GEMM above (panels of panel_bytes of float32 rows, or of bf16 rows where w.wide_bf16
+// asks and the build has them).
 void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                    float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads);
 

@@ -107,10 +107,10 @@ WIDE_GEMM_BY_CPU_CLASS = {
         "bf16",
         "every width sums alike (bf16_rows for narrow steps, the panel's sums); through the "
         "stack (make bench-peers, AMD EPYC family 25 model 17, Zen 4, avx512_bf16, no AMX, "
-        "quiet) 36.2 / 243.7 / 495.2 / 605.7 output tok/s at 1 / 8 / 32 / 64 streams "
-        "against float32's 36.7 / 162.6 / 351.5 / 389.6 and vLLM bf16's 37.3 / 227.4 / "
-        "370.1 / 419.2 (benchmarks/results/peers_zen4.json: wide steps in bf16, narrow "
-        "ones float32 then); known-answer perplexity +0.02% off float32's",
+        "quiet, one run) 56.4 / 240.5 / 500.0 / 547.3 output tok/s at 1 / 8 / 32 / 64 "
+        "streams against --wide-gemm float32's 37.1 / 160.3 / 354.9 / 396.5 and vLLM "
+        "bf16's 37.4 / 228.0 / 362.5 / 408.7 (benchmarks/results/peers_zen4.json); "
+        "known-answer perplexity +0.02% off float32's",
     ),
     "avx512": Measured("float32", "no bf16 dot products: the library has no bf16 panel"),
     "avx2": Measured("float32", "no bf16 dot products: the library has no bf16 panel"),

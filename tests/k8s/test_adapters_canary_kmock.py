@@ -91,18 +91,25 @@ def loaded_everywhere(emulator, name: str, *pools) -> bool:
     return bool(pods) and entry.get("state") == "Loaded" and sorted(entry["replicas"]) == pods
 
 
-async def test_adapter_changes_reach_the_canarys_running_replicas(tmp_path, adapter_engines):  # noqa: F811
-    engines, cluster = adapter_engines
-    sql, tone = peft_folder(tmp_path, "sql"), peft_folder(tmp_path, "tone")
+@contextlib.asynccontextmanager
+async def sql_on_both_tracks(cluster: dict, sql):
+    """A ModelDeployment with a canary and the preload adapter `sql` (the folder), once
+    both tracks run and the status lists it loaded on every pod of both."""
     async with cluster_with_canary() as (emulator, client, main, canary):
         cluster["emulator"] = emulator
         await create(client, model_deployment(canary=CANARY, adapters=[adapter("sql", sql)]))
-
-        # Both tracks start with the preload adapter; the status lists both tracks' pods.
         await eventually(lambda: main.replicas and canary.replicas, what="both tracks")
         await eventually(
             lambda: loaded_everywhere(emulator, "sql", main, canary), what="sql everywhere"
         )
+        yield emulator, client, main, canary
+
+
+async def test_adapter_changes_reach_the_canarys_running_replicas(tmp_path, adapter_engines):  # noqa: F811
+    engines, cluster = adapter_engines
+    sql, tone = peft_folder(tmp_path, "sql"), peft_folder(tmp_path, "tone")
+    async with sql_on_both_tracks(cluster, sql) as (emulator, client, main, canary):
+        # Both tracks started with the preload adapter; the status lists both tracks' pods.
         (canary_pod,) = canary.replicas
         assert all(e.loads == [] for e in engines.values()), "started with it: nothing to load"
 
@@ -127,13 +134,7 @@ async def test_a_canary_engine_that_never_answers_holds_up_no_scaling(tmp_path, 
     out, starting with the adapter; the canary gets it once it answers."""
     engines, cluster = adapter_engines
     sql, tone = peft_folder(tmp_path, "sql"), peft_folder(tmp_path, "tone")
-    async with cluster_with_canary() as (emulator, client, main, canary):
-        cluster["emulator"] = emulator
-        await create(client, model_deployment(canary=CANARY, adapters=[adapter("sql", sql)]))
-        await eventually(lambda: main.replicas and canary.replicas, what="both tracks")
-        await eventually(
-            lambda: loaded_everywhere(emulator, "sql", main, canary), what="sql everywhere"
-        )
+    async with sql_on_both_tracks(cluster, sql) as (emulator, client, main, canary):
         (canary_pod,) = canary.replicas
         engines[canary_pod].hold = asyncio.Event()
         await patch(client, {"spec": {"adapters": [adapter("sql", sql), adapter("tone", tone)]}})

@@ -1,7 +1,8 @@
 """The on-demand adapter-load bounds hold across gateway replicas: two AdapterLoads, each
 with its own Redis client and limiter, on one real Redis, allow a tenant its loads per
 minute and one load in flight, not twice either; a burst on one adapter still costs one
-load; a tenant at its bounds costs only itself; Redis down follows the limiter's policy."""
+load; a tenant at its bounds costs only itself; Redis down follows the limiter's policy;
+a NOT_FOUND that crossed a finished load costs nothing."""
 
 import asyncio
 import time
@@ -159,3 +160,18 @@ async def test_redis_down_loads_as_the_limiters_policy_says(gateways):
     with pytest.raises(APIError) as caught:
         await closed.load(greedy, route("x0"), pick("e0"), time.monotonic())
     assert caught.value.status == 503 and engine.loads == []
+
+
+async def test_a_not_found_sent_before_a_finished_load_is_sent_again_unloaded(redis_url):
+    up = Upstreams()
+    redis = open_redis(redis_url)
+    loads = AdapterLoads(up, RateLimiter(redis, lease_seconds=60), per_minute=10, timeout=5)
+    who, where, sent = tenant(), pick("e0"), time.monotonic()
+    await loads.load(who, route("a"), where, sent)
+    # Sent before that load finished: it crossed it.
+    await loads.load(who, route("a"), where, sent)
+    assert up.stub.loads == ["a"]
+    # Sent after it: the adapter went again, load it again.
+    await loads.load(who, route("a"), where, time.monotonic())
+    assert up.stub.loads == ["a", "a"]
+    await redis.aclose()
