@@ -27,7 +27,7 @@ its weight, made here once (half its float32 bytes again), and the LM head too
 (NativeHead); every step's width runs the same sums (the panel GEMM for wide steps,
 bf16_rows for narrow ones), so a row's result does not depend on its step. int8 and
 int4 panels are dequantized into bf16 instead of float32; their narrow steps keep
-their own row kernels. Path.extra_bytes counts the copies for the KV budget.
+their own row kernels. Native.extra_bytes counts the copies for the KV budget.
 """
 
 import ctypes
@@ -109,7 +109,7 @@ class Native(ComputePath):
         )
         # The last step's adapters in lora.h's terms, rebuilt when its stack changes.
         self._loras: NativeLoraStack | None = None
-        # Wide steps' LM head in bf16 too where the layers' are (NativeHead).
+        # The LM head in bf16 too where the layers' matmuls are (NativeHead).
         self._head = NativeHead.of(model) if self.wide_gemm == "bf16" else None
         self.extra_bytes = sum(h.copy_bytes for h in self._halves.values())
         self.extra_bytes += 0 if self._head is None else self._head.copy_bytes

@@ -47,18 +47,18 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
     tokenizer = load_tokenizer(path)
     # The compute path (eager, compiled or native: compute_path.py) is chosen here, once,
     # before the KV cache is sized: the weight copies it keeps are weights too.
-    path = choose_path(
+    compute_path = choose_path(
         model,
         compiled=not settings.enforce_eager,
         native=settings.native_layers,
         wide_gemm=settings.wide_gemm,
     )
-    weight_bytes = model_bytes(model) + path.extra_bytes
+    weight_bytes = model_bytes(model) + compute_path.extra_bytes
     memory = kv_cache_bytes(settings, device, weight_bytes)
     blocks = num_blocks(settings, config, dtype, memory)
     engine_config, config = build_configs(settings, config, blocks)
     cache = PagedKVCache.allocate(config, blocks, engine_config.block_size, dtype, device)
-    runner = ModelRunner(model, config, cache, device, path=path)
+    runner = ModelRunner(model, config, cache, device, path=compute_path)
     log.info(
         "engine_ready",
         path=str(path),
