@@ -320,6 +320,9 @@ class AsyncEngine:
         self._kv_sequence += 1
         loaded = [(protocol.ADAPTER_LOADED, name) for name in snapshot.adapters]
         events.put_nowait(
-            KvEventBatch(self._kv_sequence, [("cleared", []), ("stored", snapshot.hashes), *loaded])
+            KvEventBatch(
+                self._kv_sequence,
+                [(protocol.CLEARED, []), (protocol.STORED, snapshot.hashes), *loaded],
+            )
         )
         self._kv_subscribers.add(events)

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from maas_services.common.block_hash import hash_block
 from maas_services.engine.block import Block
+from maas_services.engine.core import protocol
 
 
 class BlockSeq(Protocol):
@@ -44,7 +45,8 @@ class BlockManager:
         on_event: Callable[[str, list[int]], None] | None = None,
     ):
         self.block_size = block_size
-        # Tells the router what this engine caches: "stored", "evicted" or "cleared".
+        # Tells the router what this engine caches: core/protocol.py's STORED, EVICTED or
+        # CLEARED.
         self.on_event = on_event
         self.blocks = [Block(block_id) for block_id in range(num_blocks)]
         self.free_block_ids: deque[int] = deque(range(num_blocks))
@@ -135,7 +137,7 @@ class BlockManager:
             self.hash_to_block[parent] = block.block_id
             stored.append(parent)
         if stored:
-            self._emit("stored", stored)
+            self._emit(protocol.STORED, stored)
 
     def fork(self, parent: BlockSeq, child: BlockSeq) -> None:
         """Let `child` share all of `parent`'s blocks, e.g. for n parallel samples of one prompt."""
@@ -164,14 +166,14 @@ class BlockManager:
         """Forget every cached prefix, e.g. after new weights made the cached KV stale.
 
         Blocks still in use lose their hashes too, so nothing computed before the
-        reset is ever shared after it and the router's "cleared" view is exact.
+        reset is ever shared after it and the router's CLEARED view is exact.
         """
         for block_id in self.hash_to_block.values():
             self.blocks[block_id].hash = None
         self.hash_to_block.clear()
         self.free_block_ids.extend(self.cached_block_ids)
         self.cached_block_ids.clear()
-        self._emit("cleared", [])
+        self._emit(protocol.CLEARED, [])
 
     def check_invariants(self, live_seqs: Iterable[BlockSeq]) -> None:
         """Assert the pool's bookkeeping is consistent with the sequences holding blocks."""
@@ -251,7 +253,7 @@ class BlockManager:
             block.ref_count = 1
             taken.append(block.block_id)
         if evicted:
-            self._emit("evicted", evicted)
+            self._emit(protocol.EVICTED, evicted)
         return taken
 
     def _emit(self, kind: str, hashes: list[int]) -> None:

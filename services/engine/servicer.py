@@ -56,7 +56,13 @@ from maas_services.engine.async_engine import (
     KvEventBatch,
     RequestFailed,
 )
-from maas_services.engine.core.protocol import ADAPTER_LOADED, ADAPTER_UNLOADED
+from maas_services.engine.core.protocol import (
+    ADAPTER_LOADED,
+    ADAPTER_UNLOADED,
+    CLEARED,
+    EVICTED,
+    STORED,
+)
 from maas_services.engine.lora.errors import (
     AdapterError,
     AdapterInvalid,
@@ -70,9 +76,9 @@ from maas_services.engine.sampling_params import EmbeddingParams, SamplingParams
 log = get_logger(__name__)
 
 KV_KINDS = {
-    "stored": engine_pb2.KvEvent.KIND_STORED,
-    "evicted": engine_pb2.KvEvent.KIND_EVICTED,
-    "cleared": engine_pb2.KvEvent.KIND_CLEARED,
+    STORED: engine_pb2.KvEvent.KIND_STORED,
+    EVICTED: engine_pb2.KvEvent.KIND_EVICTED,
+    CLEARED: engine_pb2.KvEvent.KIND_CLEARED,
     ADAPTER_LOADED: engine_pb2.KvEvent.KIND_ADAPTER_LOADED,
     ADAPTER_UNLOADED: engine_pb2.KvEvent.KIND_ADAPTER_UNLOADED,
 }

@@ -18,9 +18,12 @@ from maas_services.engine.lora.registry import LoadedAdapter
 from maas_services.engine.request import SeqOutput
 from maas_services.engine.sampling_params import SamplingParams
 
-# StepBatch.kv_events' kinds besides the block manager's ("stored", "evicted",
-# "cleared", each with block hashes): an adapter that new requests may now name, or
-# may no longer, with its name (engine.proto's KIND_ADAPTER_LOADED and _UNLOADED).
+# StepBatch.kv_events' kinds (engine.proto's KvEvent kinds): the block manager's, each
+# with block hashes (blocks cached, blocks dropped, the whole cache emptied), and an
+# adapter that new requests may now name, or may no longer, with its name.
+STORED = "stored"
+EVICTED = "evicted"
+CLEARED = "cleared"
 ADAPTER_LOADED = "adapter_loaded"
 ADAPTER_UNLOADED = "adapter_unloaded"
 # (kind, block hashes) or (adapter kind, adapter name).

@@ -20,7 +20,7 @@ import zmq.asyncio
 
 from maas_services.common.logging import get_logger
 from maas_services.engine.async_engine import KvEventBatch
-from maas_services.engine.core.protocol import ADAPTER_LOADED
+from maas_services.engine.core.protocol import ADAPTER_LOADED, CLEARED, STORED
 from maas_services.engine.vllm_backend.kv_translation import Events, KvTranslator
 
 log = get_logger(__name__)
@@ -55,7 +55,7 @@ class KvSubscriber:
         queue: asyncio.Queue = asyncio.Queue()
         self._sequence += 1
         loaded = [(ADAPTER_LOADED, name) for name in adapters]
-        snapshot = [("cleared", []), ("stored", self._translator.held()), *loaded]
+        snapshot = [(CLEARED, []), (STORED, self._translator.held()), *loaded]
         queue.put_nowait(KvEventBatch(self._sequence, snapshot))
         self._subscribers.add(queue)
         try:

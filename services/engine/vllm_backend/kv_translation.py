@@ -24,7 +24,7 @@ a map tagged by "type" (vllm/distributed/kv_events.py, vLLM 0.32).
 from collections.abc import Hashable
 
 from maas_services.common.block_hash import hash_block
-from maas_services.engine.core.protocol import KvEvent
+from maas_services.engine.core.protocol import CLEARED, EVICTED, STORED, KvEvent
 from maas_services.engine.vllm_backend.cache_salt import SaltBook
 
 Events = list[KvEvent]
@@ -43,7 +43,7 @@ class KvTranslator:
 
     def clear(self) -> Events:
         self._ours.clear()
-        return [("cleared", [])]
+        return [(CLEARED, [])]
 
     def apply(self, events: list[dict]) -> Events:
         out: Events = []
@@ -52,7 +52,7 @@ class KvTranslator:
             if kind == "BlockStored":
                 hashes = self._stored(event)
                 if hashes:
-                    out.append(("stored", hashes))
+                    out.append((STORED, hashes))
             elif kind == "BlockRemoved":
                 hashes = [
                     ours
@@ -60,7 +60,7 @@ class KvTranslator:
                     if (ours := self._ours.pop(h, (None,))[0]) is not None
                 ]
                 if hashes:
-                    out.append(("evicted", hashes))
+                    out.append((EVICTED, hashes))
             elif kind == "AllBlocksCleared":
                 out.extend(self.clear())
         return out
