@@ -29,19 +29,17 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from maas_services.engine.lora.errors import AdapterInvalid
+from maas_services.engine.model import LlamaForCausalLM
 from maas_services.engine.model_config import ModelConfig
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 
-# Checkpoint projection -> (our module, shard index), as model.LlamaForCausalLM packs them.
+# Checkpoint projection -> (our module, shard index): the model's own packing (the loader's)
+# plus the two projections it keeps whole.
 PROJECTIONS = {
-    "q_proj": ("qkv_proj", 0),
-    "k_proj": ("qkv_proj", 1),
-    "v_proj": ("qkv_proj", 2),
+    **LlamaForCausalLM.packed_modules_mapping,
     "o_proj": ("o_proj", 0),
-    "gate_proj": ("gate_up_proj", 0),
-    "up_proj": ("gate_up_proj", 1),
     "down_proj": ("down_proj", 0),
 }
 _KEY = re.compile(

@@ -26,10 +26,13 @@ it needs neither the gather nor the padding.
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from maas_services.engine.lora.adapter import AdapterWeights
+if TYPE_CHECKING:
+    # Annotations only: adapter.py reads the model's packing, and the model imports this.
+    from maas_services.engine.lora.adapter import AdapterWeights
 
 
 @dataclass
@@ -43,7 +46,7 @@ class Stacked:
 class AdapterStack:
     """The step's adapters' weights stacked: per layer, module -> Stacked."""
 
-    def __init__(self, adapters: tuple[AdapterWeights, ...]):
+    def __init__(self, adapters: "tuple[AdapterWeights, ...]"):
         self.adapters = adapters  # held: the key is their identities
         self.key = tuple(id(weights) for weights in adapters)
         # Every layer of an adapter has the same modules (adapter.py).
@@ -108,7 +111,7 @@ class StepLora:
     def build(
         cls,
         spans: list[tuple[str, int, int]],
-        weights: dict[str, AdapterWeights],
+        weights: "dict[str, AdapterWeights]",
         device: torch.device | str,
         last: AdapterStack | None = None,
     ) -> "StepLora | None":
@@ -153,7 +156,7 @@ class StepLora:
         return self._layers[index]
 
 
-def _stack(adapters: tuple[AdapterWeights, ...], layer: int, module: str) -> Stacked:
+def _stack(adapters: "tuple[AdapterWeights, ...]", layer: int, module: str) -> Stacked:
     pairs = [w.layers[layer].get(module) for w in adapters]
     present = [p for p in pairs if p is not None]
     in_features, out_features = present[0].a_t.shape[0], present[0].b_t.shape[1]
