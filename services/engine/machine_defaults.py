@@ -126,20 +126,23 @@ def cpu_class(machine: MachineProfile) -> str:
     return "avx512" if "avx512f" in machine.flags else "avx2"
 
 
+def _measured(table: dict[str, "Measured"], machine: MachineProfile) -> Choice:
+    """The table's row for this CPU's class, with what was measured there."""
+    kind = cpu_class(machine)
+    row = table[kind]
+    return Choice(row.value, f"{kind} CPU, measured: {row.measured}")
+
+
 def machine_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
     if on_cuda:
         return Choice("bfloat16", "CUDA: bfloat16 tensor cores, half the weight bytes")
-    kind = cpu_class(machine)
-    row = DTYPE_BY_CPU_CLASS[kind]
-    return Choice(row.value, f"{kind} CPU, measured: {row.measured}")
+    return _measured(DTYPE_BY_CPU_CLASS, machine)
 
 
 def machine_wide_gemm(machine: MachineProfile, on_cuda: bool) -> Choice:
     if on_cuda:
         return Choice("float32", "CUDA: the native layers do not run")
-    kind = cpu_class(machine)
-    row = WIDE_GEMM_BY_CPU_CLASS[kind]
-    return Choice(row.value, f"{kind} CPU, measured: {row.measured}")
+    return _measured(WIDE_GEMM_BY_CPU_CLASS, machine)
 
 
 def _threads(machine: MachineProfile) -> Choice:
