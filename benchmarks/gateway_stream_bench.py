@@ -110,19 +110,31 @@ async def level(stack: dict, key: str, streams: int, tokens: int, rounds: int) -
 @dataclass(frozen=True)
 class Engine:
     """How the paced stub sends its tokens: `burst` tokens after each pause of
-    burst x 10-30 ms (the same rate), as one message each or one message for all."""
+    burst x 10-30 ms (the same rate), as one message each or one message for
+    all; each request on a clock of its own or all on one (`stepped`)."""
 
     name: str
     burst: int = 1
     merged: bool = False
+    stepped: bool = False
 
-    @property
-    def args(self) -> tuple[str, ...]:
-        return ("--burst", str(self.burst), *(("--merged",) if self.merged else ()))
+    def args(self, per_call: bool) -> tuple[str, ...]:
+        return (
+            *("--burst", str(self.burst)),
+            *(("--merged",) if self.merged else ()),
+            *(("--stepped",) if self.stepped else ()),
+            *(("--no-generate-many",) if per_call else ()),
+        )
 
 
+# A token each per message: every level; several ready together: --burst-levels.
 ENGINES = {
+    # Each request paced by a clock of its own: no two requests' tokens are
+    # ready together, the worst case for the engine's GenerateMany stream.
     "one_token_per_message": Engine("one_token_per_message"),
+    # Every request paced by one clock, a token each per pause: a real
+    # engine's model steps, whose tokens share the stream's messages.
+    "one_token_per_step": Engine("one_token_per_step", stepped=True),
     # Four tokens ready together (a step of speculative decoding, a serving
     # process behind its core): as four messages (what an engine that merges
     # nothing sends) and as one (the engine servicer's coalescing).
@@ -136,7 +148,7 @@ async def streams(args, engine: Engine, levels: list[int], one_token: bool) -> d
         procs = Processes(Path(state))
         try:
             pace = (0.01 * engine.burst, 0.03 * engine.burst)
-            stack = await start_stack(procs, args.tokens, pace, engine.args)
+            stack = await start_stack(procs, args.tokens, pace, engine.args(args.per_call))
             key = await tenant_key(
                 stack["redis_url"], "bench", rpm=10**9, tpm=10**12, max_concurrency=10**4
             )
@@ -176,9 +188,14 @@ async def run(args) -> dict:
         "label": args.label,
         "engine_pace_ms_per_token": [10, 30],
         "tokens_per_stream": args.tokens,
+        "engine_calls": "one Generate call per request" if args.per_call else "GenerateMany",
     }
     for name in args.engines:
-        levels = args.levels if name == "one_token_per_message" else args.burst_levels
+        levels = (
+            args.levels
+            if name in ("one_token_per_message", "one_token_per_step")
+            else args.burst_levels
+        )
         results[name] = await streams(args, ENGINES[name], levels, name == "one_token_per_message")
     return results
 
@@ -190,6 +207,11 @@ def main() -> None:
     parser.add_argument("--burst-levels", type=int, nargs="+", default=[32])
     parser.add_argument("--engines", nargs="+", choices=list(ENGINES), default=list(ENGINES))
     parser.add_argument("--runs", type=int, default=200, help="one-token requests")
+    parser.add_argument(
+        "--per-call",
+        action="store_true",
+        help="stub engines without GenerateMany: one gRPC call per request (the A/B's before)",
+    )
     parser.add_argument("--label", default="", help="what was measured (a commit, a change)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()

@@ -16,6 +16,10 @@ ahead in a task of its own (common/ready_batches.py) and what piled up while a
 message was being written goes in the next one. Nothing waits for company, so
 a reader that keeps up sees every token as soon as it is made.
 
+GenerateMany carries many Generate calls on one stream (the gateway's
+connection): common/generate_mux.py runs each through Generate, unchanged,
+and sends what is ready of all of them in one message.
+
 An embedding request (sampling.embedding) is a prefill with no decode
 (embedding.py) and is answered by one message; an engine that does not serve
 what a request asks (--serves: generation, embeddings or both) refuses it
@@ -44,8 +48,10 @@ from maas_services.common import gen_ai
 from maas_services.common.defaults import default_max_tokens
 from maas_services.common.engine_metadata import SCHEDULED
 from maas_services.common.finish_reasons import FINISH_CODES
+from maas_services.common.generate_mux import GenerateMux
 from maas_services.common.grammar.proto import grammar_from_proto
 from maas_services.common.grammar.spec import GrammarError
+from maas_services.common.grpc_interceptors import ServerCalls
 from maas_services.common.logging import get_logger
 from maas_services.common.ready_batches import ready_batches
 from maas_services.common.serves import DEFAULT_SERVES, EMBED, GENERATE
@@ -282,6 +288,11 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         self._tokenizer = tokenizer  # for the text of logprobs' tokens
         self._serves = serves  # --serves: "generate", "embed" or both
         self.draining = False
+        self._mux = GenerateMux(self.Generate, ServerCalls("engine"))
+
+    async def GenerateMany(self, request_iterator, context):
+        async for events in self._mux.serve(request_iterator, context):
+            yield events
 
     async def Generate(self, request, context):
         await refuse_unservable(request, context, self._model_id, self.draining)

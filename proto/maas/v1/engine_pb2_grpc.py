@@ -41,6 +41,11 @@ class EngineStub:
                 request_serializer=maas_dot_v1_dot_engine__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=maas_dot_v1_dot_engine__pb2.GenerateResponse.FromString,
                 _registered_method=True)
+        self.GenerateMany = channel.stream_stream(
+                '/maas.v1.Engine/GenerateMany',
+                request_serializer=maas_dot_v1_dot_engine__pb2.GenerateCall.SerializeToString,
+                response_deserializer=maas_dot_v1_dot_engine__pb2.GenerateEvents.FromString,
+                _registered_method=True)
         self.Abort = channel.unary_unary(
                 '/maas.v1.Engine/Abort',
                 request_serializer=maas_dot_v1_dot_engine__pb2.AbortRequest.SerializeToString,
@@ -80,6 +85,18 @@ class EngineServicer:
 
     def Generate(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GenerateMany(self, request_iterator, context):
+        """Many Generate calls over one stream: the gateway's connection to an
+        engine (services/common/generate_mux.py). Each call's messages, initial
+        metadata and status are what its own Generate call's would be; what is
+        ready of every call goes in one GenerateEvents, so a model step's tokens
+        for many requests cost one message, not one each. An engine without it
+        answers UNIMPLEMENTED and gets one Generate call per request.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -137,6 +154,11 @@ def add_EngineServicer_to_server(servicer, server):
                     servicer.Generate,
                     request_deserializer=maas_dot_v1_dot_engine__pb2.GenerateRequest.FromString,
                     response_serializer=maas_dot_v1_dot_engine__pb2.GenerateResponse.SerializeToString,
+            ),
+            'GenerateMany': grpc.stream_stream_rpc_method_handler(
+                    servicer.GenerateMany,
+                    request_deserializer=maas_dot_v1_dot_engine__pb2.GenerateCall.FromString,
+                    response_serializer=maas_dot_v1_dot_engine__pb2.GenerateEvents.SerializeToString,
             ),
             'Abort': grpc.unary_unary_rpc_method_handler(
                     servicer.Abort,
@@ -198,6 +220,33 @@ class Engine:
             '/maas.v1.Engine/Generate',
             maas_dot_v1_dot_engine__pb2.GenerateRequest.SerializeToString,
             maas_dot_v1_dot_engine__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateMany(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/maas.v1.Engine/GenerateMany',
+            maas_dot_v1_dot_engine__pb2.GenerateCall.SerializeToString,
+            maas_dot_v1_dot_engine__pb2.GenerateEvents.FromString,
             options,
             channel_credentials,
             insecure,

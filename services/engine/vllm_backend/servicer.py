@@ -24,7 +24,9 @@ Tokens ready together go in one message, as the native servicer sends them:
 the HTTP stream is read in a task of its own into a queue, and each message
 carries the chunks (up to READY_LIMIT) that queued while the previous one
 was being written (merged per sample: services/engine/servicer.py merged). A reader that keeps
-up gets each chunk alone, as soon as vLLM sends it.
+up gets each chunk alone, as soon as vLLM sends it. GenerateMany carries many
+Generate calls on one stream, as the native servicer's does
+(common/generate_mux.py).
 """
 
 import asyncio
@@ -36,7 +38,9 @@ import httpx
 from maas.v1 import engine_pb2, engine_pb2_grpc
 from maas_services.common.block_hash import request_salt
 from maas_services.common.engine_metadata import SCHEDULED
+from maas_services.common.generate_mux import GenerateMux
 from maas_services.common.grammar.spec import GrammarError
+from maas_services.common.grpc_interceptors import ServerCalls
 from maas_services.common.logging import get_logger
 from maas_services.common.serves import GENERATE
 from maas_services.engine.core.protocol import ADAPTER_LOADED, ADAPTER_UNLOADED
@@ -113,6 +117,11 @@ class VllmEngineServicer(engine_pb2_grpc.EngineServicer):
         # request id -> the queue its stream reads; Abort puts an abort marker in it.
         self._streams: dict[str, asyncio.Queue] = {}
         self.draining = False
+        self._mux = GenerateMux(self.Generate, ServerCalls("engine"))
+
+    async def GenerateMany(self, request_iterator, context):
+        async for events in self._mux.serve(request_iterator, context):
+            yield events
 
     async def Generate(self, request, context):
         info = self._info

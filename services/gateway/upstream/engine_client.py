@@ -357,7 +357,9 @@ class EngineClient:
         call = reading = None
         try:
             await self._up.wait_connected(pick.address, pick.endpoint_id, self._timeouts.connect)
-            call = self._up.engine(pick.address, pick.endpoint_id).Generate(
+            call = await self._up.generate(
+                pick.address,
+                pick.endpoint_id,
                 engine_pb2.GenerateRequest(
                     request_id=ticket.request.request_id,
                     model=ticket.route.deployment,
@@ -369,7 +371,8 @@ class EngineClient:
                     resume_token_ids=resume,
                     adapter=ticket.route.adapter,
                 ),
-                timeout=max(deadline - time.monotonic(), 0.001),
+                max(deadline - time.monotonic(), 0.001),
+                self._timeouts.connect,
             )
             reading = asyncio.ensure_future(call.read())
             first = await self._up.first_message(

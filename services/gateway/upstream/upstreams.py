@@ -19,6 +19,7 @@ router failed (maas_router_picks_total{outcome="no_endpoint"} counts those).
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import grpc
 from prometheus_client import Counter
@@ -26,6 +27,7 @@ from prometheus_client import Counter
 from maas.v1 import engine_pb2_grpc, router_pb2_grpc, tokenizer_pb2_grpc
 from maas_services.common.grpc_client import client_calls, open_plain_channel
 from maas_services.common.grpc_interceptors import SERVER_ERRORS, ClientCalls
+from maas_services.gateway.upstream.engine_mux import EngineMux
 
 ERRORS = Counter(
     "maas_gateway_upstream_errors",
@@ -96,13 +98,26 @@ class CountedStub:
 
     def _streaming(self, multicallable, full: str, answers):
         def invoke(request, timeout=None, metadata=None):
-            metadata, span = self._calls.start(full, metadata)
-            started = time.perf_counter()
-            call = multicallable(request, timeout=timeout, metadata=metadata)
-            call.add_done_callback(lambda done: self._on_done(done, full, started, span, answers))
-            return call
+            return self._observed(
+                full,
+                answers,
+                lambda with_trace: multicallable(request, timeout=timeout, metadata=with_trace),
+                metadata,
+            )
 
         return invoke
+
+    def observed_stream(self, method: str, start: Callable[[list], object]):
+        """A streaming call made by `start(metadata)` (an engine's call over its
+        GenerateMany stream), observed as this stub's own calls of `method` are."""
+        return self._observed(f"/{self._service}/{method}", frozenset(), start, None)
+
+    def _observed(self, full: str, answers, start, metadata):
+        metadata, span = self._calls.start(full, metadata)
+        started = time.perf_counter()
+        call = start(metadata)
+        call.add_done_callback(lambda done: self._on_done(done, full, started, span, answers))
+        return call
 
     def _on_done(self, call, full: str, started: float, span, answers) -> None:
         async def record() -> None:
@@ -123,6 +138,9 @@ class Upstreams:
     def __init__(self, tokenizer_address: str, router_address: str):
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._engines: dict[tuple[str, str], CountedStub] = {}
+        # address -> its GenerateMany stream (engine_mux.py); None: the engine has none.
+        self._muxes: dict[str, EngineMux | None] = {}
+        self._opening: dict[str, asyncio.Future] = {}
         self._calls = client_calls("gateway")
         self.tokenizer = CountedStub(
             tokenizer_pb2_grpc.TokenizerStub(self._channel(tokenizer_address)),
@@ -156,6 +174,42 @@ class Upstreams:
                 self._calls,
             )
         return self._engines[key]
+
+    async def generate(
+        self, address: str, endpoint_id: str, request, timeout: float, connect: float
+    ) -> "grpc.aio.UnaryStreamCall":
+        """A Generate call to the engine at `address`: over its GenerateMany
+        stream (engine_mux.py), or its own call where the engine has none.
+        `connect`: how long opening that stream may take (TimeoutError)."""
+        stub = self.engine(address, endpoint_id)
+        mux = await self._mux(address, connect)
+        if mux is None:
+            return stub.Generate(request, timeout=timeout)
+        return stub.observed_stream(
+            "Generate", lambda metadata: mux.start(request, timeout, metadata)
+        )
+
+    async def _mux(self, address: str, connect: float) -> EngineMux | None:
+        mux = self._muxes.get(address)
+        if address in self._muxes and (mux is None or not mux.closed):
+            return mux
+        opening = self._opening.get(address)
+        if opening is None:
+            # One opening at a time per address; the requests meanwhile wait for it.
+            opening = self._opening[address] = asyncio.ensure_future(self._open(address, connect))
+            opening.add_done_callback(lambda _: self._opening.pop(address, None))
+        return await asyncio.shield(opening)
+
+    async def _open(self, address: str, connect: float) -> EngineMux | None:
+        mux = EngineMux(self._channel(address), self._calls.credentials)
+        try:
+            async with asyncio.timeout(connect):
+                speaks = await mux.open()
+        except BaseException:
+            mux.close()
+            raise
+        self._muxes[address] = mux if speaks else None
+        return self._muxes[address]
 
     async def wait_connected(self, address: str, endpoint_id: str, timeout: float) -> None:
         """An engine's connect timeout: a call on a channel that cannot connect

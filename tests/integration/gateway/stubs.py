@@ -10,6 +10,7 @@ Run one as a process (for the benchmark): python -m tests.integration.gateway.st
 
 import argparse
 import asyncio
+import functools
 import itertools
 import random
 import time
@@ -28,6 +29,7 @@ from maas.v1 import (
     tokenizer_pb2_grpc,
 )
 from maas_services.common.engine_metadata import SCHEDULED
+from maas_services.common.generate_mux import GenerateMux
 
 
 def token_logprob(position: int, text: str) -> engine_pb2.TokenLogprob:
@@ -66,6 +68,10 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
         self.burst = 1
         # Send each burst as one message, as an engine that merges ready tokens does.
         self.merged = False
+        # Pace every request by one clock, a token each for all of them per
+        # pause, as a real engine's steps do; else each request keeps its own.
+        self.stepped = False
+        self._step: asyncio.Future | None = None
         # Send each token's logprob entry when the request asks for logprobs.
         self.logprobs = False
         self.fail: grpc.StatusCode | None = None
@@ -91,6 +97,11 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
         self.adapters_served: list[str] = []
         self.loads: list[tuple[str, str]] = []
         self.load_gate: asyncio.Event | None = None
+        self._mux = GenerateMux(self.Generate)
+
+    async def GenerateMany(self, request_iterator, context):
+        async for events in self._mux.serve(request_iterator, context):
+            yield events
 
     async def Generate(self, request, context):
         if self.scheduled:
@@ -118,7 +129,7 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
                     yield self._aborted(request, i)
                     return
                 if self.delay and i % self.burst == 0:
-                    await asyncio.sleep(self._pause())
+                    await (self._next_step() if self.stepped else asyncio.sleep(self._pause()))
                 response = engine_pb2.GenerateResponse(
                     request_id=request.request_id, token_ids=[i + 1], text=text
                 )
@@ -147,6 +158,14 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
         finally:
             self.active.discard(request.request_id)
             self._aborts.pop(request.request_id, None)
+
+    async def _next_step(self) -> None:
+        """The end of the step every request waiting now shares (one pause)."""
+        if self._step is None or self._step.done():
+            loop = asyncio.get_running_loop()
+            self._step = loop.create_future()
+            loop.call_later(self._pause(), self._step.set_result, None)
+        await asyncio.shield(self._step)
 
     def _pause(self) -> float:
         if self.delay_max is None:
@@ -284,7 +303,10 @@ async def start(servicer, add_to_server, port: int = 0) -> tuple[grpc.aio.Server
 async def _serve(args) -> None:
     chunks = [f" tok{i}" for i in range(args.tokens)]
     engine = StubEngine(args.model_id, chunks, args.delay, args.delay_max)
-    engine.burst, engine.merged = args.burst, args.merged
+    engine.burst, engine.merged, engine.stepped = args.burst, args.merged, args.stepped
+    if args.no_generate_many:
+        # An engine from before GenerateMany: the gateway makes a call per request.
+        engine.GenerateMany = functools.partial(engine_pb2_grpc.EngineServicer.GenerateMany, engine)
     server, _ = await start(engine, engine_pb2_grpc.add_EngineServicer_to_server, args.port)
     await server.wait_for_termination()
 
@@ -298,4 +320,6 @@ if __name__ == "__main__":
     parser.add_argument("--delay-max", type=float, help="pace each token in [delay, delay-max]")
     parser.add_argument("--burst", type=int, default=1, help="tokens sent after each pause")
     parser.add_argument("--merged", action="store_true", help="each burst in one message")
+    parser.add_argument("--stepped", action="store_true", help="one pace for all requests")
+    parser.add_argument("--no-generate-many", action="store_true", help="answer it UNIMPLEMENTED")
     asyncio.run(_serve(parser.parse_args()))
