@@ -43,6 +43,9 @@ log = get_logger(__name__)
 
 # A call's messages its caller may not have read yet; the caller grants more as it reads.
 GENERATE_WINDOW = 64
+# Events in one message at most: 256 messages of a step with 20 logprobs a
+# token for each of 64 merged tokens stay ~10 MB, far below MESSAGE_LIMIT.
+MAX_EVENTS = 256
 # The stream's initial metadata: what tells its caller the engine speaks it.
 STREAM_OPEN = (("maas-generate-many", "1"),)
 GENERATE_METHOD = "/maas.v1.Engine/Generate"
@@ -139,7 +142,7 @@ class _Stream:
         # One turn more: the other requests of the step that woke this are
         # already scheduled to run, and their events join these.
         await asyncio.sleep(0)
-        events, self.events = self.events, []
+        events, self.events = self.events[:MAX_EVENTS], self.events[MAX_EVENTS:]
         return events
 
     async def read(self, requests: AsyncIterator[engine_pb2.GenerateCall]) -> None:

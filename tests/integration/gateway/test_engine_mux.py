@@ -14,7 +14,7 @@ import pytest
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
 from maas_services.common.engine_metadata import was_scheduled
-from maas_services.common.generate_mux import GENERATE_WINDOW
+from maas_services.common.generate_mux import GENERATE_WINDOW, MAX_EVENTS
 from maas_services.gateway.upstream.upstreams import Upstreams
 from tests.integration.gateway.stubs import StubEngine, start
 
@@ -26,12 +26,14 @@ class CountingEngine(StubEngine):
         super().__init__("m", [f" t{i}" for i in range(tokens)])
         self.streams = 0
         self.messages = 0
+        self.largest = 0  # events in the stream's largest message
         self.yielded: dict[str, int] = {}
 
     async def GenerateMany(self, request_iterator, context):
         self.streams += 1
         async for events in super().GenerateMany(request_iterator, context):
             self.messages += 1
+            self.largest = max(self.largest, len(events.events))
             yield events
 
     async def Generate(self, request, context):
@@ -124,6 +126,16 @@ async def test_tokens_made_in_one_step_share_a_message(serve):
     # 16 x 20 tokens and 16 statuses; a message a step (20) and a few more for
     # the calls' starts and ends.
     assert engine.messages <= 2 * 20
+
+
+async def test_a_step_of_many_calls_is_split_into_bounded_messages(serve):
+    engine = CountingEngine(tokens=3)
+    engine.delay, engine.stepped = 0.05, True
+    upstreams, address, _ = serve(engine)
+    calls = [await generate(upstreams, address, f"r{i}") for i in range(2 * MAX_EVENTS)]
+    answers = await asyncio.gather(*(read_all(call) for call in calls))
+    assert all(len(answer) == 3 for answer in answers)
+    assert engine.largest == MAX_EVENTS
 
 
 async def test_a_slow_reader_holds_back_only_its_own_call(serve):
