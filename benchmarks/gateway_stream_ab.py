@@ -33,7 +33,7 @@ async def run(args) -> dict:
         procs = Processes(state)
         try:
             pace = (0.01 * engine.burst, 0.03 * engine.burst)
-            stack = await start_stack(procs, args.tokens, pace, engine.args)
+            stack = await start_stack(procs, args.tokens, pace, engine.args(per_call=False))
             url, pid = await start_base_gateway(procs, stack, tree)
             key = await tenant_key(
                 stack["redis_url"], "ab", rpm=10**9, tpm=10**12, max_concurrency=10**4

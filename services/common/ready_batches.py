@@ -15,9 +15,9 @@ already make the write's cost per token small. A gateway front reports what
 it has written (Run.delivered), so a slow client that leaves is billed the
 tokens it was sent, not those read ahead for it.
 
-Reading starts with the first batch asked for: a front that has already read
-its first delta passes `prepend(first, deltas)`, so the read-ahead runs while
-that first write goes out.
+Reading starts with the first batch asked for. A source that can say
+whether its next item is already here needs no reading task: `told_batches`
+(the gateway's fronts, whose engine calls buffer what the engine sent).
 
 The source is only read in the task; closing the batches (or cancelling their
 consumer) cancels that task, which closes the source there, exactly as a
@@ -26,7 +26,7 @@ cleanup (the call's cancel, its tally) runs the same way.
 """
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -84,6 +84,31 @@ async def ready_batches(source: AsyncGenerator[T], limit: int = 64) -> AsyncIter
         if not reader.cancelled():
             # Seen: an error of a source the consumer stopped reading is not news.
             reader.exception()
+
+
+async def told_batches(
+    first: T, rest: AsyncIterator[T], ready: Callable[[], bool], limit: int = 64
+) -> AsyncIterator[list[T]]:
+    """`first` (an item already read from `rest`), then `rest`, in lists of what
+    was ready, without a reading task: a source that can tell (`ready()`: its
+    next item is here, a gateway's GenerateMany call knows) is read on the
+    consumer's own turn for every item it has, and awaited only when it has
+    none. A task's handoff per item is what this saves; a source that cannot
+    tell (ready() always False) gives lists of one. Closing this leaves `rest`
+    to its owner: a front's deltas are closed by their Run."""
+    batch = [first]
+    while True:
+        while len(batch) < limit and ready():
+            try:
+                batch.append(await anext(rest))
+            except StopAsyncIteration:
+                yield batch
+                return
+        yield batch
+        try:
+            batch = [await anext(rest)]
+        except StopAsyncIteration:
+            return
 
 
 async def prepend(first: T, rest: AsyncIterator[T]) -> AsyncIterator[T]:

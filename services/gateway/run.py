@@ -167,11 +167,18 @@ class Run:
         admission is not refused for the lease its last one held."""
         await asyncio.shield(self._billing)
 
+    def ready(self) -> bool:
+        """Whether the next delta is here already (the engine call has it): a
+        streaming front takes all such deltas on its turn (common/ready_batches.py
+        told_batches)."""
+        return self._stream is not None and self._stream.ready()
+
     def delivered(self, completion_tokens: int) -> None:
         """A streaming front's running count of the completion tokens it has written
-        to its client. The fronts read ahead of their writes (common/ready_batches.py),
-        so a stream its client leaves is billed these, the tokens delivered
-        (docs/billing.md, "Requests cut short"), not the ones read and never sent."""
+        to its client. A front may have read more than it has written (a batch
+        being written), so a stream its client leaves is billed these, the tokens
+        delivered (docs/billing.md, "Requests cut short"), not the ones read and
+        never sent."""
         self._written = completion_tokens
 
     async def _bill(self) -> None:

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from maas.v1 import engine_pb2
-from maas_services.common.openai_api.delta import Delta
+from maas_services.common.openai_api.delta import Delta, merged
 from maas_services.common.openai_api.output_filter import OutputFilter
 from maas_services.common.openai_api.tool_parsers import ToolParser, parser_for
 
@@ -156,6 +156,15 @@ class ResponseShape:
 
     def chunk(self, delta: Delta, include_usage: bool) -> dict:
         return self._chunk_body(self.chunk_choice(delta), include_usage)
+
+    def ready_together(self, batch: list[Delta], output_filter: OutputFilter) -> list[Delta]:
+        """The deltas of a batch ready together as the front writes them: merged
+        per choice (delta.merged), but each its own where a blocked tool call
+        ends its choice (screen_calls): the choice ends where the call closed,
+        and text merged in after the call would pass with it."""
+        if self.chat and self.tool_mode and output_filter.ends_choices:
+            return batch
+        return merged(batch)
 
     def text_only(self, delta: Delta) -> bool:
         """Whether delta's chunk holds nothing but its text (no finish, logprobs or

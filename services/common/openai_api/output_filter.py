@@ -143,6 +143,11 @@ class OutputFilter:
     def enabled(self) -> bool:
         return self._pattern is not None
 
+    @property
+    def ends_choices(self) -> bool:
+        """Whether a blocked term ends its choice ("stop"), rather than being masked."""
+        return self.enabled and self._action == "stop"
+
     def stream(self) -> StreamFilter:
         return StreamFilter(Terms(self._pattern, self._holdback, self._action))
 

@@ -38,7 +38,7 @@ from maas.v1 import common_pb2, gateway_pb2
 from maas_services.common.chat_messages import message_dict
 from maas_services.common.finish_reasons import FINISH_CODES
 from maas_services.common.grpc_server import GrpcService, ServerHandle, start_server
-from maas_services.common.openai_api.delta import Delta, merged
+from maas_services.common.openai_api.delta import Delta
 from maas_services.common.openai_api.errors import APIError
 from maas_services.common.openai_api.openai_format import ResponseShape, screen_calls
 from maas_services.common.openai_api.parsed_request import (
@@ -48,7 +48,7 @@ from maas_services.common.openai_api.parsed_request import (
     text_request,
 )
 from maas_services.common.openai_api.schemas import ChatCompletionRequest, CompletionRequest
-from maas_services.common.ready_batches import prepend, ready_batches
+from maas_services.common.ready_batches import told_batches
 from maas_services.gateway.admission.auth import Authenticator
 from maas_services.gateway.admission.body_budget import BodyBudget, BudgetLimits
 from maas_services.gateway.admission.tenants import Principal
@@ -242,9 +242,9 @@ class GatewayServicer:
             tool_format=run.ticket.prompt.tool_format,
         )
         # As over HTTP (http_stream.py): what is ready together goes in one chunk.
-        async with aclosing(ready_batches(prepend(first, deltas))) as batches:
+        async with aclosing(told_batches(first, deltas, run.ready)) as batches:
             async for batch in batches:
-                for delta in merged(batch):
+                for delta in shape.ready_together(batch, self._pipeline.output_filter):
                     if delta.finish_reason == "error":
                         await context.abort(
                             grpc.StatusCode.UNAVAILABLE, "the model stopped mid-stream"

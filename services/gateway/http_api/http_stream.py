@@ -6,15 +6,16 @@ last byte is sent (the stream's end, or the JSON response's background task),
 or at once on a path that sends nothing more of it.
 
 Everything here runs in the task uvicorn gives the request, the SSE stream
-included (EventStream), but the read-ahead of its deltas (below); a client
+included (EventStream); a client
 that leaves cancels that task's work through its connection's watch
 (disconnect.py).
 
 A stream writes what is ready together as one write: the deltas that arrived
 while the last write was going out (a client slow to read, a busy event loop)
-are read ahead (common/ready_batches.py) and merged, one chunk per choice with
-all their text and one logprobs entry per token, as OpenAI's own chunks hold
-several tokens; a client that keeps up gets each delta as it comes.
+are taken together (common/ready_batches.py told_batches: the engine call says
+what it holds) and merged (ResponseShape.ready_together), one chunk per
+choice with all their text and one logprobs entry per token, as OpenAI's own
+chunks hold several tokens; a client that keeps up gets each delta as it comes.
 
 Tool calls pass the output filter once read (openai_format.screen_calls): a
 blocked call ends its choice with finish_reason "content_filter", as blocked
@@ -30,14 +31,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.types import Receive, Scope, Send
 
-from maas_services.common.openai_api.delta import Delta, merged
+from maas_services.common.openai_api.delta import Delta
 from maas_services.common.openai_api.errors import CLIENT_CLOSED, APIError
 from maas_services.common.openai_api.openai_format import Choices, ResponseShape, screen_calls
 from maas_services.common.openai_api.output_filter import OutputFilter
 from maas_services.common.openai_api.parsed_request import ParsedRequest
 from maas_services.common.openai_api.schemas import SamplingFields
 from maas_services.common.openai_api.sse import DONE, sse
-from maas_services.common.ready_batches import prepend, ready_batches
+from maas_services.common.ready_batches import prepend, told_batches
 from maas_services.gateway.http_api.disconnect import ClientGoneError, cancelled_if_gone
 from maas_services.gateway.http_api.http_metrics import RESPONSES
 from maas_services.gateway.pipeline import Pipeline, with_headers
@@ -173,11 +174,11 @@ async def _answer(
             else []
         )
         # Left after the last frame was sent, or when the client left.
-        async with run, aclosing(ready_batches(prepend(first, deltas))) as batches:
+        async with run, aclosing(told_batches(first, deltas, run.ready)) as batches:
             async for batch in batches:
                 # The latest delta's running totals are the usage chunk's.
                 last = batch[-1]
-                for delta in merged(batch):
+                for delta in shape.ready_together(batch, output_filter):
                     if delta.finish_reason == "error":
                         yield b"".join(frames) + sse(STREAM_BROKEN.body())
                         return

@@ -56,6 +56,7 @@ from maas_services.gateway.routing.routing_table import Route
 from maas_services.gateway.ticket import Ticket
 from maas_services.gateway.upstream.adapter_loads import AdapterLoads
 from maas_services.gateway.upstream.circuit_breaker import Breakers
+from maas_services.gateway.upstream.engine_mux import MuxCall
 from maas_services.gateway.upstream.migration import (
     MIGRATABLE,
     MIGRATIONS,
@@ -169,7 +170,14 @@ class EngineStream:
         self.embedding: Sequence[float] = ()
         # The tally once known; a task while the engine's report is awaited.
         self._tally: Tally | asyncio.Task | None = None
+        # The engine call being read (a migration's replaces the failed one).
+        self.call = None
         self.deltas: AsyncIterator[Delta] = client._generate(ticket, self)
+
+    def ready(self) -> bool:
+        """Whether the call's next message is here already; a GenerateMany call
+        can tell (engine_mux.MuxCall), a call of its own cannot: False."""
+        return isinstance(self.call, MuxCall) and self.call.ready()
 
     async def tally(self) -> Tally | None:
         """What to bill; None when no engine computed anything for the request."""
@@ -451,7 +459,7 @@ class EngineClient:
         tally = Tally(len(ticket.prompt.token_ids), pick.endpoint_id, started)
         # Every token id the client has been sent: what a migration resumes from.
         delivered: list[int] = []
-        response = first
+        response, stream.call = first, call
         try:
             while response is not grpc.aio.EOF:
                 tally.add(response)
@@ -493,6 +501,7 @@ class EngineClient:
                         )
                         return
                     pick, call, response = resumed
+                    stream.call = call
                     tally.endpoint = pick.endpoint_id
         finally:
             # First thing on a client disconnect: the engine frees the

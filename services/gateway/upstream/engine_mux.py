@@ -85,6 +85,10 @@ class MuxCall:
     def done(self) -> bool:
         return self._status is not None
 
+    def ready(self) -> bool:
+        """Whether read() answers without waiting: a message is here, or the end."""
+        return bool(self._messages) or self.done()
+
     async def initial_metadata(self) -> grpc.aio.Metadata:
         if not self._initial and not self.done():
             self._for_initial = asyncio.get_running_loop().create_future()

@@ -220,11 +220,14 @@ async def test_the_grpc_front_sends_tokens_ready_together_in_one_chunk(make_clus
 
 
 async def test_a_slow_client_that_leaves_is_billed_the_tokens_it_was_sent(make_cluster, redis_url):
-    """The front reads ahead of its writes; a client that falls behind and leaves
-    is billed what reached it (docs/billing.md, "Requests cut short"), not what
-    the gateway had read for it and never wrote."""
+    """A client that falls behind and leaves is billed what reached it
+    (docs/billing.md, "Requests cut short"), not what the engine had sent the
+    gateway for it meanwhile and the gateway never wrote."""
     cluster = await make_cluster(replicas=1, chunks=WORDS)
     (engine,) = cluster.engines
+    # A token every 10 ms: the first write is the first token's alone, the
+    # second (the client's last) holds what came while the first was out.
+    engine.delay = 0.01
     engine.stall_after = 20  # the engine then waits: the request is never finished
     received: list[bytes] = []
 

@@ -6,7 +6,7 @@ from contextlib import aclosing
 
 import pytest
 
-from maas_services.common.ready_batches import ready_batches
+from maas_services.common.ready_batches import ready_batches, told_batches
 
 
 async def paced(items, gate: asyncio.Event | None = None, closed: list | None = None):
@@ -113,3 +113,46 @@ async def test_a_source_waiting_for_room_is_closed_too():
         for _ in range(10):
             await asyncio.sleep(0)
     assert closed == [True]
+
+
+async def test_told_batches_take_what_the_source_says_is_here_without_a_task():
+    """A source that tells what it holds: the first item alone, then what
+    arrived while the consumer was away, then its end; no task is started."""
+    held: list[int] = []
+    arrived = asyncio.Event()
+
+    async def source():
+        while True:
+            while not held:
+                arrived.clear()
+                await arrived.wait()
+            item = held.pop(0)
+            if item < 0:
+                return
+            yield item
+
+    rest = source()
+    tasks_before = len(asyncio.all_tasks())
+    batches = told_batches(0, rest, lambda: bool(held))
+    assert await anext(batches) == [0]
+    held.extend([1, 2, 3])
+    arrived.set()
+    assert await anext(batches) == [1, 2, 3]
+    assert len(asyncio.all_tasks()) == tasks_before
+    held.extend([4, -1])
+    arrived.set()
+    assert await anext(batches) == [4]
+    with pytest.raises(StopAsyncIteration):
+        await anext(batches)
+
+
+async def test_told_batches_stop_at_the_limit_and_leave_the_source_open():
+    closed: list[bool] = []
+    rest = paced(range(1, 10), closed=closed)
+    async with aclosing(told_batches(0, rest, lambda: True, limit=4)) as stream:
+        assert await anext(stream) == [0, 1, 2, 3]
+        assert await anext(stream) == [4, 5, 6, 7]
+    # The source is its owner's to close (a front's deltas: their Run).
+    assert not closed
+    await rest.aclose()
+    assert closed

@@ -223,6 +223,6 @@ async def test_what_the_server_interceptor_keeps_is_bounded_by_its_methods():
                 assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
     finally:
         await server.stop(None)
-    assert list(interceptor._methods) == ["/test.Echo/Say"]
+    assert list(interceptor._calls._methods) == ["/test.Echo/Say"]
     assert len(interceptor._wrapped) == 1
-    assert len(interceptor._record._children) == 2  # OK and INVALID_ARGUMENT
+    assert len(interceptor._calls._record._children) == 2  # OK and INVALID_ARGUMENT
