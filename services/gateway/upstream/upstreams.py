@@ -197,8 +197,15 @@ class Upstreams:
         if opening is None:
             # One opening at a time per address; the requests meanwhile wait for it.
             opening = self._opening[address] = asyncio.ensure_future(self._open(address, connect))
-            opening.add_done_callback(lambda _: self._opening.pop(address, None))
+            opening.add_done_callback(lambda done: self._opened(address, done))
         return await asyncio.shield(opening)
+
+    def _opened(self, address: str, opening: asyncio.Future) -> None:
+        self._opening.pop(address, None)
+        if not opening.cancelled():
+            # Seen here: its waiters raise it, and one opening that all of them
+            # gave up waiting for must not warn that it was never retrieved.
+            opening.exception()
 
     async def _open(self, address: str, connect: float) -> EngineMux | None:
         mux = EngineMux(self._channel(address), self._calls.credentials)
