@@ -18,7 +18,11 @@ nothing of the gateway's own above them:
   FRAMES messages, on the gateway's channel options (client side CPU, every
   thread of this process);
 - redis_evalsha: one redis-py EVALSHA of a one-line script (client side);
-- asyncio_task: one task created and awaited.
+- asyncio_task: one task created and awaited;
+- http_bare_paced: the bare app's stream paced as gateway_stream_bench's
+  one-clock engine (256 frames, one per 10-30 ms step for every stream) at 32
+  and 64 streams at once: the server's CPU per frame, the floor under the
+  gateway's CPU per streamed token.
 
 Servers run in child processes pinned to core 0 (CPU read from every thread's
 /proc schedstat, in ns); the clients run here on the other cores. The HTTP
@@ -100,6 +104,46 @@ def bare_app():
     return app
 
 
+PACED_FRAMES = 256  # a stream of gateway_stream_bench's length
+
+
+def paced_app():
+    """bare_app's stream, its frames paced as gateway_stream_bench's one_token_per_step
+    engine paces tokens: one clock for every stream, a frame each per 10-30 ms pause.
+    What uvicorn and one socket write per token cost, with nothing above them."""
+    import random
+
+    frame = frames()[1]
+    start = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [(b"content-type", b"text/event-stream")],
+    }
+    step: asyncio.Future | None = None
+
+    async def next_step() -> None:
+        nonlocal step
+        if step is None or step.done():
+            loop = asyncio.get_running_loop()
+            step = loop.create_future()
+            loop.call_later(random.uniform(0.01, 0.03), step.set_result, None)
+        await asyncio.shield(step)
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        more = True
+        while more:
+            more = (await receive()).get("more_body", False)
+        await send(start)
+        for _ in range(PACED_FRAMES):
+            await next_step()
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return app
+
+
 def starlette_app():
     from starlette.applications import Starlette
     from starlette.routing import Route
@@ -124,6 +168,8 @@ def fastapi_app(middleware: bool = False):
     from fastapi.responses import Response
 
     from maas_services.common.openai_api.schemas import ChatCompletionRequest
+    from maas_services.gateway.admission.body_budget import BodyBudget, BudgetLimits
+    from maas_services.gateway.admission.tenants import Principal, Tenant
     from maas_services.gateway.http_api.body_guard import BodyGuard
     from maas_services.gateway.http_api.http_stream import EventStream
     from maas_services.gateway.http_api.tracing_middleware import TracingMiddleware
@@ -144,11 +190,20 @@ def fastapi_app(middleware: bool = False):
         redoc_url=None,
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
-    if middleware:
-        app.add_middleware(BodyGuard, max_bytes=4 << 20, read_timeout=30.0)
-        app.add_middleware(TracingMiddleware)
     app.include_router(router)
-    return app
+    if not middleware:
+        return app
+    budget = BodyBudget(BudgetLimits(64 << 20, 16 << 20, 4 << 20, 5.0))
+    app.add_middleware(BodyGuard, max_bytes=4 << 20, read_timeout=30.0, budget=budget)
+    app.add_middleware(TracingMiddleware)
+    principal = Principal(Tenant(name="floor"), "floor-key")
+
+    async def authenticated(scope, receive, send):
+        # AuthGate's part without Redis: the principal BodyGuard charges.
+        scope.setdefault("state", {})["principal"] = principal
+        await app(scope, receive, send)
+
+    return authenticated
 
 
 def serve_http(kind: str, port: int) -> None:
@@ -156,6 +211,7 @@ def serve_http(kind: str, port: int) -> None:
 
     apps = {
         "bare": bare_app,
+        "paced": paced_app,
         "starlette": starlette_app,
         "fastapi": fastapi_app,
         "gateway_stack": lambda: fastapi_app(middleware=True),
@@ -261,6 +317,39 @@ async def measure_http(kind: str, runs: int) -> dict:
     return result(used / runs, walls, runs, "server")
 
 
+async def measure_paced(streams: int) -> dict:
+    """Server CPU per frame of `streams` paced SSE streams at once (paced_app)."""
+    port = free_port()
+    server = child(["--serve", "paced", "--port", str(port)])
+    request = (
+        f"POST {PATH} HTTP/1.1\r\nHost: floor\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(BODY)}\r\n\r\n"
+    ).encode() + BODY
+    try:
+        for _ in range(300):
+            try:
+                await asyncio.open_connection("127.0.0.1", port)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        pin(server.pid, {0})
+        connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(streams)]
+        before = cpu_ns(server.pid)
+        await asyncio.gather(*(http_stream(r, w, request) for r, w in connections))
+        used = cpu_ns(server.pid) - before
+        for _, writer in connections:
+            writer.close()
+    finally:
+        server.terminate()
+        server.wait(10)
+    frames_sent = streams * PACED_FRAMES
+    return {
+        "streams": streams,
+        "frames": frames_sent,
+        "cpu_ms_per_frame": round(used / frames_sent / 1e6, 4),
+    }
+
+
 def result(ns_each: float, walls: list[float], runs: int, side: str) -> dict:
     return {
         "cpu_ms_each": round(ns_each / 1e6, 4),
@@ -344,12 +433,15 @@ async def run(args) -> dict:
     results.update(await measure_grpc(args.runs))
     results["redis_evalsha"] = await measure_redis(args.runs)
     results["asyncio_task"] = await measure_task(args.runs)
+    # The floor under gateway_stream_bench's CPU per streamed token.
+    results["http_bare_paced"] = [await measure_paced(streams) for streams in args.paced_streams]
     return {"machine": machine(), "frames": FRAMES, "floor": results}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--paced-streams", type=int, nargs="+", default=[32, 64])
     parser.add_argument("--output", type=Path)
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
