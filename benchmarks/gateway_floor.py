@@ -53,6 +53,7 @@ from maas_tools.local.readiness import wait_ready
 from maas_tools.local.redis_server import redis_process
 
 FRAMES = 17  # a 16-token chat stream: the role chunk and 16 content chunks
+PACED_FRAMES = 256  # a stream of gateway_stream_bench's length
 CHUNK = {
     "id": "chatcmpl-0123456789abcdef",
     "object": "chat.completion.chunk",
@@ -70,6 +71,10 @@ BODY = json.dumps(
 ).encode()
 MESSAGE = b"\x08\x01\x12\x05 word" + bytes(24)  # about a GenerateResponse's size
 PATH = "/v1/chat/completions"
+REQUEST = (
+    f"POST {PATH} HTTP/1.1\r\nHost: floor\r\nContent-Type: application/json\r\n"
+    f"Content-Length: {len(BODY)}\r\n\r\n"
+).encode() + BODY
 
 
 # -- servers (child processes) ------------------------------------------------
@@ -82,38 +87,13 @@ def frames():
     return [b"data: " + encode(CHUNK) + b"\n\n" for _ in range(FRAMES)] + [b"data: [DONE]\n\n"]
 
 
-def bare_app():
-    sse = frames()
-    start = {
-        "type": "http.response.start",
-        "status": 200,
-        "headers": [(b"content-type", b"text/event-stream")],
-    }
-
-    async def app(scope, receive, send):
-        if scope["type"] != "http":
-            return
-        more = True
-        while more:
-            more = (await receive()).get("more_body", False)
-        await send(start)
-        for frame in sse:
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    return app
-
-
-PACED_FRAMES = 256  # a stream of gateway_stream_bench's length
-
-
-def paced_app():
-    """bare_app's stream, its frames paced as gateway_stream_bench's one_token_per_step
-    engine paces tokens: one clock for every stream, a frame each per 10-30 ms pause.
-    What uvicorn and one socket write per token cost, with nothing above them."""
+def bare_app(paced: bool = False):
+    """A raw ASGI app answering a POST with an SSE stream. `paced`: gateway_stream_bench's
+    one-clock stream instead, PACED_FRAMES frames, each after the end of a 10-30 ms step
+    every stream shares: what uvicorn and one socket write per token cost, alone."""
     import random
 
-    frame = frames()[1]
+    sse = [frames()[1]] * PACED_FRAMES + frames()[-1:] if paced else frames()
     start = {
         "type": "http.response.start",
         "status": 200,
@@ -136,8 +116,9 @@ def paced_app():
         while more:
             more = (await receive()).get("more_body", False)
         await send(start)
-        for _ in range(PACED_FRAMES):
-            await next_step()
+        for frame in sse:
+            if paced:
+                await next_step()
             await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -211,7 +192,7 @@ def serve_http(kind: str, port: int) -> None:
 
     apps = {
         "bare": bare_app,
-        "paced": paced_app,
+        "paced": lambda: bare_app(paced=True),
         "starlette": starlette_app,
         "fastapi": fastapi_app,
         "gateway_stack": lambda: fastapi_app(middleware=True),
@@ -276,8 +257,8 @@ def child(argv: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "benchmarks.gateway_floor", *argv])
 
 
-async def http_stream(reader, writer, request: bytes) -> None:
-    writer.write(request)
+async def http_stream(reader, writer) -> None:
+    writer.write(REQUEST)
     tail = b""
     while not tail.endswith(b"\r\n0\r\n\r\n"):  # the chunked body's last chunk
         data = await reader.read(65536)
@@ -286,28 +267,29 @@ async def http_stream(reader, writer, request: bytes) -> None:
         tail = (tail + data)[-7:]
 
 
+async def connect(port: int):
+    """(reader, writer) of a connection to a server child once it listens."""
+    for _ in range(300):
+        try:
+            return await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)
+    raise ConnectionError(f"nothing listens on port {port}")
+
+
 async def measure_http(kind: str, runs: int) -> dict:
     port = free_port()
     server = child(["--serve", kind, "--port", str(port)])
     try:
-        for _ in range(300):
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
+        reader, writer = await connect(port)
         pin(server.pid, {0})
-        request = (
-            f"POST {PATH} HTTP/1.1\r\nHost: floor\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(BODY)}\r\n\r\n"
-        ).encode() + BODY
         for _ in range(50):
-            await http_stream(reader, writer, request)
+            await http_stream(reader, writer)
         walls = []
         before = cpu_ns(server.pid)
         for _ in range(runs):
             started = time.perf_counter()
-            await http_stream(reader, writer, request)
+            await http_stream(reader, writer)
             walls.append(time.perf_counter() - started)
         used = cpu_ns(server.pid) - before
         writer.close()
@@ -318,24 +300,14 @@ async def measure_http(kind: str, runs: int) -> dict:
 
 
 async def measure_paced(streams: int) -> dict:
-    """Server CPU per frame of `streams` paced SSE streams at once (paced_app)."""
+    """Server CPU per frame of `streams` paced SSE streams at once (bare_app, paced)."""
     port = free_port()
     server = child(["--serve", "paced", "--port", str(port)])
-    request = (
-        f"POST {PATH} HTTP/1.1\r\nHost: floor\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(BODY)}\r\n\r\n"
-    ).encode() + BODY
     try:
-        for _ in range(300):
-            try:
-                await asyncio.open_connection("127.0.0.1", port)
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
+        connections = [await connect(port) for _ in range(streams)]
         pin(server.pid, {0})
-        connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(streams)]
         before = cpu_ns(server.pid)
-        await asyncio.gather(*(http_stream(r, w, request) for r, w in connections))
+        await asyncio.gather(*(http_stream(reader, writer) for reader, writer in connections))
         used = cpu_ns(server.pid) - before
         for _, writer in connections:
             writer.close()

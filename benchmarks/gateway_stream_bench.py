@@ -191,11 +191,7 @@ async def run(args) -> dict:
         "engine_calls": "one Generate call per request" if args.per_call else "GenerateMany",
     }
     for name in args.engines:
-        levels = (
-            args.levels
-            if name in ("one_token_per_message", "one_token_per_step")
-            else args.burst_levels
-        )
+        levels = args.burst_levels if ENGINES[name].burst > 1 else args.levels
         results[name] = await streams(args, ENGINES[name], levels, name == "one_token_per_message")
     return results
 

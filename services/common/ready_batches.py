@@ -11,13 +11,14 @@ event loop gets, on its next turn, everything that arrived meanwhile.
 What is read ahead is bounded (`limit` items): past it the reading task
 waits, and the source's own flow control (gRPC's window, the engine's queue)
 holds the rest, as it did before the read-ahead. 64 tokens in one write
-already make the write's cost per token small. A gateway front reports what
-it has written (Run.delivered), so a slow client that leaves is billed the
-tokens it was sent, not those read ahead for it.
+already make the write's cost per token small. Reading starts with the first
+batch asked for. The engine's servicers batch their outputs so.
 
-Reading starts with the first batch asked for. A source that can say
-whether its next item is already here needs no reading task: `told_batches`
-(the gateway's fronts, whose engine calls buffer what the engine sent).
+A source that can say whether its next item is already here needs no
+reading task: `told_batches` (the gateway's fronts, whose engine calls
+buffer what the engine sent). A front reports what it has written
+(Run.delivered), so a slow client that leaves is billed the tokens it was
+sent, not those of a batch whose write failed.
 
 The source is only read in the task; closing the batches (or cancelling their
 consumer) cancels that task, which closes the source there, exactly as a
