@@ -14,7 +14,6 @@ and keys it never saw, still get 503. A Redis that answers with an error
 (not an outage) gets 503 under either policy, see store_faults.
 """
 
-import asyncio
 import time
 from typing import Literal
 
@@ -22,6 +21,7 @@ from prometheus_client import Counter
 
 from maas_services.common.logging import get_logger
 from maas_services.common.openai_api.errors import unauthorized, unavailable
+from maas_services.common.single_flight import SingleFlight
 from maas_services.gateway.admission.store_faults import STORE_FAILURES, refused, unreachable
 from maas_services.gateway.admission.tenants import Principal, TenantStore, hash_key
 
@@ -57,9 +57,9 @@ class Authenticator:
         self._max_stale = max_stale
         # sha256 of the key -> (checked at, principal or None for a refused key)
         self._cache: dict[str, tuple[float, Principal | None]] = {}
-        # sha256 of the key -> the lookup under way: a burst that finds the
-        # entry expired waits for one lookup instead of each sending its own.
-        self._lookups: dict[str, asyncio.Task] = {}
+        # By sha256 of the key: a burst that finds the entry expired waits for
+        # one lookup instead of each sending its own.
+        self._lookups: SingleFlight[Principal | None] = SingleFlight()
 
     async def authenticate(self, authorization: str | None) -> Principal:
         token = bearer_token(authorization)
@@ -75,19 +75,7 @@ class Authenticator:
         return principal
 
     async def _shared_lookup(self, token: str, digest: str, cached) -> Principal | None:
-        lookup = self._lookups.get(digest)
-        if lookup is None:
-            lookup = asyncio.ensure_future(self._lookup(token, digest, cached))
-            self._lookups[digest] = lookup
-            lookup.add_done_callback(lambda done: self._forget(digest, done))
-        # Shielded: a caller that goes away must not cancel the others' answer.
-        return await asyncio.shield(lookup)
-
-    def _forget(self, digest: str, lookup: asyncio.Task) -> None:
-        self._lookups.pop(digest, None)
-        # Read here: a lookup whose callers all left must not log "never retrieved".
-        if not lookup.cancelled():
-            lookup.exception()
+        return await self._lookups.run(digest, lambda: self._lookup(token, digest, cached))
 
     async def _lookup(self, token: str, digest: str, cached) -> Principal | None:
         try:

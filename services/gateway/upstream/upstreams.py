@@ -27,6 +27,7 @@ from prometheus_client import Counter
 from maas.v1 import engine_pb2_grpc, router_pb2_grpc, tokenizer_pb2_grpc
 from maas_services.common.grpc_client import client_calls, open_plain_channel
 from maas_services.common.grpc_interceptors import SERVER_ERRORS, ClientCalls
+from maas_services.common.single_flight import SingleFlight
 from maas_services.gateway.upstream.engine_mux import EngineMux
 
 ERRORS = Counter(
@@ -140,7 +141,8 @@ class Upstreams:
         self._engines: dict[tuple[str, str], CountedStub] = {}
         # address -> its GenerateMany stream (engine_mux.py); None: the engine has none.
         self._muxes: dict[str, EngineMux | None] = {}
-        self._opening: dict[str, asyncio.Future] = {}
+        # One opening at a time per address; the requests meanwhile wait for it.
+        self._opening: SingleFlight[EngineMux | None] = SingleFlight()
         self._calls = client_calls("gateway")
         self.tokenizer = CountedStub(
             tokenizer_pb2_grpc.TokenizerStub(self._channel(tokenizer_address)),
@@ -193,19 +195,7 @@ class Upstreams:
         mux = self._muxes.get(address)
         if address in self._muxes and (mux is None or not mux.closed):
             return mux
-        opening = self._opening.get(address)
-        if opening is None:
-            # One opening at a time per address; the requests meanwhile wait for it.
-            opening = self._opening[address] = asyncio.ensure_future(self._open(address, connect))
-            opening.add_done_callback(lambda done: self._opened(address, done))
-        return await asyncio.shield(opening)
-
-    def _opened(self, address: str, opening: asyncio.Future) -> None:
-        self._opening.pop(address, None)
-        if not opening.cancelled():
-            # Seen here: its waiters raise it, and one opening that all of them
-            # gave up waiting for must not warn that it was never retrieved.
-            opening.exception()
+        return await self._opening.run(address, lambda: self._open(address, connect))
 
     async def _open(self, address: str, connect: float) -> EngineMux | None:
         mux = EngineMux(self._channel(address), self._calls.credentials)
