@@ -12,6 +12,7 @@ from maas_services.billing.servicer import BillingServicer
 from maas_services.billing.settings import BillingSettings
 from maas_services.billing.store.line_items import LineItemStore
 from maas_services.billing.upkeep import Upkeep
+from maas_services.common import event_loop
 from maas_services.common.grpc_server import GrpcService, run_until_signalled, start_server
 from maas_services.common.prices import PriceTable
 from maas_services.common.redis_client import open_redis
@@ -75,4 +76,4 @@ async def serve(settings: BillingSettings) -> None:
 
 
 def main(settings: BillingSettings) -> None:
-    asyncio.run(serve(settings))
+    event_loop.run(serve(settings))

@@ -18,6 +18,7 @@ import torch
 from prometheus_client import REGISTRY
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
+from maas_services.common import event_loop
 from maas_services.common.grpc_server import (
     GrpcService,
     ServerHandle,
@@ -114,4 +115,4 @@ async def stay_not_serving(handle: ServerHandle, reason: str) -> None:
 
 
 def main(settings: EngineSettings) -> None:
-    asyncio.run(serve(settings))
+    event_loop.run(serve(settings))

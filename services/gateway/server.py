@@ -12,6 +12,7 @@ from pathlib import Path
 import uvicorn
 
 from maas.v1 import billing_pb2_grpc
+from maas_services.common import event_loop
 from maas_services.common.grpc_client import open_channel
 from maas_services.common.grpc_server import install_stop_signals
 from maas_services.common.logging import get_logger
@@ -220,4 +221,4 @@ async def run_gateway(settings: GatewaySettings) -> None:
 
 
 def main(settings: GatewaySettings) -> None:
-    asyncio.run(run_gateway(settings))
+    event_loop.run(run_gateway(settings))

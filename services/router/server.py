@@ -1,8 +1,7 @@
 """`maas serve router`."""
 
-import asyncio
-
 from maas.v1 import router_pb2, router_pb2_grpc
+from maas_services.common import event_loop
 from maas_services.common.grpc_server import (
     GrpcService,
     ServerHandle,
@@ -40,4 +39,4 @@ async def serve(settings: RouterSettings) -> None:
 
 
 def main(settings: RouterSettings) -> None:
-    asyncio.run(serve(settings))
+    event_loop.run(serve(settings))

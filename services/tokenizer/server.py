@@ -1,9 +1,9 @@
 """`maas serve tokenizer`."""
 
-import asyncio
 import os
 
 from maas.v1 import tokenizer_pb2, tokenizer_pb2_grpc
+from maas_services.common import event_loop
 from maas_services.common.grpc_server import (
     GrpcService,
     ServerHandle,
@@ -74,4 +74,4 @@ def main(settings: TokenizerSettings) -> None:
     # would spread a chat's few pieces over other cores per call: 132 against 75 us
     # of CPU for the bench's chat, plus the wakeups (docs/tokenizer.md, Speed).
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    asyncio.run(serve(settings))
+    event_loop.run(serve(settings))

@@ -25,6 +25,7 @@ import time
 import httpx
 
 from maas.v1 import engine_pb2_grpc
+from maas_services.common import event_loop
 from maas_services.common.grpc_server import GrpcService, run_until_signalled, start_server
 from maas_services.common.logging import get_logger
 from maas_services.common.model_files import resolve_model_path
@@ -205,4 +206,4 @@ async def serve(settings: EngineSettings) -> None:
 
 
 def main(settings: EngineSettings) -> None:
-    asyncio.run(serve(settings))
+    event_loop.run(serve(settings))

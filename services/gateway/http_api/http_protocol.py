@@ -19,7 +19,9 @@ The body's own deadline is BodyGuard's: the app is running by then.
 
 Each connection also has a ClientWatch (disconnect.py) in its requests'
 scopes, which its loss sets off: work for a client that left is cancelled
-without a task per request waiting for http.disconnect.
+without a task per request waiting for http.disconnect. And each request's
+scope carries uvicorn's own send as the extension BODY_SEND, for an SSE
+stream's frames (http_stream.EventStream).
 """
 
 from dataclasses import dataclass
@@ -29,6 +31,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from maas_services.common.openai_api.errors import APIError, unavailable
 from maas_services.common.openai_api.refusal import raw_response
 from maas_services.gateway.http_api.disconnect import WATCH, ClientWatch
+
+# A request's uvicorn send, unwrapped by the middleware.
+BODY_SEND = "maas.body_send"
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._awaiting_headers = False
         self._cancel_timer()
         super().on_headers_complete()
+        # No new cycle for an upgrade (refused: ws="none").
+        if self.cycle is not None and self.cycle.scope is self.scope:
+            self.scope["extensions"][BODY_SEND] = self.cycle.send
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -22,6 +22,7 @@ blocked call ends its choice with finish_reason "content_filter", as blocked
 text does in the run (run.py); the stream ends when every choice has.
 """
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
@@ -41,6 +42,7 @@ from maas_services.common.openai_api.sse import DONE, sse
 from maas_services.common.ready_batches import prepend, told_batches
 from maas_services.gateway.http_api.disconnect import ClientGoneError, cancelled_if_gone
 from maas_services.gateway.http_api.http_metrics import RESPONSES
+from maas_services.gateway.http_api.http_protocol import BODY_SEND
 from maas_services.gateway.pipeline import Pipeline, with_headers
 from maas_services.gateway.run import Run
 
@@ -76,19 +78,40 @@ class TextFrames:
 
 
 class EventStream(StreamingResponse):
-    """An SSE response sent from the request's own task. Starlette's streams
-    from another, beside a third waiting for http.disconnect, unless the
-    server speaks ASGI 2.4 (uvicorn does not); its frames' generator is
-    closed here whatever happens, so its cleanup never waits for the GC."""
+    """An SSE response sent from a task of its own, its frames past the middleware.
+
+    Starlette streams from another task, beside a third waiting for
+    http.disconnect, unless the server speaks ASGI 2.4 (uvicorn does not); a
+    client that leaves cancels this one's (disconnect.py). A task of its own,
+    not the request's: each frame resumes this task's few coroutine frames,
+    not the request's ~25 under the middleware and routing. The start, the
+    first frame and the end go through the middleware (they see the status,
+    the first byte and the end); the frames between are written with
+    uvicorn's own send (http_protocol.BODY_SEND), the middleware's wrappers
+    passing body messages through unread. Together 0.067 -> 0.057 gateway
+    CPU-ms per streamed token at 32 streams (docs/gateway.md). The frames'
+    generator is closed here whatever happens, so its cleanup never waits for
+    the GC."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body_send = scope.get("extensions", {}).get(BODY_SEND, send)
         try:
             with cancelled_if_gone(scope):
-                await self.stream_response(send)
+                # Cancelling the request's task cancels the one it awaits.
+                await asyncio.ensure_future(self._send_frames(send, body_send))
         except ClientGoneError:
             pass
         finally:
             await self.body_iterator.aclose()
+
+    async def _send_frames(self, send: Send, body_send: Send) -> None:
+        start = {"type": "http.response.start", "status": self.status_code}
+        await send({**start, "headers": self.raw_headers})
+        frame_send = send
+        async for frame in self.body_iterator:
+            await frame_send({"type": "http.response.body", "body": frame, "more_body": True})
+            frame_send = body_send
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def respond(

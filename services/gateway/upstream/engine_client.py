@@ -265,24 +265,6 @@ class EngineClient:
         """The request's engine stream; nothing is sent before its deltas are read."""
         return EngineStream(self, ticket)
 
-    async def _generate(self, ticket: Ticket, stream: EngineStream) -> AsyncIterator[Delta]:
-        """Stream deltas; errors before the first token raise APIError.
-
-        A stream that breaks after tokens were sent ends with a delta whose
-        finish_reason is "error"; what was generated is still tallied.
-        """
-        started = time.time()
-        deadline = time.monotonic() + self._timeouts.total
-        migrations = Migrations(self._migration)
-        pick, call, first = await self._first_message(ticket, stream, started, deadline, migrations)
-        deltas = self._stream(ticket, stream, pick, call, first, started, deadline, migrations)
-        try:
-            async for delta in deltas:
-                yield delta
-        finally:
-            # Now, not when the collector finds it: its end is the tally.
-            await deltas.aclose()
-
     async def _first_message(
         self,
         ticket: Ticket,
@@ -443,23 +425,24 @@ class EngineClient:
             code=code.name,
         )
 
-    async def _stream(
-        self,
-        ticket: Ticket,
-        stream: EngineStream,
-        pick,
-        call,
-        first,
-        started: float,
-        deadline: float,
-        migrations: Migrations,
-    ) -> AsyncIterator[Delta]:
-        """The engine's messages as deltas; a broken stream migrates (migration.py)
-        and goes on from the new replica's first message, or ends with "error"."""
+    async def _generate(self, ticket: Ticket, stream: EngineStream) -> AsyncIterator[Delta]:
+        """Stream deltas; errors before the first token raise APIError.
+
+        A stream that breaks after tokens were sent migrates (migration.py) and
+        goes on from the new replica's first message, or ends with a delta whose
+        finish_reason is "error"; what was generated is still tallied. One
+        generator from the first message to the last: every generator layer
+        costs each streamed token a resume."""
+        started = time.time()
+        deadline = time.monotonic() + self._timeouts.total
+        migrations = Migrations(self._migration)
+        pick, call, response = await self._first_message(
+            ticket, stream, started, deadline, migrations
+        )
         tally = Tally(len(ticket.prompt.token_ids), pick.endpoint_id, started)
         # Every token id the client has been sent: what a migration resumes from.
         delivered: list[int] = []
-        response, stream.call = first, call
+        stream.call = call
         try:
             while response is not grpc.aio.EOF:
                 tally.add(response)
