@@ -55,10 +55,18 @@ void wide_tile(const uint16_t* w, int64_t k, const uint16_t* xt, float* sums,
   }
 }
 
+// The weight rows after a tile's (`ahead`, null at the weight's end), a 64-byte line per
+// input pair of the tile, W * 4 bytes of its own: a narrow step reads each weight once,
+// and waits on memory without it (docs/engine.md, "bf16 matmuls").
+inline void prefetch_ahead(const uint16_t* ahead, int64_t j) {
+  if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + j * 32), _MM_HINT_T0);
+}
+
 // W weight rows by one block of 8 * V activation rows (V = 2: a zmm of 16; V = 1: a ymm
 // of the last 8).
 template <int W, int V>
-void tile(const uint16_t* w, int64_t k, const uint16_t* xt, float* sums, int64_t sums_stride) {
+void tile(const uint16_t* w, int64_t k, const uint16_t* xt, float* sums, int64_t sums_stride,
+          const uint16_t* ahead) {
   const int64_t pairs = k / 2;
   const int32_t* wp = reinterpret_cast<const int32_t*>(w);
   int64_t j = 0;
@@ -66,6 +74,7 @@ void tile(const uint16_t* w, int64_t k, const uint16_t* xt, float* sums, int64_t
     __m512 acc[W];
     for (int i = 0; i < W; i++) acc[i] = _mm512_setzero_ps();
     do {
+      prefetch_ahead(ahead, j);
       __m512bh xv = (__m512bh)_mm512_loadu_si512(xt + j * 32);
       for (int i = 0; i < W; i++)
         acc[i] = _mm512_dpbf16_ps(acc[i], xv, (__m512bh)_mm512_set1_epi32(wp[i * pairs + j]));
@@ -75,6 +84,7 @@ void tile(const uint16_t* w, int64_t k, const uint16_t* xt, float* sums, int64_t
     __m256 acc[W];
     for (int i = 0; i < W; i++) acc[i] = _mm256_setzero_ps();
     do {
+      prefetch_ahead(ahead, j);
       __m256bh xv = (__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt + j * 16));
       for (int i = 0; i < W; i++)
         acc[i] = _mm256_dpbf16_ps(acc[i], xv, (__m256bh)_mm256_set1_epi32(wp[i * pairs + j]));
@@ -86,13 +96,13 @@ void tile(const uint16_t* w, int64_t k, const uint16_t* xt, float* sums, int64_t
 // The tile for the panel's last, short group of weight rows, and for a last block of 8.
 template <int W>
 void any_tile(int64_t w_rows, int64_t vectors, const uint16_t* w, int64_t k, const uint16_t* xt,
-              float* sums, int64_t sums_stride) {
+              float* sums, int64_t sums_stride, const uint16_t* ahead) {
   if constexpr (W > 1)
-    if (w_rows < W) return any_tile<W - 1>(w_rows, vectors, w, k, xt, sums, sums_stride);
+    if (w_rows < W) return any_tile<W - 1>(w_rows, vectors, w, k, xt, sums, sums_stride, ahead);
   if (vectors == 2)
-    tile<W, 2>(w, k, xt, sums, sums_stride);
+    tile<W, 2>(w, k, xt, sums, sums_stride, ahead);
   else
-    tile<W, 1>(w, k, xt, sums, sums_stride);
+    tile<W, 1>(w, k, xt, sums, sums_stride, ahead);
 }
 
 // The row kernel's pieces (bf16_rows below).
@@ -132,11 +142,13 @@ inline void transpose16(__m512i v[16]) {
 // weight rows from w: out[r * n + i], i < count.
 template <int M>
 void rows_group(const uint16_t* w, int64_t count, int64_t k, const uint32_t* xp, float* out,
-                int64_t n) {
+                int64_t n, const uint16_t* ahead) {
   const int64_t pairs = k / 2;
   __m512 acc[M];
   for (int r = 0; r < M; r++) acc[r] = _mm512_setzero_ps();
   for (int64_t j0 = 0; j0 < pairs; j0 += 16) {
+    // The next group's 16 lines for this block's 16 (prefetch_ahead).
+    for (int64_t j = j0; j < j0 + 16; j++) prefetch_ahead(ahead, j);
     __m512i v[16];
     for (int i = 0; i < ROWS_W; i++)
       v[i] = i < count ? _mm512_loadu_si512(w + i * k + 2 * j0) : _mm512_setzero_si512();
@@ -153,10 +165,10 @@ void rows_group(const uint16_t* w, int64_t count, int64_t k, const uint32_t* xp,
 
 template <int M>
 void rows_any(int64_t m, const uint16_t* w, int64_t count, int64_t k, const uint32_t* xp,
-              float* out, int64_t n) {
+              float* out, int64_t n, const uint16_t* ahead) {
   if constexpr (M > 1)
-    if (m < M) return rows_any<M - 1>(m, w, count, k, xp, out, n);
-  rows_group<M>(w, count, k, xp, out, n);
+    if (m < M) return rows_any<M - 1>(m, w, count, k, xp, out, n, ahead);
+  rows_group<M>(w, count, k, xp, out, n, ahead);
 }
 
 }  // namespace
@@ -172,9 +184,10 @@ void bf16_rows(const uint16_t* w, int64_t n, int64_t k, const float* x, int64_t 
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t g = 0; g < groups; g++) {
     const int64_t first = g * ROWS_W, count = n - first < ROWS_W ? n - first : ROWS_W;
+    const uint16_t* ahead = g + 1 < groups ? w + (first + ROWS_W) * k : nullptr;
     for (int64_t r = 0; r < m; r += ROWS_MAX)
       rows_any<ROWS_MAX>(m - r, w + first * k, count, k, xp + r * pairs, out + r * n + first,
-                         n);
+                         n, r ? nullptr : ahead);
   }
 }
 
@@ -223,19 +236,24 @@ void bf16_panel(const uint16_t* w, int64_t count, int64_t k, const uint16_t* xt,
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
   if (use_amx(k)) return amx_panel(w, count, k, xt, padded, sums);
 #endif
+  const uint16_t* end = w + count * k;
+  auto ahead_of = [end](const uint16_t* rows) { return rows < end ? rows : nullptr; };
   int64_t r = 0;
   for (; r + 2 * BF16_BLOCK_ROWS <= padded; r += 2 * BF16_BLOCK_ROWS) {
     int64_t i = 0;
     for (; i + WIDE_W <= count; i += WIDE_W)
       wide_tile<WIDE_W>(w + i * k, k, xt + r * k, sums + i * padded + r, padded);
     for (int64_t b = r; b < r + 2 * BF16_BLOCK_ROWS && i < count; b += BF16_BLOCK_ROWS)
-      any_tile<TILE_W>(count - i, 2, w + i * k, k, xt + b * k, sums + i * padded + b, padded);
+      any_tile<TILE_W>(count - i, 2, w + i * k, k, xt + b * k, sums + i * padded + b, padded,
+                       nullptr);
   }
+  // A narrow step's one block (or a wide one's last): its tiles read the panel's rows
+  // once, each tile prefetching the next's (the panel's last, the next panel's first).
   for (; r < padded; r += BF16_BLOCK_ROWS) {
     int64_t vectors = padded - r < BF16_BLOCK_ROWS ? (padded - r) / 8 : 2;
     for (int64_t i = 0; i < count; i += TILE_W)
       any_tile<TILE_W>(count - i, vectors, w + i * k, k, xt + r * k, sums + i * padded + r,
-                       padded);
+                       padded, ahead_of(w + (i + TILE_W) * k));
   }
 }
 
