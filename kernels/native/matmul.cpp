@@ -261,13 +261,21 @@ void dequantize(const Row& row, int64_t k, float* w) {
 constexpr int MR = 4;
 constexpr int NR = 3;
 
+//
+// A narrow step's first pass over a panel reads the weight from memory, NW rows side by
+// side: each pass's tile prefetches the rows of the next (`ahead`, null on later passes
+// and at the panel's end), a 64-byte line of each per two steps, or the step waits on
+// memory (docs/engine.md, "bf16 matmuls", on prefetching).
 template <int NW, int MX>
 void micro_kernel(const float* w, int64_t k, const float* x, int64_t x_stride, float* out,
-                  int64_t out_stride) {
+                  int64_t out_stride, const float* ahead) {
   __m256 acc[NW][MX];
   for (int i = 0; i < NW; i++)
     for (int r = 0; r < MX; r++) acc[i][r] = _mm256_setzero_ps();
   for (int64_t j = 0; j < k; j += 8) {
+    if (ahead && j % 16 == 0)
+      for (int i = 0; i < NW; i++)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + i * k + j), _MM_HINT_T0);
     __m256 wv[NW];
     for (int i = 0; i < NW; i++) wv[i] = _mm256_loadu_ps(w + i * k + j);
     for (int r = 0; r < MX; r++) {
@@ -282,18 +290,18 @@ void micro_kernel(const float* w, int64_t k, const float* x, int64_t x_stride, f
 // The micro-kernel for the last, short block of rows or of the panel.
 template <int NW, int MX>
 void micro_rows(int64_t mx, const float* w, int64_t k, const float* x, int64_t x_stride,
-                float* out, int64_t out_stride) {
+                float* out, int64_t out_stride, const float* ahead) {
   if constexpr (MX > 1)
-    if (mx < MX) return micro_rows<NW, MX - 1>(mx, w, k, x, x_stride, out, out_stride);
-  micro_kernel<NW, MX>(w, k, x, x_stride, out, out_stride);
+    if (mx < MX) return micro_rows<NW, MX - 1>(mx, w, k, x, x_stride, out, out_stride, ahead);
+  micro_kernel<NW, MX>(w, k, x, x_stride, out, out_stride, ahead);
 }
 
 template <int NW>
 void micro_any(int64_t nw, int64_t mx, const float* w, int64_t k, const float* x,
-               int64_t x_stride, float* out, int64_t out_stride) {
+               int64_t x_stride, float* out, int64_t out_stride, const float* ahead) {
   if constexpr (NW > 1)
-    if (nw < NW) return micro_any<NW - 1>(nw, mx, w, k, x, x_stride, out, out_stride);
-  micro_rows<NW, MR>(mx, w, k, x, x_stride, out, out_stride);
+    if (nw < NW) return micro_any<NW - 1>(nw, mx, w, k, x, x_stride, out, out_stride, ahead);
+  micro_rows<NW, MR>(mx, w, k, x, x_stride, out, out_stride, ahead);
 }
 
 // From OUTER_ROWS rows it computes a tile of TILE_W weight rows by 8 * TILE_V activation
@@ -447,7 +455,8 @@ void panel_matmul(MakeRow make_row, const float* x, int64_t m, int64_t x_stride,
           for (int64_t r = 0; r < rows; r += MR)
             for (int64_t i = 0; i < count; i += NR)
               micro_any<NR>(count - i, rows - r, w + i * k, k, xb + r * x_stride, x_stride,
-                            out_panel + r * n + i, n);
+                            out_panel + r * n + i, n,
+                            r == 0 && i + NR < count ? w + (i + NR) * k : nullptr);
           continue;
         }
         float* sums = scratch(sums_buffer, panel * padded);
