@@ -55,9 +55,10 @@ void wide_tile(const uint16_t* w, int64_t k, const uint16_t* xt, float* sums,
   }
 }
 
-// The weight rows after a tile's (`ahead`, null at the weight's end), a 64-byte line per
-// input pair of the tile, W * 4 bytes of its own: a narrow step reads each weight once,
-// and waits on memory without it (docs/engine.md, "bf16 matmuls").
+// Prefetch of the weight rows after a tile's or a row group's (`ahead`; null after the
+// last): a 64-byte line per input pair, while the tile reads W * 4 bytes of its own rows.
+// A narrow step reads each weight once, and waited on memory without it (docs/engine.md,
+// "bf16 matmuls").
 inline void prefetch_ahead(const uint16_t* ahead, int64_t j) {
   if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + j * 32), _MM_HINT_T0);
 }
@@ -248,7 +249,7 @@ void bf16_panel(const uint16_t* w, int64_t count, int64_t k, const uint16_t* xt,
                        nullptr);
   }
   // A narrow step's one block (or a wide one's last): its tiles read the panel's rows
-  // once, each tile prefetching the next's (the panel's last, the next panel's first).
+  // once, each but the panel's last prefetching the next tile's.
   for (; r < padded; r += BF16_BLOCK_ROWS) {
     int64_t vectors = padded - r < BF16_BLOCK_ROWS ? (padded - r) / 8 : 2;
     for (int64_t i = 0; i < count; i += TILE_W)
