@@ -220,3 +220,32 @@ async def test_grpc_front_applies_the_same_limits(stack, replicas):
                 pass
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert int(dict(caught.value.trailing_metadata())["retry-after"]) >= 1
+
+
+async def test_a_stream_past_the_stop_grace_ends_with_an_error_event(stack, tmp_path):
+    """A replica stopped (SIGTERM) while a long answer streams waits its grace period, then
+    ends the stream with an error event and the body's end: the client reads a whole
+    response, not a connection closed mid-chunk (http_stream.EventStream)."""
+    replica = Replica(stack, tmp_path / "routes.yaml", 2, {"shutdown-grace-seconds": 1})
+    replica.process.start()
+    try:
+        await wait_ready(replica.process, f"{replica.url}/readyz", 120)
+        created = new_tenant(stack)
+        headers = {"Authorization": f"Bearer {created['api_key']}"}
+        body = completion(max_tokens=2000, ignore_eos=True, stream=True)
+        events: list[dict] = []
+        url = f"{replica.url}/v1/completions"
+        async with (
+            httpx.AsyncClient(headers=headers, timeout=60) as client,
+            client.stream("POST", url, json=body) as response,
+        ):
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if line.startswith("data: {"):
+                    events.append(json.loads(line[6:]))
+                    if len(events) == 3:
+                        replica.process.process.terminate()  # SIGTERM, mid-answer
+        assert len(events) > 3 and all("choices" in e for e in events[:-1])
+        assert events[-1]["error"]["code"] == "service_unavailable"
+    finally:
+        replica.process.stop(timeout=20)

@@ -33,7 +33,7 @@ from starlette.background import BackgroundTask
 from starlette.types import Receive, Scope, Send
 
 from maas_services.common.openai_api.delta import Delta
-from maas_services.common.openai_api.errors import CLIENT_CLOSED, APIError
+from maas_services.common.openai_api.errors import CLIENT_CLOSED, APIError, unavailable
 from maas_services.common.openai_api.openai_format import Choices, ResponseShape, screen_calls
 from maas_services.common.openai_api.output_filter import OutputFilter
 from maas_services.common.openai_api.parsed_request import ParsedRequest
@@ -49,6 +49,8 @@ from maas_services.gateway.run import Run
 STREAM_BROKEN = APIError(
     502, "the model stopped responding mid-stream", type="api_error", code="upstream_error"
 )
+# A stream still running when the server's stop has waited its grace period out.
+STOPPED = unavailable("the gateway stopped before the answer ended; send the request again")
 
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -89,9 +91,12 @@ class EventStream(StreamingResponse):
     the first byte and the end); the frames between are written with
     uvicorn's own send (http_protocol.BODY_SEND), the middleware's wrappers
     passing body messages through unread. Together 0.067 -> 0.057 gateway
-    CPU-ms per streamed token at 32 streams (docs/gateway.md). The frames'
-    generator is closed here whatever happens, so its cleanup never waits for
-    the GC."""
+    CPU-ms per streamed token at 32 streams (docs/gateway.md). A stream the
+    server's stop cuts (its grace period over) ends with an error event
+    (STOPPED). The frames' generator is closed here whatever happens, so its
+    cleanup never waits for the GC."""
+
+    started = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         body_send = scope.get("extensions", {}).get(BODY_SEND, send)
@@ -101,12 +106,21 @@ class EventStream(StreamingResponse):
                 await asyncio.ensure_future(self._send_frames(send, body_send))
         except ClientGoneError:
             pass
+        except asyncio.CancelledError:
+            # Not the client's leaving: the server's stop, past its grace period
+            # (uvicorn cancels the requests still running). The client is told, and
+            # the body ends, instead of the connection closing mid-stream. Each frame
+            # is one write, so the last one sent was whole.
+            if self.started:
+                await send({"type": "http.response.body", "body": sse(STOPPED.body())})
+            raise
         finally:
             await self.body_iterator.aclose()
 
     async def _send_frames(self, send: Send, body_send: Send) -> None:
         start = {"type": "http.response.start", "status": self.status_code}
         await send({**start, "headers": self.raw_headers})
+        self.started = True
         frame_send = send
         async for frame in self.body_iterator:
             await frame_send({"type": "http.response.body", "body": frame, "more_body": True})
