@@ -93,21 +93,15 @@ def bare_app(paced: bool = False):
     every stream shares: what uvicorn and one socket write per token cost, alone."""
     import random
 
+    from tests.integration.gateway.stubs import SharedStep
+
     sse = [frames()[1]] * PACED_FRAMES + frames()[-1:] if paced else frames()
     start = {
         "type": "http.response.start",
         "status": 200,
         "headers": [(b"content-type", b"text/event-stream")],
     }
-    step: asyncio.Future | None = None
-
-    async def next_step() -> None:
-        nonlocal step
-        if step is None or step.done():
-            loop = asyncio.get_running_loop()
-            step = loop.create_future()
-            loop.call_later(random.uniform(0.01, 0.03), step.set_result, None)
-        await asyncio.shield(step)
+    steps = SharedStep(lambda: random.uniform(0.01, 0.03))
 
     async def app(scope, receive, send):
         if scope["type"] != "http":
@@ -118,7 +112,7 @@ def bare_app(paced: bool = False):
         await send(start)
         for frame in sse:
             if paced:
-                await next_step()
+                await steps.wait()
             await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

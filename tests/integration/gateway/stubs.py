@@ -54,6 +54,23 @@ def joined(
     return merged
 
 
+class SharedStep:
+    """One clock for everyone waiting on it, as a real engine's model step is for its
+    running requests: wait() ends with the step under way, or with a new one of
+    `pause()` seconds when none is. Also gateway_floor's paced bare app's clock."""
+
+    def __init__(self, pause: Callable[[], float]):
+        self._pause = pause
+        self._step: asyncio.Future | None = None
+
+    async def wait(self) -> None:
+        if self._step is None or self._step.done():
+            loop = asyncio.get_running_loop()
+            self._step = loop.create_future()
+            loop.call_later(self._pause(), self._step.set_result, None)
+        await asyncio.shield(self._step)
+
+
 class StubEngine(engine_pb2_grpc.EngineServicer):
     def __init__(
         self, model: str, chunks: list[str], delay: float = 0.0, delay_max: float | None = None
@@ -71,7 +88,7 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
         # Pace every request by one clock, a token each for all of them per
         # pause, as a real engine's steps do; else each request keeps its own.
         self.stepped = False
-        self._step: asyncio.Future | None = None
+        self._steps = SharedStep(self._pause)
         # Send each token's logprob entry when the request asks for logprobs.
         self.logprobs = False
         self.fail: grpc.StatusCode | None = None
@@ -129,7 +146,7 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
                     yield self._aborted(request, i)
                     return
                 if self.delay and i % self.burst == 0:
-                    await (self._next_step() if self.stepped else asyncio.sleep(self._pause()))
+                    await (self._steps.wait() if self.stepped else asyncio.sleep(self._pause()))
                 response = engine_pb2.GenerateResponse(
                     request_id=request.request_id, token_ids=[i + 1], text=text
                 )
@@ -158,14 +175,6 @@ class StubEngine(engine_pb2_grpc.EngineServicer):
         finally:
             self.active.discard(request.request_id)
             self._aborts.pop(request.request_id, None)
-
-    async def _next_step(self) -> None:
-        """The end of the step every request waiting now shares (one pause)."""
-        if self._step is None or self._step.done():
-            loop = asyncio.get_running_loop()
-            self._step = loop.create_future()
-            loop.call_later(self._pause(), self._step.set_result, None)
-        await asyncio.shield(self._step)
 
     def _pause(self) -> float:
         if self.delay_max is None:
