@@ -248,13 +248,14 @@ void bf16_panel(const uint16_t* w, int64_t count, int64_t k, const uint16_t* xt,
       any_tile<TILE_W>(count - i, 2, w + i * k, k, xt + b * k, sums + i * padded + b, padded,
                        nullptr);
   }
-  // A narrow step's one block (or a wide one's last): its tiles read the panel's rows
-  // once, each but the panel's last prefetching the next tile's.
+  // A narrow step's blocks (or a wide one's last). The first pass over the panel reads
+  // its rows from memory, each tile but the last prefetching the next's; later passes
+  // find them in cache.
   for (; r < padded; r += BF16_BLOCK_ROWS) {
     int64_t vectors = padded - r < BF16_BLOCK_ROWS ? (padded - r) / 8 : 2;
     for (int64_t i = 0; i < count; i += TILE_W)
       any_tile<TILE_W>(count - i, vectors, w + i * k, k, xt + r * k, sums + i * padded + r,
-                       padded, ahead_of(w + (i + TILE_W) * k));
+                       padded, r == 0 ? ahead_of(w + (i + TILE_W) * k) : nullptr);
   }
 }
 
