@@ -58,7 +58,7 @@ OP_CLASSES = {
         "aten::_softmax",
         "aten::baddbmm",
     ),
-    "sampler": ("aten::argmax", "aten::max", "aten::stack", "aten::multinomial", "aten::topk"),
+    "sampler": ("aten::argmax", "aten::max", "aten::stack", "aten::searchsorted", "aten::topk"),
     "elementwise": (
         "aten::mul",
         "aten::add",

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 # the distribution is already one-hot, so such requests are treated as greedy.
 _GREEDY_BELOW = 1e-5
 
+# How many of the most likely tokens top-p ranks before falling back to a
+# sort of the whole vocabulary (_top_p).
+TOP_P_CANDIDATES = 256
+
 
 class SamplingRequest(Protocol):
     params: SamplingParams
@@ -49,6 +53,24 @@ def position_seed(seed: int, position: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
     return z ^ (z >> 31)
+
+
+def draw(weights: torch.Tensor, generator: torch.Generator) -> int:
+    """One token id drawn in proportion to weights (non-negative, any total).
+
+    Inverse CDF: the first token whose running mass reaches a uniform point of
+    the total. torch.multinomial draws one exponential per token instead: ~1 ms
+    a row for SmolLM2's 49,152 tokens on a CPU, a third of a 32-stream decode
+    step at temperature 1 (OpenAI's default); a cumsum and a binary search are
+    ~65 us. The running mass is float64, so a long vocabulary's tail keeps its
+    share. The point lies in (0, total], and the search stops at the first
+    position whose running mass reaches it, so a zero-weight token (masked, cut
+    by top-k or top-p) is never the answer: its running mass is its
+    predecessor's.
+    """
+    cumulative = weights.double().cumsum(-1)
+    uniform = torch.rand((), generator=generator, dtype=torch.float64, device=weights.device)
+    return int(torch.searchsorted(cumulative, (1 - uniform) * cumulative[-1]))
 
 
 def draw_generator(request: SamplingRequest) -> torch.Generator:
@@ -91,7 +113,7 @@ class Sampler:
             for i, request in enumerate(requests):
                 if _samples(request):
                     probs = _probabilities(rows[i], request.params)
-                    tokens[i] = int(torch.multinomial(probs, 1, generator=draw_generator(request)))
+                    tokens[i] = draw(probs, draw_generator(request))
         return tokens
 
     def distribution(
@@ -211,10 +233,41 @@ def _probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
 
 
 def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    # Keep the fewest most likely tokens whose mass reaches top_p: a token goes
-    # when those ranked above it already reach it, so the top token always stays.
-    sorted_logits, order = logits.sort(descending=True)
-    probs = sorted_logits.softmax(-1)
-    mass_above = probs.cumsum(-1) - probs
-    logits[order[mass_above >= top_p]] = float("-inf")
-    return logits
+    """Keep the fewest most likely tokens whose mass reaches top_p (a new row).
+
+    A token goes when those ranked above it already reach top_p, so the top
+    token always stays. Sorting the whole vocabulary cost ~3.5 ms a row
+    (49,152 tokens, one CPU thread, more than the rest of a sampled row). The
+    kept tokens are ranked from a prefix of the full ranking instead: the
+    TOP_P_CANDIDATES most likely (topk, ~0.1 ms), which hold top_p's mass for
+    most rows (SmolLM2 at temperature 1: 93% of positions at top_p 0.9, 80% at
+    0.95), else every token above a floor lowered until their mass does
+    (_ranked_reaching). Either prefix runs the full ranking's running mass.
+    """
+    probs = logits.softmax(-1)
+    ranked, order = probs.topk(min(TOP_P_CANDIDATES, probs.numel()))
+    running = ranked.cumsum(-1)
+    if running[-1] < top_p:
+        ranked, order = _ranked_reaching(probs, ranked[-1], top_p)
+        running = ranked.cumsum(-1)
+    kept = order[running - ranked < top_p]
+    # A fresh row written at the kept ids: a boolean mask over the vocabulary
+    # (masked_fill_) cost ~45 us a row, this ~8.
+    return torch.full_like(logits, float("-inf")).index_copy_(0, kept, logits[kept])
+
+
+def _ranked_reaching(
+    probs: torch.Tensor, floor: torch.Tensor, top_p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(probabilities, token ids) of every token at or above the first floor
+    whose tokens' mass reaches top_p, most likely first.
+
+    The floor starts at the candidates' least likely and drops sixteenfold a
+    try (a masked sum, ~60 us): every token top-p keeps lies above it, and
+    those are sorted alone. A floor that reaches 0 takes the whole vocabulary.
+    """
+    while floor > 0 and torch.where(probs >= floor, probs, 0).sum() < top_p:
+        floor = floor / 16
+    ids = (probs >= floor).nonzero().squeeze(-1)
+    ranked, order = probs[ids].sort(descending=True)
+    return ranked, ids[order]

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import torch
 
+from maas_services.engine.sampler import draw
+
 # One position's target: None for greedy (then `argmax` decides), else probabilities.
 Target = Callable[[int], tuple[torch.Tensor | None, int]]
 
@@ -34,8 +36,8 @@ def verify(drafts: list[int], target: Target, generator: torch.Generator) -> tup
             # Rejection means p(draft) < 1, so the residual has mass.
             residual = probs.clone()
             residual[draft] = 0
-            return j, int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
+            return j, draw(residual, generator)
     probs, argmax = target(len(drafts))
     if probs is None:
         return len(drafts), argmax
-    return len(drafts), int(torch.multinomial(probs, 1, generator=generator))
+    return len(drafts), draw(probs, generator)

@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+from maas_services.engine import sampler as sampler_module
 from maas_services.engine.sampler import Sampler, make_generator
 from maas_services.engine.sampling_params import SamplingParams
 
@@ -311,3 +312,47 @@ def test_a_seeded_draw_depends_on_its_seed_and_position_only():
     for _ in range(len(whole) - 12):
         resumed.output_ids.append(sampler(logits, [resumed])[0])
     assert resumed.output_ids == whole
+
+
+def test_a_draw_follows_the_weights_and_never_lands_on_a_zero():
+    weights = torch.tensor([0.0, 1.0, 0.0, 0.0, 3.0, 0.0])  # any total, zeros at both ends
+    generator = torch.Generator().manual_seed(0)
+    counts = Counter(sampler_module.draw(weights, generator) for _ in range(4000))
+    assert set(counts) == {1, 4}
+    # 1,000 expected for token 1 (binomial sd ~27): five sd either side.
+    assert 865 < counts[1] < 1135
+
+
+def reference_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Which tokens top-p keeps, by the whole vocabulary's ranking."""
+    ranked, order = logits.softmax(-1).sort(descending=True)
+    kept = torch.zeros_like(logits, dtype=torch.bool)
+    kept[order[ranked.cumsum(-1) - ranked < top_p]] = True
+    return kept
+
+
+def long_tail(vocab: int = 4000) -> torch.Tensor:
+    """Logits whose 16 most likely tokens hold little of the mass: the floor must drop."""
+    logits = torch.randn(vocab, generator=torch.Generator().manual_seed(5)) * 0.3
+    logits[:16] += 2.0
+    logits[::7] = float("-inf")  # masked tokens (banned, cut by top-k) never come back
+    return logits
+
+
+@pytest.mark.parametrize(
+    "logits",
+    [
+        pytest.param(
+            torch.randn(2000, generator=torch.Generator().manual_seed(3)) * 4, id="peaked"
+        ),
+        pytest.param(long_tail(), id="long_tail"),
+        pytest.param(torch.zeros(600), id="flat"),
+    ],
+)
+@pytest.mark.parametrize("top_p", [0.1, 0.5, 0.9, 0.99, 0.999999])
+def test_top_p_from_a_prefix_of_the_ranking_keeps_what_the_whole_ranking_keeps(
+    monkeypatch, logits, top_p
+):
+    monkeypatch.setattr(sampler_module, "TOP_P_CANDIDATES", 16)
+    kept = sampler_module._top_p(logits.clone(), top_p).isfinite()
+    assert torch.equal(kept, reference_top_p(logits, top_p))
