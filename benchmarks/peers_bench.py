@@ -2,8 +2,8 @@
 
 One client (maas bench's own, maas_tools.bench.client), one seeded workload
 (story prompts, streaming /v1/completions, `--max-tokens` output tokens with
-ignore_eos, N streams in a closed loop), and each server alone on the machine
-in turn, started and stopped here:
+ignore_eos, greedy unless --sampling says otherwise, N streams in a closed
+loop), and each server alone on the machine in turn, started and stopped here:
 - maas through the gateway, as `maas up` runs it (each --maas-variant too);
 - vLLM's CPU build in its own venv (maas_tools.peers), in float32 and in its
   default bf16 (emulated, and slow, on CPUs without native bf16: measured at
@@ -104,7 +104,7 @@ async def measure_server(server: Server, args) -> dict:
     load_before = round(os.getloadavg()[0], 2)
     async with server.open() as endpoint:
         ready_s = round(time.perf_counter() - started, 1)
-        extra = endpoint.extra_body(args.max_tokens)
+        extra = endpoint.extra_body(args.max_tokens) | args.sampling
         client = ChatClient(
             endpoint.base_url, endpoint.api_key, endpoint.model, args.timeout, extra_body=extra
         )
@@ -230,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--llamacpp-levels", type=level_list, default=(1,))
     parser.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
+    parser.add_argument(
+        "--sampling",
+        type=json.loads,
+        default={},
+        help="sampling fields for every request, as JSON (default: greedy, temperature 0), "
+        'e.g. \'{"temperature": 1, "top_p": 0.9}\'',
+    )
     parser.add_argument("--rounds", type=int, default=2, help="requests per stream at a level")
     parser.add_argument(
         "--min-requests", type=int, default=8, help="at a level, so few streams get a TTFT p99"
@@ -314,7 +321,8 @@ async def run(args, argv: list[str]) -> dict:
             "rounds": args.rounds,
             "min_requests": args.min_requests,
             "seed": args.seed,
-            "api": "POST /v1/completions, stream, ignore_eos, temperature 0",
+            "api": "POST /v1/completions, stream, ignore_eos",
+            "sampling": args.sampling or {"temperature": 0},
             "prompt": story_prompts(args.seed, 1, 1)[0],
         },
         "servers": {},
