@@ -25,6 +25,15 @@ def load_hf_model(path: Path, dtype: torch.dtype, device: torch.device):
     )
 
 
+def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids, attention mask) of a batch, padded on the left as decoder-only
+    batched generation needs."""
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
+
+
 def static_tokens_per_s(
     hf_model, prompts: list[list[int]], lengths: list[int], batch: int, device: torch.device
 ) -> float:
@@ -32,12 +41,7 @@ def static_tokens_per_s(
     started = time.perf_counter()
     for first in range(0, len(prompts), batch):
         group = range(first, min(first + batch, len(prompts)))
-        width = max(len(prompts[i]) for i in group)
-        # Left padding, as decoder-only batched generation needs.
-        ids = torch.tensor([[0] * (width - len(prompts[i])) + prompts[i] for i in group])
-        mask = torch.tensor(
-            [[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in group]
-        )
+        ids, mask = left_padded([prompts[i] for i in group])
         longest = max(lengths[i] for i in group)
         with torch.inference_mode():
             hf_model.generate(

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.engine_bench import TOPICS, chat_prompt
-from benchmarks.hf_static import load_hf_model
+from benchmarks.hf_static import left_padded, load_hf_model
 from benchmarks.machine import machine
 from benchmarks.results_file import report
 from maas_services.common.model_files import default_model_path
@@ -58,9 +58,7 @@ def model_logits(rows: int, steps: int) -> list[torch.Tensor]:
     prompts = [
         chat_prompt(tokenizer, f"Tell me a story about {TOPICS[i % 8]}.") for i in range(rows)
     ]
-    width = max(map(len, prompts))
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids, mask = left_padded(prompts)
     with torch.inference_mode():
         out = model.generate(
             ids,
