@@ -63,10 +63,13 @@ async def serve(settings: BillingSettings) -> None:
     async def stop_consuming() -> None:
         # Cancelling anywhere is safe: what was committed but not acked is
         # redelivered (inserting nothing) and its outbox row applied (ledger.py).
-        consuming.cancel()
-        trimming.cancel()
-        upkeep.cancel()
-        publishing.cancel()
+        chores = [consuming, trimming, upkeep, publishing]
+        for chore in chores:
+            chore.cancel()
+        # Ended before the store closes: a chore cancelled inside a transaction holds
+        # its connection until it unwinds, and a SQLite connection not closed keeps its
+        # driver's thread (aiosqlite's, not a daemon) and with it the process alive.
+        await asyncio.wait(chores, timeout=settings.shutdown_grace_seconds)
         # The publisher may have run since shutdown began; draining stays unready.
         await handle.set_serving(False)
 

@@ -16,6 +16,7 @@ answers RESOURCE_EXHAUSTED before any handler runs).
 """
 
 import asyncio
+import math
 import signal
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -125,6 +126,24 @@ async def start_server(
     return handle
 
 
+# How far past its grace a stopping process may run before the kernel ends it
+# (arm_shutdown_watchdog).
+SHUTDOWN_OVERRUN_SECONDS = 10
+
+
+def arm_shutdown_watchdog(shutdown_seconds: float) -> None:
+    """End this process (SIGALRM's default action) if it is still running
+    SHUTDOWN_OVERRUN_SECONDS after the longest its shutdown may take (its grace, or
+    more where it stops something of its own after the grace): by then it has
+    nothing left to do. Kubernetes follows its SIGTERM with SIGKILL; a child of `maas up`
+    whose parent was killed gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and no
+    SIGKILL after it, so a cleanup that hangs (a task that never unwinds, a database
+    driver's thread never stopped) would leave it running forever."""
+    deadline = math.ceil(shutdown_seconds) + SHUTDOWN_OVERRUN_SECONDS
+    signal.alarm(deadline)
+    log.info("shutdown_watchdog_armed", exit_within_seconds=deadline)
+
+
 def install_stop_signals(stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -135,12 +154,16 @@ async def run_until_signalled(
     handle: ServerHandle,
     grace_seconds: float,
     on_stop: Callable[[], Awaitable[None]] | None = None,
+    shutdown_seconds: float | None = None,
 ) -> None:
-    """Block until SIGTERM/SIGINT, then shut down gracefully."""
+    """Block until SIGTERM/SIGINT, then shut down gracefully; the process ends within
+    shutdown_seconds (default: the grace) and SHUTDOWN_OVERRUN_SECONDS however its
+    cleanup goes (arm_shutdown_watchdog)."""
     stop = asyncio.Event()
     install_stop_signals(stop)
     await stop.wait()
     log.info("shutdown_started", grace_seconds=grace_seconds)
+    arm_shutdown_watchdog(grace_seconds if shutdown_seconds is None else shutdown_seconds)
     await handle.set_serving(False)
     if on_stop is not None:
         await on_stop()

@@ -89,7 +89,13 @@ async def serve(settings: EngineSettings) -> None:
                 http_stopped.append(asyncio.create_task(http.stop()))
 
         signalled = asyncio.create_task(
-            run_until_signalled(handle, settings.shutdown_grace_seconds, on_stop=drain)
+            run_until_signalled(
+                handle,
+                settings.shutdown_grace_seconds,
+                on_stop=drain,
+                # The gRPC server's grace, then the core's to exit (core.stop below).
+                shutdown_seconds=2 * settings.shutdown_grace_seconds,
+            )
         )
         died = asyncio.create_task(engine.died.wait())
         await asyncio.wait({signalled, died}, return_when=asyncio.FIRST_COMPLETED)

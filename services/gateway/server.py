@@ -14,7 +14,7 @@ import uvicorn
 from maas.v1 import billing_pb2_grpc
 from maas_services.common import event_loop
 from maas_services.common.grpc_client import open_channel
-from maas_services.common.grpc_server import install_stop_signals
+from maas_services.common.grpc_server import arm_shutdown_watchdog, install_stop_signals
 from maas_services.common.logging import get_logger
 from maas_services.common.openai_api.output_filter import OutputFilter
 from maas_services.common.redis_client import open_redis
@@ -205,6 +205,7 @@ async def run_gateway(settings: GatewaySettings) -> None:
     install_stop_signals(stop)
     await stop.wait()
     log.info("shutdown_started")
+    arm_shutdown_watchdog(settings.shutdown_grace_seconds)
     await handle.set_serving(False)
     http.should_exit = True
     await asyncio.gather(http_task, handle.server.stop(settings.shutdown_grace_seconds))

@@ -16,6 +16,7 @@ items' retention as the Redis buckets did), `ListLineItems` and
 `maas billing line-items` (the tenant-and-time index), and reconcile.
 """
 
+import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -123,6 +124,10 @@ class LineItemStore:
         self.engine = open_engine(url, connect_seconds=10, command_seconds=60)
         self.partitions = Partitions()
         self._started = False
+        # The consumer's first pass and the upkeep's first round start the store at
+        # once: on SQLite (no advisory lock, schema.py) both saw no tables and the
+        # second CREATE TABLE failed, on every fresh `maas up`.
+        self._starting = asyncio.Lock()
 
     @property
     def dialect(self) -> str:
@@ -130,9 +135,10 @@ class LineItemStore:
 
     async def start(self) -> None:
         """Create or upgrade the schema and today's and the next days' partitions."""
-        async with self.engine.begin() as conn:
-            await create_schema(conn)
-        self._started = True
+        async with self._starting:
+            async with self.engine.begin() as conn:
+                await create_schema(conn)
+            self._started = True
         await self.ensure_partitions_ahead()
 
     async def _ready(self) -> None:

@@ -27,6 +27,9 @@ async def redis(redis_url):
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    # What was printed before (the consumer's log of a partition it created for
+    # yesterday's events, past midnight UTC) is not the command's output.
+    capsys.readouterr()
     code = main(list(argv))
     out = capsys.readouterr()
     return code, out.out, out.err
