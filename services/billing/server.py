@@ -66,9 +66,12 @@ async def serve(settings: BillingSettings) -> None:
         chores = [consuming, trimming, upkeep, publishing]
         for chore in chores:
             chore.cancel()
-        # Ended before the store closes: a chore cancelled inside a transaction holds
-        # its connection until it unwinds, and a SQLite connection not closed keeps its
-        # driver's thread (aiosqlite's, not a daemon) and with it the process alive.
+        # Ended here, not by asyncio.run's last cancellation of what is left: a chore
+        # cancelled inside a transaction terminates its connection as it unwinds
+        # (SQLAlchemy's shielded graceful close, then aiosqlite's stop). Cancelled a second
+        # time midway, it stopped the connection's thread before the graceful close's own
+        # stop was served, and that task waited forever, asyncio.run and the process with
+        # it (a CI run's orphan, session 21).
         await asyncio.wait(chores, timeout=settings.shutdown_grace_seconds)
         # The publisher may have run since shutdown began; draining stays unready.
         await handle.set_serving(False)
