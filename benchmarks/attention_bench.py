@@ -10,6 +10,9 @@ Two sections, each an A/B in one process with the order swapped every round:
   and without the torch path's decode groups.
 - step: whole decode steps of the real engine (benchmarks.step_bench's), native
   and torch attention swapped per step (ABBA), thread CPU ms per step.
+- pool: whole decode steps of two engines alike but for their KV pool's dtype
+  (float32, bf16: --kv-cache-dtype), the serving path's matmuls (this machine's
+  --wide-gemm default), steps of one then the other (ABBA), wall ms per step.
 """
 
 import argparse
@@ -144,23 +147,68 @@ def step(batches, prompt_len: int, steps: int, threads: int) -> list[dict]:
     return rows
 
 
+def pool(batches, prompt_len: int, steps: int, threads: int) -> list[dict]:
+    from maas_services.common.machine_profile import machine_profile
+    from maas_services.common.model_files import default_model_path
+    from maas_services.common.tokenizer_loader import load_tokenizer
+    from maas_services.engine.loader import load_model
+    from maas_services.engine.machine_defaults import resolve
+    from maas_services.engine.model_runner import choose_path
+    from maas_services.engine.settings import EngineSettings
+
+    torch.set_num_threads(threads)
+    path = default_model_path()
+    model, config = load_model(path, torch.float32, progress=False)
+    tokenizer = load_tokenizer(path)
+    wide_gemm = resolve(EngineSettings(), machine_profile(), False, os.environ).settings.wide_gemm
+    serving = choose_path(model, compiled=False, native=True, wide_gemm=wide_gemm)
+    pools = {"float32": torch.float32, "bf16": torch.bfloat16}
+    rows = []
+    for batch in batches:
+        engines = {}
+        for name, dtype in pools.items():
+            engine = decoding_engine(model, config, tokenizer, batch, prompt_len, 2 * steps, dtype)
+            engine.runner.path = serving
+            engines[name] = engine
+        walls = {name: [] for name in pools}
+        loads = []
+        for i in range(2 * steps):
+            name = list(pools)[(i + i // 2) % 2]  # ABBA
+            started = time.perf_counter()
+            engines[name].step()
+            walls[name].append(time.perf_counter() - started)
+            if i % 8 == 0:
+                loads.append(round(os.getloadavg()[0], 2))
+        ms = {name: round(1e3 * statistics.median(v), 2) for name, v in walls.items()}
+        row = {"threads": threads, "batch": batch, "prompt_len": prompt_len, "wide_gemm": wide_gemm}
+        row |= {"wall_ms": ms, "float32_over_bf16": round(ms["float32"] / ms["bf16"], 3)}
+        row |= {"load_average_1m": loads}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--section", choices=["layer", "step"], default="layer")
+    parser.add_argument("--section", choices=["layer", "step", "pool"], default="layer")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=20, help="layer calls per round")
-    parser.add_argument("--prompt-len", type=int, default=200, help="step: each stream's prompt")
-    parser.add_argument("--steps", type=int, default=20, help="step: steps per path")
+    parser.add_argument(
+        "--prompt-len", type=int, default=200, help="step, pool: each stream's prompt"
+    )
+    parser.add_argument("--steps", type=int, default=20, help="step, pool: steps per path")
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/attention.json"))
     args = parser.parse_args()
     assert bindings.library() is not None, "the native library did not build"
     result = {"machine": machine(), "args": vars(args) | {"output": str(args.output)}}
     if args.section == "layer":
         result["rows"] = layer(args.batches, args.threads, args.rounds, args.calls)
-    else:
+    elif args.section == "step":
         result["rows"] = step(args.batches, args.prompt_len, args.steps, args.threads[0])
+    else:
+        result["rows"] = pool(args.batches, args.prompt_len, args.steps, args.threads[-1])
     result["load_after"] = os.getloadavg()
     update_results(args.output, args.section, result)
 

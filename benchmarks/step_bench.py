@@ -86,9 +86,14 @@ def op_class(name: str) -> str:
     return "other ops"
 
 
-def decoding_engine(model, config, tokenizer, batch: int, prompt_len: int, steps: int):
-    """An engine whose batch requests have all finished prefill and decode from here."""
-    engine = offline_engine(model, config, tokenizer, batch, prompt_len + steps + 16)
+def decoding_engine(
+    model, config, tokenizer, batch: int, prompt_len: int, steps: int, kv_dtype=None
+):
+    """An engine (its KV pool of kv_dtype, else the model's) whose batch requests have all
+    finished prefill and decode from here."""
+    engine = offline_engine(
+        model, config, tokenizer, batch, prompt_len + steps + 16, kv_dtype=kv_dtype
+    )
     rng = random.Random(batch)
     params = SamplingParams(temperature=0, max_tokens=steps + 4, ignore_eos=True)
     for i in range(batch):

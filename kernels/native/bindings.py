@@ -80,27 +80,28 @@ class Lora(ctypes.Structure):
     _fields_ = [("qkv", LowRank), ("o", LowRank), ("gate_up", LowRank), ("down", LowRank)]
 
 
+# attention.cpp's paged decode attention, over float32 or bf16 pools.
+ATTENTION = [
+    *(PTR, INT, INT) * 3,  # q, k, v and their token and head strides
+    PTR,  # slot_mapping
+    INT,  # tokens
+    PTR,  # k_cache
+    PTR,  # v_cache
+    INT,  # whether the pools are bf16
+    PTR,  # block_tables
+    INT,  # table width
+    PTR,  # context_lens
+    *(INT,) * 5,  # decodes, heads, kv_heads, head_dim, block_size
+    FLOAT,  # scale
+    PTR,  # out
+    THREADS,
+]
+
 # name -> (argument types, result type), each function as its .cpp declares it.
 SIGNATURES: dict[str, tuple[list, type | None]] = {
     # argmax.cpp: logits, rows, vocab, row stride, out.
     "argmax_rows_f32": ([PTR, INT, INT, INT, PTR, THREADS], None),
-    "paged_attention_decode_f32": (
-        [
-            *(PTR, INT, INT) * 3,  # q, k, v and their token and head strides
-            PTR,  # slot_mapping
-            INT,  # tokens
-            PTR,  # k_cache
-            PTR,  # v_cache
-            PTR,  # block_tables
-            INT,  # table width
-            PTR,  # context_lens
-            *(INT,) * 5,  # decodes, heads, kv_heads, head_dim, block_size
-            FLOAT,  # scale
-            PTR,  # out
-            THREADS,
-        ],
-        None,
-    ),
+    "paged_attention_decode": (ATTENTION, None),
     # linear.cpp: x, m, x stride, w, bias, n, k, out, row kernel rows, panel bytes.
     "f32_linear": ([PTR, INT, INT, PTR, PTR, INT, INT, PTR, INT, INT, THREADS], None),
     # A Weight's address, x, m, x stride, out, row kernel rows, panel bytes.
@@ -121,10 +122,11 @@ SIGNATURES: dict[str, tuple[list, type | None]] = {
         None,
     ),
     "layer_outputs_f32": ([PTR, PTR, INT, PTR, INT, PTR, PTR, PTR, PTR, THREADS], None),
-    # layers, count, x, tokens, cos, sin, pools and their layer stride, the metadata's
-    # slots, tables, table width, lengths and block size, loras, rows' adapters, out, stream.
+    # layers, count, x, tokens, cos, sin, pools, their layer stride and whether bf16, the
+    # metadata's slots, tables, table width, lengths and block size, loras, rows' adapters,
+    # out, stream.
     "decode_layers_f32": (
-        [PTR, INT, PTR, INT, PTR, PTR, PTR, PTR, INT, PTR, PTR, INT, PTR, INT]
+        [PTR, INT, PTR, INT, PTR, PTR, PTR, PTR, INT, INT, PTR, PTR, INT, PTR, INT]
         + [PTR, PTR, PTR, PTR, THREADS],
         None,
     ),

@@ -165,13 +165,15 @@ void layer_outputs_f32(const NativeLayer* layer, const float* attended, int64_t 
 // wrappers each at one stream. The arithmetic is those calls' own, in their order, so
 // the result is theirs bit for bit. x [tokens, hidden] is the embeddings (left as they
 // are); the pools are [layers, blocks, block_size, kv_heads, head_dim] (contiguous,
-// layer_floats apart); the metadata is attention's for the step. loras: one NativeLora
-// per layer where some row runs an adapter (row_adapter: lora.h), else null. Writes out
-// (the last MLP's output) and stream (the stream before it), for the final norm.
+// layer_entries apart), of float32 entries or, where pool_bf16, of bf16 ones; the
+// metadata is attention's for the step. loras: one NativeLora per layer where some row runs
+// an adapter (row_adapter: lora.h), else null. Writes out (the last MLP's output) and
+// stream (the stream before it), for the final norm.
 void decode_layers_f32(const NativeLayer* layers, int64_t num_layers, const float* x,
-                       int64_t tokens, const float* cos, const float* sin, float* k_pool,
-                       float* v_pool, int64_t layer_floats, const int64_t* slot_mapping,
-                       const int64_t* block_tables, int64_t table_width,
+                       int64_t tokens, const float* cos, const float* sin, void* k_pool,
+                       void* v_pool, int64_t layer_entries, int64_t pool_bf16,
+                       const int64_t* slot_mapping, const int64_t* block_tables,
+                       int64_t table_width,
                        const int64_t* context_lens, int64_t block_size,
                        const NativeLora* loras, const int64_t* row_adapter, float* out,
                        float* stream, int threads) {
@@ -191,10 +193,12 @@ void decode_layers_f32(const NativeLayer* layers, int64_t num_layers, const floa
                      v, stream, lora, row_adapter, threads);
     // native_attention.py's scale, head_dim ** -0.5 rounded to float.
     const float scale = static_cast<float>(pow(static_cast<double>(d), -0.5));
-    paged_attention_decode_f32(q, q_size, d, k, kv_size, d, v, kv_size, d, slot_mapping, tokens,
-                               k_pool + l * layer_floats, v_pool + l * layer_floats,
-                               block_tables, table_width, context_lens, tokens, L.heads,
-                               L.kv_heads, d, block_size, scale, attended, threads);
+    const size_t entry = pool_bf16 ? 2 : 4;
+    paged_attention_decode(q, q_size, d, k, kv_size, d, v, kv_size, d, slot_mapping, tokens,
+                           static_cast<char*>(k_pool) + l * layer_entries * entry,
+                           static_cast<char*>(v_pool) + l * layer_entries * entry, pool_bf16,
+                           block_tables, table_width, context_lens, tokens, L.heads,
+                           L.kv_heads, d, block_size, scale, attended, threads);
     layer_outputs_f32(&L, attended, q_size, residual, tokens, out, stream, lora, row_adapter,
                       threads);
   }

@@ -31,6 +31,10 @@ def paged_attention(
     native library (float32) they run services/engine/native_attention.py, which reads
     them in place too; elsewhere, the torch path below: grouped gathers and SDPA.
     Prefill chunks take SDPA either way.
+
+    The pool may hold a narrower dtype than q (--kv-cache-dtype bf16 under a float32
+    model): keys and values are rounded to it as they are stored and widened back to
+    q's as they are read.
     """
     decodes = meta.num_decodes
     if not use_kernel and native_attention.handles(q, k_cache, v_cache):
@@ -39,8 +43,8 @@ def paged_attention(
         out = native_attention.store_and_attend(q, k, v, k_cache, v_cache, meta)
         return out if decodes == q.shape[0] else _prefills(q, k_cache, v_cache, meta, out)
     kv_heads, head_dim = k_cache.shape[2:]
-    k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k)
-    v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v)
+    k_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(-1, kv_heads, head_dim).index_copy_(0, meta.slot_mapping, v.to(v_cache.dtype))
     groups = meta.decode_groups
     if not use_kernel and decodes == q.shape[0] and len(groups) == 1 and groups[0].first == 0:
         # Every decode in one group, nothing else (any batch-1 decode step): its
@@ -107,7 +111,7 @@ def _decode(
     shape = (seqs, kv_heads, group.positions, head_dim)
     strides = (per_seq, head_dim, kv_heads * head_dim, 1)
     keys, values = (
-        _blocks(cache, group).as_strided(shape, strides) for cache in (k_cache, v_cache)
+        _blocks(cache, group).as_strided(shape, strides).to(q.dtype) for cache in (k_cache, v_cache)
     )
     # The query heads that share a KV head become that head's rows of queries,
     # so grouped-query attention needs no copies of K and V per query head.
@@ -124,8 +128,8 @@ def _prefill(
     mask: torch.Tensor,
 ) -> torch.Tensor:
     context = mask.shape[1]
-    keys = _gather(k_cache, block_ids)[:context].transpose(0, 1)
-    values = _gather(v_cache, block_ids)[:context].transpose(0, 1)
+    keys = _gather(k_cache, block_ids)[:context].transpose(0, 1).to(q.dtype)
+    values = _gather(v_cache, block_ids)[:context].transpose(0, 1).to(q.dtype)
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1).unsqueeze(0),
         keys.unsqueeze(0),

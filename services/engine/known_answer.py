@@ -105,14 +105,15 @@ def score_native(
     texts: list[list[int]],
     device: torch.device | str = "cpu",
     path: ComputePath = EAGER,
+    kv_dtype: torch.dtype | None = None,
 ) -> Score:
     """Score the texts with `model`'s own forward through the engine's compute path: one
-    prefill each over a fresh KV pool (tools/eval/perplexity.py), so the serving pool
-    is left untouched."""
+    prefill each over a fresh KV pool of the serving pool's dtype (tools/eval/perplexity.py),
+    so the serving pool is left untouched."""
     started = time.perf_counter()
     logprobs: list[float] = []
     for ids in texts:
-        logits = window_logits(model, ids, device, path)[:-1].float().log_softmax(-1)
+        logits = window_logits(model, ids, device, path, kv_dtype)[:-1].float().log_softmax(-1)
         targets = torch.tensor(ids[1:], device=logits.device)
         logprobs += logits.gather(1, targets[:, None]).squeeze(1).tolist()
     return score_of(logprobs, started, time.perf_counter())

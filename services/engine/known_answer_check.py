@@ -53,7 +53,7 @@ def check_native(engine: LLMEngine, settings: EngineSettings) -> str:
         return ""
     runner = engine.runner
     texts = known_token_ids(engine.tokenizer)
-    score = score_native(runner.model, texts, runner.device, runner.path)
+    score = score_native(runner.model, texts, runner.device, runner.path, runner.kv_cache.k.dtype)
     path = resolve_model_path(settings.model_path)
     quantized = settings.quantization != "none"
     return judge_score(score, settings, path, "native", quantized).failure

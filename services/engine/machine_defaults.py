@@ -117,6 +117,26 @@ WIDE_GEMM_BY_CPU_CLASS = {
 }
 
 
+# The KV pool's entries (--kv-cache-dtype), per CPU class: bf16 halves the bytes a
+# decode's attention reads (memory-bound: native/attention.cpp widens them with AVX2, so
+# any class could), but a class takes it only once measured there.
+KV_CACHE_DTYPE_BY_CPU_CLASS = {
+    "amx": Measured("model", "not measured on an AMX CPU yet"),
+    "avx512_bf16": Measured(
+        "bf16",
+        "AMD EPYC family 25 model 17 (Zen 4, avx512_bf16, no AMX; session 22): whole decode "
+        "steps, float32 pool over bf16, ABBA in one process (benchmarks.attention_bench "
+        "--section pool, 80-token prompts, three runs) 1.06x / 1.10-1.14x / 1.13-1.20x at "
+        "8 / 32 / 64 rows, 1.37x at 32 rows of 400-token prompts; through the stack, three "
+        "runs in both "
+        "orders, medians 1.03x / 1.05x / 1.08x / 1.10x output tok/s at 1 / 8 / 32 / 64 "
+        "streams; known-answer perplexity -0.1% off float32's; twice the tokens a byte",
+    ),
+    "avx512": Measured("model", "not measured on an AVX-512 CPU without bf16 yet"),
+    "avx2": Measured("model", "not measured on an AVX2 CPU yet"),
+}
+
+
 def cpu_class(machine: MachineProfile) -> str:
     """The row of DTYPE_BY_CPU_CLASS (and of docs/bench.md's tables) this CPU belongs to."""
     if machine.amx:
@@ -143,6 +163,12 @@ def machine_wide_gemm(machine: MachineProfile, on_cuda: bool) -> Choice:
     if on_cuda:
         return Choice("float32", "CUDA: the native layers do not run")
     return _measured(WIDE_GEMM_BY_CPU_CLASS, machine)
+
+
+def machine_kv_cache_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
+    if on_cuda:
+        return Choice("model", "CUDA: the Triton attention reads the model's dtype")
+    return _measured(KV_CACHE_DTYPE_BY_CPU_CLASS, machine)
 
 
 def _threads(machine: MachineProfile) -> Choice:
@@ -225,6 +251,7 @@ def derive(
     return {
         "dtype": machine_dtype(machine, on_cuda),
         "wide_gemm": machine_wide_gemm(machine, on_cuda),
+        "kv_cache_dtype": machine_kv_cache_dtype(machine, on_cuda),
         "torch_threads": _threads(machine),
         "compute_wide_rows": _wide_rows(on_cuda),
         "omp": _omp(),
@@ -258,6 +285,7 @@ class Resolved:
 _AUTO = {
     "dtype": "auto",
     "wide_gemm": "auto",
+    "kv_cache_dtype": "auto",
     "torch_threads": 0,
     "compute_wide_rows": 0,
     "speculative_max_batch": 0,

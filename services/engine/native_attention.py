@@ -1,5 +1,9 @@
 """CPU paged decode attention in one native call per layer: native/attention.cpp.
 
+The pools are float32 or bf16 (--kv-cache-dtype bf16: each key and value rounded
+as torch rounds, read back widened, half the bytes a decode reads); the queries
+and the arithmetic are float32 either way.
+
 The call writes the step's new keys and values into their pool slots (every
 token's, prefill chunks' included, so their SDPA after it reads them) and
 attends each decode over its own blocks in place, through its block table:
@@ -36,8 +40,12 @@ def torch_path() -> Iterator[None]:
         _off = previous
 
 
+# The pools' entry types the library reads.
+_POOL_DTYPES = (torch.float32, torch.bfloat16)
+
+
 def handles(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """Whether the native call runs this layer: float32 on a CPU, outside force_triton."""
+    """Whether the native call runs this layer: float32 queries on a CPU, outside force_triton."""
     # force_triton sends CPU tensors to the Triton kernels (the interpreter tests the
     # CUDA wiring on a CPU): then they must get them.
     return q.device.type == "cpu" and q.dtype == torch.float32 and handles_pool(k_cache, v_cache)
@@ -50,7 +58,8 @@ def handles_pool(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
         k_cache.device.type == "cpu"
         and not ops._force_triton
         and not _off
-        and k_cache.dtype == v_cache.dtype == torch.float32
+        and k_cache.dtype == v_cache.dtype
+        and k_cache.dtype in _POOL_DTYPES
         and k_cache.shape[-1] % _HEAD_DIM_MULTIPLE == 0
         and k_cache.is_contiguous()
         and v_cache.is_contiguous()
@@ -77,7 +86,7 @@ def store_and_attend(
     tables = meta.block_tables
     # Positional, in the signature's order: at batch 1 the whole call is ~20 us of
     # kernel, so each wrapper microsecond shows.
-    bindings.library().paged_attention_decode_f32(
+    bindings.library().paged_attention_decode(
         q.data_ptr(),
         q.stride(0),
         q.stride(1),
@@ -91,6 +100,7 @@ def store_and_attend(
         tokens,
         k_cache.data_ptr(),
         v_cache.data_ptr(),
+        k_cache.dtype == torch.bfloat16,
         tables.data_ptr(),
         tables.stride(0),
         meta.decode_context_lens.data_ptr(),

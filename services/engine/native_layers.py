@@ -409,6 +409,7 @@ class NativeDecode:
             kv_cache.k.data_ptr(),
             kv_cache.v.data_ptr(),
             kv_cache.k.stride(0),
+            kv_cache.k.dtype == torch.bfloat16,
             meta.slot_mapping.data_ptr(),
             tables.data_ptr(),
             tables.stride(0),

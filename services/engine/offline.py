@@ -29,15 +29,17 @@ def offline_engine(
     max_num_seqs: int,
     max_model_len: int,
     speculative: SpecConfig | None = None,
+    kv_dtype: torch.dtype | None = None,
 ) -> LLMEngine:
-    """An engine whose KV pool holds max_num_seqs sequences of max_model_len at once."""
+    """An engine whose KV pool (of kv_dtype, else the model's) holds max_num_seqs sequences
+    of max_model_len at once."""
     settings = EngineSettings(max_num_seqs=max_num_seqs, max_model_len=max_model_len)
     blocks = max_num_seqs * -(-max_model_len // settings.block_size)
     engine, config = build_configs(settings, config, blocks)
     if speculative is not None:
         # The benchmarks compare proposers set up in code, not by flags.
         engine = dataclasses.replace(engine, speculative=speculative)
-    dtype = model.model.embed_tokens.weight.dtype
+    dtype = kv_dtype or model.model.embed_tokens.weight.dtype
     device = model.model.embed_tokens.weight.device
     cache = PagedKVCache.allocate(config, blocks, settings.block_size, dtype, device)
     return LLMEngine(engine, config, ModelRunner(model, config, cache, device), tokenizer)

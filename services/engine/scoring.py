@@ -19,10 +19,12 @@ def window_logits(
     token_ids: list[int],
     device: torch.device | str,
     path: ComputePath = EAGER,
+    kv_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """Logits at every position of one sequence, prefilled in one step over a fresh pool,
-    its layers and head run by `path` (a serving engine's own: known_answer.py)."""
-    dtype = model.model.embed_tokens.weight.dtype
+    """Logits at every position of one sequence, prefilled in one step over a fresh pool
+    (of kv_dtype, else the model's: a serving engine's own pool dtype), its layers and head
+    run by `path` (a serving engine's own: known_answer.py)."""
+    dtype = kv_dtype or model.model.embed_tokens.weight.dtype
     blocks = -(-len(token_ids) // BLOCK_SIZE)
     pool = PagedKVCache.allocate(model.config, blocks, BLOCK_SIZE, dtype, device)
     positions = torch.arange(len(token_ids))

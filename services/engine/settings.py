@@ -68,6 +68,14 @@ class EngineSettings(ServiceSettings):
         "weight keeps a bf16 copy, half its bytes again, counted in the KV budget); auto = "
         "per CPU class, from a measured table (services/engine/machine_defaults.py)",
     )
+    kv_cache_dtype: Literal["auto", "model", "bf16"] = Field(
+        "auto",
+        description="the KV cache's entries: the model's dtype, or bf16 (each key and value "
+        "rounded to bf16 as it is stored, read back as the model's dtype: half a float32 "
+        "pool's bytes, so twice the tokens in the same memory and half the bytes a decode "
+        "reads); auto = per CPU class, from a measured table (machine_defaults.py), the "
+        "model's on CUDA",
+    )
     max_model_len: int = Field(0, ge=0, description="cap the model's context length (0 = model's)")
     torch_threads: int = Field(
         0,

@@ -15,7 +15,7 @@ from maas_services.common.logging import get_logger
 from maas_services.common.machine_profile import machine_profile
 from maas_services.common.model_files import resolve_model_path
 from maas_services.common.tokenizer_loader import load_tokenizer
-from maas_services.engine.device import resolve_device, resolve_dtype
+from maas_services.engine.device import resolve_device, resolve_dtype, resolve_kv_cache_dtype
 from maas_services.engine.engine_config import build_configs
 from maas_services.engine.kv_budget import kv_cache_bytes, model_bytes, num_blocks
 from maas_services.engine.kv_cache import PagedKVCache
@@ -55,15 +55,17 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
     )
     weight_bytes = model_bytes(model) + compute_path.extra_bytes
     memory = kv_cache_bytes(settings, device, weight_bytes)
-    blocks = num_blocks(settings, config, dtype, memory)
+    kv_dtype = resolve_kv_cache_dtype(settings.kv_cache_dtype, dtype, device)
+    blocks = num_blocks(settings, config, kv_dtype, memory)
     engine_config, config = build_configs(settings, config, blocks)
-    cache = PagedKVCache.allocate(config, blocks, engine_config.block_size, dtype, device)
+    cache = PagedKVCache.allocate(config, blocks, engine_config.block_size, kv_dtype, device)
     runner = ModelRunner(model, config, cache, device, path=compute_path)
     log.info(
         "engine_ready",
         path=str(path),
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
+        kv_cache_dtype=str(kv_dtype).removeprefix("torch."),
         quantization=quantization.describe(),
         **runner.path.describe(),
         torch_threads=torch.get_num_threads(),

@@ -113,8 +113,13 @@ def test_vectors_equal_transformers_when_batched_with_generation_and_chunked(
 def test_the_torch_path_gives_the_vector_of_the_native_one(model, tokenizer, hf_tokenizer):
     prompts = {"long": encode(hf_tokenizer, LONG_TEXT), "short": encode(hf_tokenizer, "Hi")}
     native = vectors(make_engine(model, tokenizer), prompts)
+    # The pool as the native engine's (float32): only the path differs.
     settings = EngineSettings(
-        dtype="float32", device="cpu", kv_cache_memory=32 * 1024**2, max_num_batched_tokens=128
+        dtype="float32",
+        kv_cache_dtype="model",
+        device="cpu",
+        kv_cache_memory=32 * 1024**2,
+        max_num_batched_tokens=128,
     )
     engine = build_engine(settings.model_copy(update={"native_layers": False}))
     assert engine.runner.path.name == "eager"

@@ -293,7 +293,9 @@ class FailingAnswers:
         return getattr(self._store, name)
 
     async def claim(self, owner: str, lease: float, limit: int):
-        claimed = await self._store.claim(owner, lease, min(limit, self._left)) if self._left else []
+        claimed = (
+            await self._store.claim(owner, lease, min(limit, self._left)) if self._left else []
+        )
         self._left -= len(claimed)
         return claimed
 

@@ -10,6 +10,8 @@ from maas_services.common.settings import parse_settings
 from maas_services.engine.core.launcher import resolve_for_core
 from maas_services.engine.machine_defaults import (
     DTYPE_BY_CPU_CLASS,
+    KV_CACHE_DTYPE_BY_CPU_CLASS,
+    WIDE_GEMM_BY_CPU_CLASS,
     WIDE_ROWS,
     cpu_class,
     derive,
@@ -60,6 +62,8 @@ def test_an_avx2_epyc_computes_every_step_in_float32_on_both_cores():
     assert values(EPYC) == {
         "dtype": "float32",
         "wide_gemm": "float32",
+        # Not measured on this class yet: the model's dtype.
+        "kv_cache_dtype": "model",
         "torch_threads": 2,
         # Through the stack the second core paid 1.24-1.46x even at 1 stream.
         "compute_wide_rows": 1,
@@ -86,6 +90,10 @@ def test_avx512_bf16_without_amx_computes_float32_weights_in_bf16_at_every_width
     # bf16 dot products, and every width sums alike (bf16_rows); AMX keeps float32.
     assert chosen["wide_gemm"].value == "bf16"
     assert values(XEON)["wide_gemm"] == "float32"
+    # Half the bytes a decode's attention reads, measured on this class.
+    assert chosen["kv_cache_dtype"].value == "bf16"
+    assert chosen["kv_cache_dtype"].why.startswith("avx512_bf16 CPU, measured:")
+    assert values(XEON)["kv_cache_dtype"] == "model"
     # Wider FMAs than the AVX2 machine's, float32 weights as on the AMX Xeon.
     assert (
         values(EPYC)["speculative_max_batch"]
@@ -96,12 +104,15 @@ def test_avx512_bf16_without_amx_computes_float32_weights_in_bf16_at_every_width
 
 def test_every_cpu_class_has_a_measured_row():
     assert {cpu_class(m) for m in (EPYC, XEON, ZEN5, GPU_HOST)} == set(DTYPE_BY_CPU_CLASS)
-    assert all(row.measured for row in DTYPE_BY_CPU_CLASS.values())
+    for table in (DTYPE_BY_CPU_CLASS, WIDE_GEMM_BY_CPU_CLASS, KV_CACHE_DTYPE_BY_CPU_CLASS):
+        assert set(table) == set(DTYPE_BY_CPU_CLASS)
+        assert all(row.measured for row in table.values())
 
 
 def test_a_cuda_device_serves_bfloat16_and_speculates_up_to_the_batch_cap():
     chosen = values(GPU_HOST, on_cuda=True)
     assert chosen["dtype"] == "bfloat16"
+    assert chosen["kv_cache_dtype"] == "model"
     assert chosen["speculative_max_batch"] == 64
     # The GPU computes; the CPU threads need no switching.
     assert chosen["compute_wide_rows"] == 1
@@ -130,7 +141,7 @@ def test_engine_settings_resolve_auto_through_the_machine():
 
 def test_explicit_flags_and_openmp_environment_win():
     flags = ["--dtype", "float32", "--torch-threads", "3", "--quantization", "int8"]
-    flags += ["--compute-wide-rows", "1", "--wide-gemm", "float32"]
+    flags += ["--compute-wide-rows", "1", "--wide-gemm", "float32", "--kv-cache-dtype", "bf16"]
     settings = parse_settings(EngineSettings, [*flags, "--speculative-max-batch", "2"], "engine")
     resolved = resolve(settings, XEON, on_cuda=False, environ={"GOMP_SPINCOUNT": "1000"})
     chosen = resolved.settings

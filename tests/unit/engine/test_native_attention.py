@@ -132,3 +132,59 @@ def test_without_a_compiler_attention_takes_the_torch_path(without_a_compiler):
     assert not native_attention.handles(*args[:1], *args[3:5])
     torch.testing.assert_close(paged_attention(*args), expected, rtol=1e-5, atol=1e-5)
     assert "decode_groups" in vars(args[-1])  # the torch path built them
+
+
+def rounded(args):
+    """The step's tensors with every key and value (pools and new ones) rounded to bf16
+    and widened back: what a bf16 pool holds, in float32."""
+    q, k, v, k_cache, v_cache, meta = args
+    k, v, k_cache, v_cache = (t.to(torch.bfloat16).float() for t in (k, v, k_cache, v_cache))
+    return q, k, v, k_cache, v_cache, meta
+
+
+@pytest.mark.parametrize("batch", [1, 3, 33])
+def test_bf16_pools_give_the_float32_result_over_rounded_keys_and_values(batch):
+    # Widening a bf16 entry is exact and the arithmetic is the float32 kernel's, in its
+    # order: bit for bit what the float32 pools give over the rounded keys and values.
+    args, _ = decodes(batch, seed=batch)
+    q, k, v, k_cache, v_cache, meta = args
+    float_args = rounded(args)
+    pools = k_cache.to(torch.bfloat16), v_cache.to(torch.bfloat16)
+    assert native_attention.handles(q, *pools)
+    out = paged_attention(q, k, v, *pools, meta)
+    assert torch.equal(out, paged_attention(*float_args))
+    # The new keys and values went in rounded as torch rounds (to nearest even).
+    assert torch.equal(pools[0].view(-1, 3, 64)[meta.slot_mapping], k.to(torch.bfloat16))
+    assert torch.equal(pools[1].view(-1, 3, 64)[meta.slot_mapping], v.to(torch.bfloat16))
+    # The torch path over the same bf16 pools: the same attention, to rounding.
+    torch_pools = k_cache.to(torch.bfloat16), v_cache.to(torch.bfloat16)
+    with native_attention.torch_path():
+        torch_out = paged_attention(q, k, v, *torch_pools, meta)
+    torch.testing.assert_close(out, torch_out, rtol=1e-5, atol=1e-5)
+    assert torch.equal(pools[0], torch_pools[0]) and torch.equal(pools[1], torch_pools[1])
+
+
+def test_bf16_pools_round_ties_to_even_and_keep_nan_and_inf():
+    args, _ = decodes(1, seed=7)
+    q, k, v, k_cache, v_cache, meta = args
+    # 1 + 2^-8 is halfway between two bf16 values (rounds down to even), 1 + 3 * 2^-8
+    # halfway too (rounds up to even); the rest: the largest finite float, infinities, NaN.
+    edge = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, 3.4028235e38, float("inf"), -float("inf")])
+    k = k.clone()
+    k.view(-1)[: edge.numel()] = edge
+    k.view(-1)[edge.numel()] = float("nan")
+    pools = k_cache.to(torch.bfloat16), v_cache.to(torch.bfloat16)
+    paged_attention(q, k, v, *pools, meta)
+    stored = pools[0].view(-1, 3, 64)[meta.slot_mapping]
+    expected = k.to(torch.bfloat16)
+    assert torch.equal(stored.view(torch.int16)[0, 0, :5], expected.view(torch.int16)[0, 0, :5])
+    assert stored.view(-1)[edge.numel()].isnan()
+
+
+def test_a_mixed_step_over_bf16_pools_reads_its_prefill_chunks_rounded():
+    contexts, new = [2000, 300, 17, 1, 100, 17], [1, 1, 1, 1, 60, 17]
+    args, _ = step(contexts, new, 9, 3, 64, seed=5)
+    q, k, v, k_cache, v_cache, meta = args
+    pools = k_cache.to(torch.bfloat16), v_cache.to(torch.bfloat16)
+    out = paged_attention(q, k, v, *pools, meta)
+    torch.testing.assert_close(out, paged_attention(*rounded(args)), rtol=1e-5, atol=1e-5)

@@ -218,9 +218,9 @@ def quantized_model(fmt: str, attention_bias: bool = False) -> LlamaForCausalLM:
 BLOCK = 16
 
 
-def pool(built: LlamaForCausalLM) -> PagedKVCache:
+def pool(built: LlamaForCausalLM, dtype: torch.dtype = torch.float32) -> PagedKVCache:
     # Random contents stand for the keys and values earlier steps wrote.
-    cache = PagedKVCache.allocate(built.config, 12, BLOCK, torch.float32, "cpu")
+    cache = PagedKVCache.allocate(built.config, 12, BLOCK, dtype, "cpu")
     torch.manual_seed(2)
     cache.k.normal_()
     cache.v.normal_()
@@ -251,13 +251,16 @@ def layer_loop(built, x, cos, sin, cache, meta):
 @pytest.mark.parametrize("fmt", ["float32", "int8", "int4-g32"])
 @pytest.mark.parametrize("attention_bias", [False, True], ids=["llama", "qwen2"])
 @pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16], ids=["f32kv", "bf16kv"])
 @torch.inference_mode()
-def test_a_decode_step_in_one_call_is_the_layer_loop_bit_for_bit(fmt, attention_bias, threads):
+def test_a_decode_step_in_one_call_is_the_layer_loop_bit_for_bit(
+    fmt, attention_bias, threads, kv_dtype
+):
     built = quantized_model(fmt, attention_bias)
     path = native(built)
     assert path.native_layers == 2
     x, cos, sin, meta = step_inputs(built, [1, 1, 1], [37, 5, 18])
-    ours, theirs = pool(built), pool(built)
+    ours, theirs = pool(built, kv_dtype), pool(built, kv_dtype)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
