@@ -74,7 +74,11 @@ def native_vector():
     """The native engine's vector of PROMPT (float32), the reference."""
     engine = build_engine(
         EngineSettings(
-            dtype="float32", wide_gemm="float32", device="cpu", kv_cache_memory=16 * 1024**2
+            dtype="float32",
+            wide_gemm="float32",
+            kv_cache_dtype="model",
+            device="cpu",
+            kv_cache_memory=16 * 1024**2,
         )
     )
     engine.add_request("ref", PROMPT, SamplingParams(max_tokens=0, embedding=EmbeddingParams()))
