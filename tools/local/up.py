@@ -50,9 +50,15 @@ def machine_defaults(engine_log: Path) -> str:
         threads, wide_rows = entry["torch_threads"], entry["compute_wide_rows"]
         if threads > 1 and wide_rows > 1:
             threads = f"{threads} from {wide_rows} rows a step, {threads - 1} below"
+        narrowed = [
+            what
+            for what, setting in (("matmuls", "wide_gemm"), ("KV cache", "kv_cache_dtype"))
+            if entry.get(setting) == "bf16"
+        ]
+        dtype = entry["dtype"] + (f" (bf16 {' and '.join(narrowed)})" if narrowed else "")
         return (
             f"engine on {entry['cpu_model']} ({' '.join(entry['cpu_flags']) or 'no SIMD flags'}"
-            f"{', ' + entry['gpu'] if entry['gpu'] else ''}): {entry['dtype']}, "
+            f"{', ' + entry['gpu'] if entry['gpu'] else ''}): {dtype}, "
             f"compute threads {threads}, {omp}, quantization "
             f"{entry['quantization']}, speculation up to batch {entry['speculative_max_batch']} "
             "(why: engine_machine_defaults in its log)\n"

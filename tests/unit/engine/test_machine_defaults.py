@@ -204,3 +204,7 @@ def test_maas_up_shows_the_engines_choices_from_its_log(tmp_path):
     crowded = resolve(parse_settings(EngineSettings, flags, "engine"), EPYC, False, {})
     log.write_text(json.dumps({"event": "engine_machine_defaults", **crowded.log_fields(EPYC)}))
     assert "compute threads 2 from 32 rows a step, 1 below," in machine_defaults(log)
+    # Where the matmuls and the KV cache are bf16 (the avx512_bf16 class), it says so.
+    zen5 = resolve(parse_settings(EngineSettings, [], "engine"), ZEN5, False, {})
+    log.write_text(json.dumps({"event": "engine_machine_defaults", **zen5.log_fields(ZEN5)}))
+    assert "): float32 (bf16 matmuls and KV cache), compute threads" in machine_defaults(log)
