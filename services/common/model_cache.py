@@ -11,11 +11,15 @@ that cannot read GGUF (vLLM) is given.
 
 A folder is keyed by the source file's identity (path, size, modification
 time) and by `FORMAT`, so replacing the file or changing how we derive from it
-starts a new folder instead of serving stale files. Each file is published
-with an atomic rename: a reader never sees half a file, and two processes that
-prepare at once both end with whole files. A cache that cannot be written (a
-pod's read-only root without a cache volume) is not an error: the model loads
-from its source as before.
+starts a new folder instead of serving stale files. Each lookup marks its folder
+used (its modification time), and a new folder's first file removes the folders
+unused for `UNUSED_SECONDS`: the folders of replaced or deleted sources (every
+test's temporary GGUF, every clone's model wheel) no longer pile up, and one in
+use is never removed (an idle one is derived again, in seconds, when next asked
+for). Each file is published with an atomic rename: a reader never sees half a
+file, and two processes that prepare at once both end with whole files. A cache
+that cannot be written (a pod's read-only root without a cache volume) is not an
+error: the model loads from its source as before.
 
 Where: $MAAS_CACHE_DIR, else $XDG_CACHE_HOME/maas, else ~/.cache/maas.
 """
@@ -23,6 +27,8 @@ Where: $MAAS_CACHE_DIR, else $XDG_CACHE_HOME/maas, else ~/.cache/maas.
 import contextlib
 import hashlib
 import os
+import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +38,8 @@ log = get_logger(__name__)
 
 # Bump when what is derived, or how, changes: old folders are then never read.
 FORMAT = 1
+# A folder nobody looked up for this long is removed when another is created.
+UNUSED_SECONDS = 24 * 3600
 
 
 def cache_root() -> Path:
@@ -43,18 +51,38 @@ def cache_root() -> Path:
 
 
 def derived_folder(source: Path) -> Path:
-    """The folder that holds what is derived from `source` (it may not exist yet)."""
+    """The folder that holds what is derived from `source` (it may not exist yet), marked
+    used where it does."""
     resolved = source.resolve()
     stat = resolved.stat()
     identity = f"{FORMAT}\0{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}"
     digest = hashlib.sha256(identity.encode()).hexdigest()[:24]
-    return cache_root() / "models" / f"{resolved.stem}-{digest}"
+    folder = cache_root() / "models" / f"{resolved.stem}-{digest}"
+    with contextlib.suppress(OSError):
+        os.utime(folder)
+    return folder
+
+
+def prune_unused(models: Path, keep: Path) -> list[Path]:
+    """Remove the folders under `models` but `keep` not marked used for UNUSED_SECONDS."""
+    cutoff = time.time() - UNUSED_SECONDS
+    removed = []
+    with contextlib.suppress(OSError):
+        for folder in models.iterdir():
+            with contextlib.suppress(OSError):
+                if folder != keep and folder.is_dir() and folder.stat().st_mtime < cutoff:
+                    shutil.rmtree(folder)
+                    removed.append(folder)
+    if removed:
+        log.info("model_cache_pruned", folders=[f.name for f in removed])
+    return removed
 
 
 def publish(folder: Path, name: str, write: Callable[[Path], None]) -> bool:
     """Write `folder/name` through `write(temporary path)`; False if the cache is unwritable."""
     target = folder / name
     partial = folder / f".{name}.{os.getpid()}.partial"
+    new = not folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         write(partial)
@@ -64,4 +92,7 @@ def publish(folder: Path, name: str, write: Callable[[Path], None]) -> bool:
         with contextlib.suppress(OSError):
             partial.unlink()
         return False
+    models = cache_root() / "models"
+    if new and folder.parent == models:
+        prune_unused(models, keep=folder)
     return True

@@ -4,11 +4,14 @@ Each test points the cache at its own folder, so the first load is the GGUF
 path (which writes the folder) and the second the cached one.
 """
 
+import os
+import time
+
 import pytest
 import torch
 
 from maas_services.common import tokenizer_loader
-from maas_services.common.model_cache import derived_folder, publish
+from maas_services.common.model_cache import UNUSED_SECONDS, derived_folder, publish
 from maas_services.common.tokenizer_loader import load_tokenizer
 from maas_services.engine import loader
 
@@ -85,3 +88,35 @@ def test_an_unwritable_cache_is_skipped_and_leaves_nothing_behind(tmp_path):
 def _fail_midway(path):
     path.write_text("half")
     raise OSError(28, "No space left on device")
+
+
+def _folder(path, unused_for: float):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    past = time.time() - unused_for
+    os.utime(path, (past, past))
+    return path
+
+
+def test_a_new_folder_removes_the_folders_unused_for_a_day(cache_dir, tmp_path):
+    models = cache_dir / "models"
+    gone = _folder(models / "deleted-source-0", unused_for=UNUSED_SECONDS + 60)
+    recent = _folder(models / "recent-0", unused_for=UNUSED_SECONDS - 60)
+    # Idle as long, but looked up again (a start reading it): marked used, kept.
+    source = tmp_path / "live.gguf"
+    source.write_bytes(b"live")
+    live = _folder(derived_folder(source), unused_for=UNUSED_SECONDS + 60)
+    assert derived_folder(source) == live
+    # Writing into a folder that exists prunes nothing.
+    assert publish(recent, "tokenizer.json", lambda p: p.write_text("{}"))
+    assert gone.is_dir()
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"other")
+    assert publish(derived_folder(other), "config.json", lambda p: p.write_text("{}"))
+    assert sorted(models.iterdir()) == sorted([recent, live, derived_folder(other)])
+
+
+def test_a_folder_outside_the_cache_prunes_nothing(tmp_path):
+    beside = _folder(tmp_path / "someone-elses", unused_for=10 * UNUSED_SECONDS)
+    assert publish(tmp_path / "ok", "config.json", lambda p: p.write_text("{}"))
+    assert beside.is_dir()
