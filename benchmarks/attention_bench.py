@@ -115,16 +115,21 @@ def metadata_us(build, clock, rounds: int, calls: int) -> dict:
     return {name: round(1e6 * statistics.median(v), 1) for name, v in times.items()}
 
 
-def step(batches, prompt_len: int, steps: int, threads: int) -> list[dict]:
+def _smollm(threads: int):
+    """The bundled model in float32 and its tokenizer, torch on `threads` threads."""
     from maas_services.common.model_files import default_model_path
     from maas_services.common.tokenizer_loader import load_tokenizer
     from maas_services.engine.loader import load_model
 
     torch.set_num_threads(threads)
-    clock = _cpu_clock(threads)
     path = default_model_path()
     model, config = load_model(path, torch.float32, progress=False)
-    tokenizer = load_tokenizer(path)
+    return model, config, load_tokenizer(path)
+
+
+def step(batches, prompt_len: int, steps: int, threads: int) -> list[dict]:
+    model, config, tokenizer = _smollm(threads)
+    clock = _cpu_clock(threads)
     rows = []
     for batch in batches:
         engine = decoding_engine(model, config, tokenizer, batch, prompt_len, 2 * steps)
@@ -149,17 +154,11 @@ def step(batches, prompt_len: int, steps: int, threads: int) -> list[dict]:
 
 def pool(batches, prompt_len: int, steps: int, threads: int) -> list[dict]:
     from maas_services.common.machine_profile import machine_profile
-    from maas_services.common.model_files import default_model_path
-    from maas_services.common.tokenizer_loader import load_tokenizer
-    from maas_services.engine.loader import load_model
     from maas_services.engine.machine_defaults import resolve
     from maas_services.engine.model_runner import choose_path
     from maas_services.engine.settings import EngineSettings
 
-    torch.set_num_threads(threads)
-    path = default_model_path()
-    model, config = load_model(path, torch.float32, progress=False)
-    tokenizer = load_tokenizer(path)
+    model, config, tokenizer = _smollm(threads)
     wide_gemm = resolve(EngineSettings(), machine_profile(), False, os.environ).settings.wide_gemm
     serving = choose_path(model, compiled=False, native=True, wide_gemm=wide_gemm)
     pools = {"float32": torch.float32, "bf16": torch.bfloat16}

@@ -93,14 +93,14 @@ class LLMEngine:
             config.max_lora_rank,
             config.max_cpu_loras,
             runner.device,
-            runner.dtype,
+            runner.model.dtype,
         )
         self.sampler = Sampler(model_config.eos_token_ids)
         target = TargetInfo(
             vocab_size=model_config.vocab_size,
             max_model_len=config.max_model_len,
             device=runner.device,
-            dtype=runner.dtype,
+            dtype=runner.model.dtype,
         )
         self.spec = SpeculativeDecoder(config.speculative, self.sampler, target)
         self.requests: dict[str, Request] = {}

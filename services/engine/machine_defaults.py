@@ -128,9 +128,8 @@ KV_CACHE_DTYPE_BY_CPU_CLASS = {
         "steps, float32 pool over bf16, ABBA in one process (benchmarks.attention_bench "
         "--section pool, 80-token prompts, three runs) 1.06x / 1.10-1.14x / 1.13-1.20x at "
         "8 / 32 / 64 rows, 1.37x at 32 rows of 400-token prompts; through the stack, three "
-        "runs in both "
-        "orders, medians 1.03x / 1.05x / 1.08x / 1.10x output tok/s at 1 / 8 / 32 / 64 "
-        "streams; known-answer perplexity -0.1% off float32's; twice the tokens a byte",
+        "runs in both orders, medians 1.03x / 1.05x / 1.08x / 1.10x output tok/s at 1 / 8 / "
+        "32 / 64 streams; known-answer perplexity -0.1% off float32's; twice the tokens a byte",
     ),
     "avx512": Measured("model", "not measured on an AVX-512 CPU without bf16 yet"),
     "avx2": Measured("model", "not measured on an AVX2 CPU yet"),

@@ -204,6 +204,12 @@ class LlamaForCausalLM(nn.Module):
             else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The activations' dtype: its embedding's (a KV pool may be narrower,
+        --kv-cache-dtype; quantized projections keep their own)."""
+        return self.model.embed_tokens.weight.dtype
+
     def forward(
         self,
         input_ids: torch.Tensor,

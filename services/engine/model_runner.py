@@ -50,8 +50,6 @@ class ModelRunner:
     ):
         self.model = model
         self.config = config
-        # The activations' dtype: the KV pool's may be narrower (--kv-cache-dtype).
-        self.dtype = model.model.embed_tokens.weight.dtype
         self.kv_cache = kv_cache
         self.device = device
         # The engine's path, chosen from its settings before its KV cache was sized

@@ -39,7 +39,7 @@ def offline_engine(
     if speculative is not None:
         # The benchmarks compare proposers set up in code, not by flags.
         engine = dataclasses.replace(engine, speculative=speculative)
-    dtype = kv_dtype or model.model.embed_tokens.weight.dtype
+    dtype = kv_dtype or model.dtype
     device = model.model.embed_tokens.weight.device
     cache = PagedKVCache.allocate(config, blocks, settings.block_size, dtype, device)
     return LLMEngine(engine, config, ModelRunner(model, config, cache, device), tokenizer)

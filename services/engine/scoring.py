@@ -24,7 +24,7 @@ def window_logits(
     """Logits at every position of one sequence, prefilled in one step over a fresh pool
     (of kv_dtype, else the model's: a serving engine's own pool dtype), its layers and head
     run by `path` (a serving engine's own: known_answer.py)."""
-    dtype = kv_dtype or model.model.embed_tokens.weight.dtype
+    dtype = kv_dtype or model.dtype
     blocks = -(-len(token_ids) // BLOCK_SIZE)
     pool = PagedKVCache.allocate(model.config, blocks, BLOCK_SIZE, dtype, device)
     positions = torch.arange(len(token_ids))

@@ -36,7 +36,7 @@ def test_greedy_decoding_over_a_bf16_pool_answers_alike_alone_and_batched(model,
         llama, config, tokenizer, max_num_seqs=12, max_model_len=256, kv_dtype=torch.bfloat16
     )
     assert engine.runner.kv_cache.k.dtype == torch.bfloat16
-    assert engine.runner.dtype == torch.float32
+    assert engine.runner.model.dtype == torch.float32
     question = tokenizer.encode_chat(
         [{"role": "user", "content": "What is the capital of France?"}]
     )
