@@ -74,7 +74,8 @@ class Weight:
     def pointers(self, first_row: int) -> tuple:
         """The weight's arguments to the library, from output row first_row on."""
         if self.method == "int8":
-            return (self.q.data_ptr() + first_row * self.k, self.scale.data_ptr() + 4 * first_row)
+            q, scale = self.q.data_ptr(), self.scale.data_ptr()
+            return (q + first_row * self.k, scale + 4 * first_row, 0)
         groups = self.k // 32
         offset = 4 * first_row * groups
         return (

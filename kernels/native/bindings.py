@@ -106,14 +106,14 @@ SIGNATURES: dict[str, tuple[list, type | None]] = {
     "f32_linear": ([PTR, INT, INT, PTR, PTR, INT, INT, PTR, INT, INT, THREADS], None),
     # A Weight's address, x, m, x stride, out, row kernel rows, panel bytes.
     "weight_linear": ([PTR, PTR, INT, INT, PTR, INT, INT, THREADS], None),
-    # matmul.cpp and qdot.cpp: x, m, x stride, the weight's arrays, n, k, out.
-    "int8_matmul_f32": ([PTR, INT, INT, PTR, PTR, INT, INT, PTR, THREADS], None),
+    # matmul.cpp and qdot.cpp: x, m, x stride, the weight's arrays and group, n, k, out.
+    "int8_matmul_f32": ([PTR, INT, INT, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
     "int4_matmul_f32": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
-    "int8_matmul_q8": ([PTR, INT, INT, PTR, PTR, INT, INT, PTR, THREADS], None),
+    "int8_matmul_q8": ([PTR, INT, INT, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
     "int4_matmul_q8": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
-    "int8_gemm_f32": ([PTR, INT, INT, PTR, PTR, INT, INT, PTR, INT, THREADS], None),
+    "int8_gemm_f32": ([PTR, INT, INT, PTR, PTR, INT, INT, INT, PTR, INT, THREADS], None),
     "int4_gemm_f32": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, INT, THREADS], None),
-    "int8_dequantize_f32": ([PTR, PTR, INT, INT, PTR, THREADS], None),
+    "int8_dequantize_f32": ([PTR, PTR, INT, INT, INT, PTR, THREADS], None),
     "int4_dequantize_f32": ([PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
     # layer.cpp: a Layer's address first; the last two pointers before the threads are a
     # Lora's address (or the layers' array of them) and the rows' adapters, or null.

@@ -1,4 +1,5 @@
-// x @ W^T in float32 with W stored as int8 per channel or int4 per group (our formats),
+// x @ W^T in float32 with W stored as int8 per channel or per group (a GGUF file's Q8_0
+// blocks) or int4 per group (our formats),
 // for x86 CPUs with AVX2 + FMA. Built with the other .cpp files here by library.py;
 // quantization/cpu_kernel.py calls it, and layer.cpp through native_linear (matmul.h),
 // which also takes the layers' float32 weights.
@@ -44,6 +45,34 @@ struct Int8Row {
     w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
   }
 };
+
+// 8 int8 weights of a row with a scale per group of inputs (a GGUF file's Q8_0 blocks,
+// group 32) -> float, each times its group's scale: the exact weights, as the file
+// dequantizes them. group a multiple of 8.
+struct Int8GroupRow {
+  const int8_t* q;
+  const float* scales;
+  int64_t group;
+  static constexpr int64_t STEP = 8;
+  static constexpr float scale = 1.0f;
+  static constexpr bool IN_PLACE = false;
+  void load(int64_t j, __m256* w) const {
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j));
+    w[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
+                         _mm256_set1_ps(scales[j / group]));
+  }
+};
+
+// Calls run(make_row) with the row maker of an int8 weight: per row (group 0) or per group.
+template <class Run>
+void with_int8_rows(const int8_t* q, const float* scales, int64_t group, int64_t k, Run run) {
+  if (group) {
+    int64_t groups = k / group;
+    run([=](int64_t col) { return Int8GroupRow{q + col * k, scales + col * groups, group}; });
+  } else {
+    run([=](int64_t col) { return Int8Row{q + col * k, scales[col]}; });
+  }
+}
 
 // 32 int4 weights -> level * scale + min, group a multiple of 32 (the panel GEMM's
 // dequantization); byte j holds element 2j in its low nibble and 2j + 1 in its high one.
@@ -549,7 +578,8 @@ void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_s
   const int64_t k = w.k;
   bool integer_dot = m <= w.integer_rows && k % 32 == 0;
   if (integer_dot && w.format == WEIGHT_INT8) {
-    int8_qdot(static_cast<const int8_t*>(w.data), w.scales, w.n, k, x, m, x_stride, out, threads);
+    int8_qdot(static_cast<const int8_t*>(w.data), w.scales, w.group, w.n, k, x, m, x_stride, out,
+              threads);
   } else if (integer_dot && w.format == WEIGHT_INT4) {
     int4_qdot(static_cast<const uint8_t*>(w.data), w.scales, w.mins, w.group, w.n, k, x, m,
               x_stride, out, threads);
@@ -569,10 +599,9 @@ void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_s
     auto row = [=](int64_t col) { return Float32Row{data + col * k}; };
     linear_rows(row, w, x, m, x_stride, out, row_kernel_rows, panel_bytes, threads, 4 * k);
   } else if (w.format == WEIGHT_INT8) {
-    const int8_t* q = static_cast<const int8_t*>(w.data);
-    const float* scale = w.scales;
-    auto row = [=](int64_t col) { return Int8Row{q + col * k, scale[col]}; };
-    linear_rows(row, w, x, m, x_stride, out, row_kernel_rows, panel_bytes, threads, k);
+    with_int8_rows(static_cast<const int8_t*>(w.data), w.scales, w.group, k, [&](auto row) {
+      linear_rows(row, w, x, m, x_stride, out, row_kernel_rows, panel_bytes, threads, k);
+    });
   } else {
     const uint8_t* packed = static_cast<const uint8_t*>(w.data);
     const float *scales = w.scales, *mins = w.mins;
@@ -592,11 +621,13 @@ void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_s
 
 extern "C" {
 
-// x float32 [m, k] (row stride x_stride), q int8 [n, k], scale float32 [n], out [m, n].
+// x float32 [m, k] (row stride x_stride), q int8 [n, k], scales float32 [n] (group 0) or
+// [n, k/group], out [m, n].
 void int8_matmul_f32(const float* x, int64_t m, int64_t x_stride, const int8_t* q,
-                     const float* scale, int64_t n, int64_t k, float* out, int threads) {
-  auto row = [=](int64_t col) { return Int8Row{q + col * k, scale[col]}; };
-  tiled_matmul(row, x, m, x_stride, n, k, k, out, threads);
+                     const float* scales, int64_t group, int64_t n, int64_t k, float* out,
+                     int threads) {
+  with_int8_rows(q, scales, group, k,
+                 [&](auto row) { tiled_matmul(row, x, m, x_stride, n, k, k, out, threads); });
 }
 
 // x float32 [m, k], packed uint8 [n, k/2], scales/mins float32 [n, k/group], out [m, n].
@@ -608,10 +639,12 @@ void int4_matmul_f32(const float* x, int64_t m, int64_t x_stride, const uint8_t*
 
 // The float32 weights [n, k]: what benchmarks/quant_kernel_bench.py measures the kernels
 // against (dequantize + torch's matmul).
-void int8_dequantize_f32(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w,
-                         int threads) {
+void int8_dequantize_f32(const int8_t* q, const float* scales, int64_t group, int64_t n,
+                         int64_t k, float* w, int threads) {
+  with_int8_rows(q, scales, group, k, [&](auto make_row) {
 #pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t col = 0; col < n; col++) dequantize(Int8Row{q + col * k, scale[col]}, k, w + col * k);
+    for (int64_t col = 0; col < n; col++) dequantize(make_row(col), k, w + col * k);
+  });
 }
 
 void int4_dequantize_f32(const uint8_t* packed, const float* scales, const float* mins,
@@ -627,10 +660,11 @@ void int4_dequantize_f32(const uint8_t* packed, const float* scales, const float
 // The same products for many rows (decode batches, prefill): dequantized panels of
 // panel_bytes of float32 weight rows, each multiplied by every activation row.
 void int8_gemm_f32(const float* x, int64_t m, int64_t x_stride, const int8_t* q,
-                   const float* scale, int64_t n, int64_t k, float* out, int64_t panel_bytes,
-                   int threads) {
-  auto row = [=](int64_t col) { return Int8Row{q + col * k, scale[col]}; };
-  panel_matmul(row, x, m, x_stride, n, k, panel_bytes, out, threads);
+                   const float* scales, int64_t group, int64_t n, int64_t k, float* out,
+                   int64_t panel_bytes, int threads) {
+  with_int8_rows(q, scales, group, k, [&](auto row) {
+    panel_matmul(row, x, m, x_stride, n, k, panel_bytes, out, threads);
+  });
 }
 
 void int4_gemm_f32(const float* x, int64_t m, int64_t x_stride, const uint8_t* packed,

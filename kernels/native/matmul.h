@@ -11,9 +11,10 @@ enum : int64_t { WEIGHT_FLOAT32 = 0, WEIGHT_INT8 = 1, WEIGHT_INT4 = 2 };
 struct NativeWeight {
   int64_t format;      // WEIGHT_*
   const void* data;    // float32 [n, k], int8 [n, k] or packed uint8 [n, k/2]
-  const float* scales; // int8: [n]; int4: [n, k/group]
+  const float* scales; // int8: [n] (group 0) or [n, k/group]; int4: [n, k/group]
   const float* mins;   // int4: [n, k/group]
-  int64_t group;       // int4 group size, a multiple of 32
+  int64_t group;       // int4: its group size; int8: 0 (a scale per row) or the scales'
+                       // group (a GGUF file's Q8_0: 32); a multiple of 32
   const float* bias;   // [n] or null
   int64_t n, k;
   // int8 and int4: up to this many rows the activations are rounded to int8 per block of
@@ -36,8 +37,8 @@ void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_s
                    float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads);
 
 // qdot.cpp's row kernels: out [m, n] = x [m, k] (k a multiple of 32) @ W^T, no bias.
-void int8_qdot(const int8_t* q, const float* scale, int64_t n, int64_t k, const float* x,
-               int64_t m, int64_t x_stride, float* out, int threads);
+void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, int64_t k,
+               const float* x, int64_t m, int64_t x_stride, float* out, int threads);
 void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, int64_t group,
                int64_t n, int64_t k, const float* x, int64_t m, int64_t x_stride, float* out,
                int threads);

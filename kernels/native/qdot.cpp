@@ -11,6 +11,7 @@
 //
 // Per block b of 32 inputs, with x ~ d_b * q (q in -127..127):
 //   int8 weights (w in -127..127, one scale s per row):  s * sum_b d_b * <w, q>_b
+//     or a scale s_g per group g of 32-128 (a GGUF file's Q8_0): sum_b s_g(b) * d_b * <w, q>_b
 //   int4 (level l in 0..15, scale s_g and minimum m_g per group g of 32-128):
 //     sum_b s_g(b) * d_b * <l, q>_b + sum_g m_g * sum_{b in g} d_b * sum(q_b)
 // Output rows are split over threads; each output is summed in one fixed order, so the
@@ -180,6 +181,16 @@ struct Int8Block {
   }
 };
 
+// int8 weights with a scale per group: the block's factor is its group's scale times the
+// activations' (Q8_0 x Q8 as llama.cpp computes it, in float32).
+struct Int8GroupBlock : Int8Block {
+  const float* scales;
+  int group_shift;  // log2 of blocks per group
+  __m256 factor(const Weights&, const Quantized& x, int64_t b, int r) const {
+    return _mm256_set1_ps(x.d[r * x.blocks + b] * scales[b >> group_shift]);
+  }
+};
+
 // int4 levels 0..15 are unsigned already, and two blocks go through one madd: their
 // maddubs sums (at most 2 * 15 * 127 each) add in int16 without overflow, and leave the
 // low four int32 lanes block b's, the high four block b+1's, so that one convert and one
@@ -238,11 +249,11 @@ struct Int4Block {
   }
 };
 
-template <int M>
-void int8_dot_rows(const int8_t* w, float scale, const Quantized& x, float* out,
+template <int M, class Unit>
+void int8_dot_rows(const Unit& unit, float scale, const Quantized& x, float* out,
                    int64_t out_stride) {
   __m256 acc[M];
-  dot_units<M>(Int8Block{w}, x, x.blocks, acc);
+  dot_units<M>(unit, x, x.blocks, acc);
   for (int r = 0; r < M; r++) out[r * out_stride] = scale * vec::sum8(acc[r]);
 }
 
@@ -273,7 +284,18 @@ struct Int8Dot {
   int64_t k;
   template <int M>
   void run(int64_t col, const Quantized& x, float* out, int64_t stride) const {
-    int8_dot_rows<M>(q + col * k, scale[col], x, out, stride);
+    int8_dot_rows<M>(Int8Block{q + col * k}, scale[col], x, out, stride);
+  }
+};
+
+struct Int8GroupDot {
+  const int8_t* q;
+  const float* scales;
+  int64_t group, k;
+  template <int M>
+  void run(int64_t col, const Quantized& x, float* out, int64_t stride) const {
+    Int8GroupBlock unit{{q + col * k}, scales + col * (k / group), __builtin_ctzll(group / BLOCK)};
+    int8_dot_rows<M>(unit, 1.0f, x, out, stride);
   }
 };
 
@@ -316,10 +338,13 @@ void over_outputs(const Dot& dot, const Quantized& x, int64_t m, int64_t n, floa
 
 }  // namespace
 
-void int8_qdot(const int8_t* q, const float* scale, int64_t n, int64_t k, const float* x,
-               int64_t m, int64_t x_stride, float* out, int threads) {
+void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, int64_t k,
+               const float* x, int64_t m, int64_t x_stride, float* out, int threads) {
   Quantized rows = quantize_rows(x, m, x_stride, k, false, 0);
-  over_outputs(Int8Dot{q, scale, k}, rows, m, n, out, threads);
+  if (group)
+    over_outputs(Int8GroupDot{q, scales, group, k}, rows, m, n, out, threads);
+  else
+    over_outputs(Int8Dot{q, scales, k}, rows, m, n, out, threads);
 }
 
 void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, int64_t group,
@@ -334,8 +359,9 @@ extern "C" {
 // cpu_kernel.py's entries, int8_matmul_f32's and int4_matmul_f32's arguments (k a
 // multiple of 32).
 void int8_matmul_q8(const float* x, int64_t m, int64_t x_stride, const int8_t* q,
-                    const float* scale, int64_t n, int64_t k, float* out, int threads) {
-  int8_qdot(q, scale, n, k, x, m, x_stride, out, threads);
+                    const float* scales, int64_t group, int64_t n, int64_t k, float* out,
+                    int threads) {
+  int8_qdot(q, scales, group, n, k, x, m, x_stride, out, threads);
 }
 
 void int4_matmul_q8(const float* x, int64_t m, int64_t x_stride, const uint8_t* packed,

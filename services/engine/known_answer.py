@@ -24,7 +24,7 @@ reference, float32 with native layers is 0.00% off, bf16 +0.54%, int8
 of 10% +195%. The default 5% passes every right configuration with over 4x
 room and fails the 3% noise. Quantization is opt-in and serves other
 weights: int4 requantized at groups of 64 or 128 (a second rounding of the
-4-bit file) scores +89% and +74%, so a quantized engine is allowed
+4-bit file) scores +89% and +74%, so an engine quantized at load is allowed
 QUANTIZED_TOLERANCE; garbage is still far beyond it.
 """
 
@@ -64,7 +64,9 @@ TEXTS_DIGEST = hashlib.sha256("\0".join(KNOWN_TEXTS).encode()).hexdigest()[:16]
 # Without a reference: SmolLM2-135M, about the weakest model served, scores
 # 8.3 on these texts; a model that computes garbage scores hundreds or more.
 SANITY_BOUND = 40.0
-# A quantized engine's least tolerance: its weights are not the reference's.
+# The least tolerance of an engine whose weights were quantized at load, so are not the
+# reference's; one that serves the checkpoint's own blocks as they are
+# (quantize.holds_checkpoint_weights) holds the reference's weights and is judged as float32.
 QUANTIZED_TOLERANCE = 1.5
 
 

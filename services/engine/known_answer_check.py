@@ -20,6 +20,7 @@ from maas_services.engine.known_answer import (
 )
 from maas_services.engine.known_answer_reference import reference
 from maas_services.engine.llm_engine import LLMEngine
+from maas_services.engine.quantization.quantize import holds_checkpoint_weights
 from maas_services.engine.settings import EngineSettings
 
 log = get_logger(__name__)
@@ -55,5 +56,5 @@ def check_native(engine: LLMEngine, settings: EngineSettings) -> str:
     texts = known_token_ids(engine.tokenizer)
     score = score_native(runner.model, texts, runner.device, runner.path, runner.kv_cache.k.dtype)
     path = resolve_model_path(settings.model_path)
-    quantized = settings.quantization != "none"
+    quantized = not holds_checkpoint_weights(runner.model)
     return judge_score(score, settings, path, "native", quantized).failure

@@ -47,9 +47,10 @@ from maas_services.engine.quantization import cpu_kernel
 from maas_services.engine.quantization.int4 import Int4Linear
 from maas_services.engine.quantization.int8 import Int8Linear
 
-# The kernels read whole 8-wide vectors along K, and int4 groups 32 weights at a time.
+# The kernels read whole 8-wide vectors along K, and int4 and int8 groups 32 weights at a
+# time.
 _K_MULTIPLE = 8
-_INT4_GROUP_MULTIPLE = 32
+_GROUP_MULTIPLE = 32
 # settings.wide_gemm's values once resolved (machine_defaults.py fills in `auto`).
 WIDE_GEMMS = ("float32", "bf16")
 
@@ -204,10 +205,12 @@ def _weight(module: nn.Module, kept: list, wide_bf16: bool) -> bindings.Weight |
     if k % _K_MULTIPLE or bias_ptr is None:
         return None
     if isinstance(module, Int8Linear):
+        if module.group_size % _GROUP_MULTIPLE:
+            return None
         parts = (bindings.INT8, _tensor(module.qweight, torch.int8, kept))
-        parts += (_tensor(module.scale, torch.float32, kept), 0, 0)
+        parts += (_tensor(module.scale, torch.float32, kept), 0, module.group_size)
     elif isinstance(module, Int4Linear):
-        if module.group_size % _INT4_GROUP_MULTIPLE:
+        if module.group_size % _GROUP_MULTIPLE:
             return None
         parts = (bindings.INT4, _tensor(module.packed, torch.uint8, kept))
         parts += (_tensor(module.scales, torch.float32, kept),)

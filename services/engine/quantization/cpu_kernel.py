@@ -56,15 +56,20 @@ def handles(rows: torch.Tensor, in_features: int) -> bool:
 
 
 def int8_matmul(
-    rows: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, int8_activations: bool = False
+    rows: torch.Tensor,
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    group_size: int = 0,
+    int8_activations: bool = False,
 ) -> torch.Tensor:
-    """rows float32 [M, K] @ (q int8 [N, K] * scale float32 [N])^T -> [M, N].
+    """rows float32 [M, K] @ (q int8 [N, K] * scale float32)^T -> [M, N]; scale [N] (a
+    scale per row, group_size 0) or [N, K / group_size].
 
     int8_activations: up to MAX_INTEGER_ROW_KERNEL_ROWS rows, the rows rounded to int8
     per block of 32 and integer dot products (native/qdot.cpp), where K allows.
     """
     lib = bindings.library()
-    weight = (q.data_ptr(), scale.data_ptr())
+    weight = (q.data_ptr(), scale.data_ptr(), group_size)
     row_kernel = _row_kernel(int8_activations, q.shape[1], lib.int8_matmul_q8, lib.int8_matmul_f32)
     return _matmul(rows, *q.shape, weight, row_kernel, lib.int8_gemm_f32)
 

@@ -1,10 +1,16 @@
-"""int4 weights taken from a GGUF file's Q4_0/Q4_1 blocks as they are, with no requantization.
+"""Quantized weights taken from a GGUF file's blocks as they are, with no requantization.
 
-Both types group 32 inputs. Q4_1 stores a float16 scale d and minimum m per
-block and weight = level * d + m, which is our int4 arithmetic; Q4_0 stores
-only d and weight = (level - 8) * d, which is the same with m = -8d. Only the
-nibble order differs: a block keeps element j in the low nibble of its byte j
-and element j + 16 in the high nibble; ours pairs 2j with 2j + 1.
+int4 from Q4_0/Q4_1, both grouping 32 inputs. Q4_1 stores a float16 scale d and
+minimum m per block and weight = level * d + m, which is our int4 arithmetic;
+Q4_0 stores only d and weight = (level - 8) * d, which is the same with m = -8d.
+Only the nibble order differs: a block keeps element j in the low nibble of its
+byte j and element j + 16 in the high nibble; ours pairs 2j with 2j + 1.
+
+int8 from Q8_0 (llama.cpp's usual type for the output matrix, SmolLM2's tied
+embedding among them): a float16 scale d and 32 int8 values q per block,
+weight = q * d, which is Int8Weight with a scale per group of 32. q * d is exact in
+float32 (8 bits times 11), so the layer holds bit for bit the weights the file's
+float dequantization gives.
 """
 
 from collections import defaultdict
@@ -22,9 +28,13 @@ from maas_services.engine.gguf_loader import (
 )
 from maas_services.engine.model_config import ModelConfig
 from maas_services.engine.quantization.int4 import Int4Weight
+from maas_services.engine.quantization.int8 import Int8Weight
 
 GROUP_SIZE = 32
 _BLOCK_BYTES = {GGMLQuantizationType.Q4_0: 18, GGMLQuantizationType.Q4_1: 20}
+_Q8_0_BLOCK_BYTES = 34
+# The tensor a model's LM head is: its own, or the embedding it is tied to.
+_HEAD_TENSORS = {False: "output.weight", True: "token_embd.weight"}
 
 
 def read_int4_blocks(
@@ -80,3 +90,40 @@ def _from_blocks(data: np.ndarray, kind: GGMLQuantizationType) -> Int4Weight:
     even, odd = nibbles[..., 0::2], nibbles[..., 1::2]
     packed = torch.cat(((even & 0xF) | (odd << 4), (even >> 4) | (odd & 0xF0)), dim=-1)
     return Int4Weight(packed.view(rows, -1), scales, mins, GROUP_SIZE)
+
+
+def read_int8_head(path: str | Path, tied: bool) -> Int8Weight | None:
+    """The LM head (tied: the token embedding) as the file's Q8_0 blocks, or None where the
+    file stores it in another type, or holds a -128 (the int8 kernels' levels stop at -127).
+    """
+    name = _HEAD_TENSORS[tied]
+    tensor = next((t for t in GGUFReader(path).tensors if t.name == name), None)
+    if tensor is None or tensor.tensor_type != GGMLQuantizationType.Q8_0:
+        return None
+    data = torch.from_numpy(np.array(tensor.data))
+    blocks = data.view(data.shape[0], -1, _Q8_0_BLOCK_BYTES)
+    scales = blocks[..., 0:2].contiguous().view(torch.float16).squeeze(-1).float()
+    q = blocks[..., 2:].contiguous().view(torch.int8).reshape(data.shape[0], -1)
+    if bool((q == -128).any()):
+        return None
+    return Int8Weight(q, scales, GROUP_SIZE)
+
+
+def holds_int4_layers_and_int8_head(path: str | Path) -> bool:
+    """Whether path is a GGUF file whose every layer matrix is Q4_0/Q4_1 and whose head is
+    Q8_0: quantized with group 32 from it, an engine holds exactly the file's weights."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    try:
+        tensors = {t.name: t for t in GGUFReader(path).tensors}
+    except (ValueError, OSError):  # not a GGUF file
+        return False
+    head = tensors.get(_HEAD_TENSORS[False]) or tensors.get(_HEAD_TENSORS[True])
+    matrices = [t for name, t in tensors.items() if name.startswith("blk.") and len(t.shape) > 1]
+    return (
+        head is not None
+        and head.tensor_type == GGMLQuantizationType.Q8_0
+        and bool(matrices)
+        and all(t.tensor_type in _BLOCK_BYTES for t in matrices)
+    )

@@ -29,6 +29,9 @@ class QuantizedLinear(nn.Module):
         # Whether the CPU's float32 row kernel rounds the activations to int8 for integer
         # dot products (QuantizationConfig.activations; quantize_model sets it).
         self.int8_activations = False
+        # Whether the weight is the checkpoint's own blocks as they are, not a rounding of
+        # its float values (quantize_model sets it; holds_checkpoint_weights reads it).
+        self.from_file = False
 
     def matmul(self, rows: torch.Tensor) -> torch.Tensor:
         """rows [M, in_features] @ W^T -> [M, out_features] in rows' dtype."""

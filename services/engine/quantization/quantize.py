@@ -10,7 +10,7 @@ from maas_services.engine.model import LlamaForCausalLM
 from maas_services.engine.quantization import gguf_blocks
 from maas_services.engine.quantization.config import QuantizationConfig
 from maas_services.engine.quantization.int4 import Int4Weight, int4_group_size, make_int4_linear
-from maas_services.engine.quantization.int8 import Int8Linear
+from maas_services.engine.quantization.int8 import Int8Linear, Int8Weight
 from maas_services.engine.quantization.linear import QuantizedLinear
 
 # The projections of each decoder layer: nearly all the weights outside the
@@ -32,7 +32,8 @@ def quantize_model(
     takes the largest smaller group that does (int4_group_size). For int4
     with group 32 from a GGUF file (source), the file's own Q4_0/Q4_1 blocks
     are used as they are: the layers then hold exactly the weights the file
-    holds, instead of a requantization of their dequantized values.
+    holds, instead of a requantization of their dequantized values; so does
+    the head, from a GGUF file's Q8_0 blocks (quantize_head).
     """
     if not quantization.enabled:
         return model.to(dtype)
@@ -50,9 +51,10 @@ def quantize_model(
         parent, _, child = name.rpartition(".")
         if child in TARGETS:
             quantized = _quantize(module, quantization, dtype, from_file.get(name))
+            quantized.from_file = name in from_file
             setattr(model.get_submodule(parent), child, quantized)
     if quantization.quantize_head:
-        quantize_head(model, dtype)
+        quantize_head(model, dtype, source)
     for module in model.modules():
         if isinstance(module, QuantizedLinear):
             module.int8_activations = quantization.activations == "int8"
@@ -78,13 +80,31 @@ def _quantize(
     return make_int4_linear(weight, linear.bias, dtype, shard_sizes)
 
 
-def quantize_head(model: LlamaForCausalLM, dtype: torch.dtype) -> None:
+def quantize_head(
+    model: LlamaForCausalLM, dtype: torch.dtype, source: str | Path | None = None
+) -> None:
     """The LM head as an Int8Linear of its own; a tied embedding keeps its float copy.
 
-    int8 per row, whatever the layers' method: the head's error lands straight
-    in the logits, and int8 is what llama.cpp's files keep their output matrix
-    in (SmolLM2's GGUF: Q8_0). The lookup only reads a row per token, so the
-    float table costs memory (an extra quarter of it), not time.
+    int8 whatever the layers' method: the head's error lands straight in the
+    logits, and int8 is what llama.cpp's files keep their output matrix in
+    (SmolLM2's GGUF: Q8_0). From a GGUF file's Q8_0 blocks, as they are, where
+    the CPU's float32 kernels run the head (they take the blocks' scale per 32
+    inputs): then the head is exactly the file's. Otherwise requantized per row
+    (+0.2-0.3% perplexity on SmolLM2, docs/quantization.md). The lookup only
+    reads a row per token, so the float table costs memory (an extra quarter of
+    it), not time.
     """
-    head = model.model.embed_tokens if model.lm_head is None else model.lm_head
-    model.lm_head = Int8Linear(head.weight.data, None, dtype)
+    tied = model.lm_head is None
+    head = model.model.embed_tokens if tied else model.lm_head
+    weight: torch.Tensor | Int8Weight = head.weight.data
+    on_cpu = weight.device.type == "cpu"
+    if dtype == torch.float32 and on_cpu and source is not None and Path(source).is_file():
+        weight = gguf_blocks.read_int8_head(source, tied) or weight
+    model.lm_head = Int8Linear(weight, None, dtype)
+    model.lm_head.from_file = isinstance(weight, Int8Weight)
+
+
+def holds_checkpoint_weights(model: nn.Module) -> bool:
+    """Whether every weight is the checkpoint's (no layer quantized here, or each one taken
+    from the file's blocks as they are): then the model is the float32 reference's."""
+    return all(m.from_file for m in model.modules() if isinstance(m, QuantizedLinear))

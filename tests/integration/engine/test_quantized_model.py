@@ -11,7 +11,7 @@ from maas_services.engine.llm_engine import LLMEngine
 from maas_services.engine.loader import load_model
 from maas_services.engine.quantization.config import QuantizationConfig
 from maas_services.engine.quantization.int8 import Int8Linear
-from maas_services.engine.quantization.quantize import quantize_model
+from maas_services.engine.quantization.quantize import quantize_head, quantize_model
 from maas_services.engine.sampling_params import SamplingParams
 from maas_services.engine.scoring import window_logits
 from maas_services.engine.settings import EngineSettings
@@ -21,9 +21,9 @@ from tests.integration.engine.test_llm_engine import make_engine
 pytestmark = pytest.mark.slow
 
 NEW_TOKENS = 16
-# The int8 head against the float one: the largest logit error relative to the
+# An int8 head per row against the float one: the largest logit error relative to the
 # largest logit, measured 0.020; greedy picks over the 48 answer tokens, measured
-# 45 of 48 (the float head: all of them).
+# 45 of 48 (the float head, and the file's own Q8_0 blocks: all of them).
 HEAD_MAX_ERROR = 0.03
 HEAD_MIN_AGREEMENT = 0.9
 QUESTIONS = [
@@ -61,14 +61,35 @@ def test_int4_group_32_runs_the_files_own_q4_1_weights(float_model, smollm_path,
     torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
 
 
-def test_the_int8_head_keeps_the_float32_logits_and_greedy_picks(
+def test_int4_group_32_with_the_files_q8_0_head_is_the_float32_model(
     float_model, float32_answers, smollm_path, tokenizer
 ):
     model, _ = float_model
     int4 = quantize_model(
         copy.deepcopy(model), QuantizationConfig("int4", 32), torch.float32, smollm_path
     )
-    assert isinstance(int4.lm_head, Int8Linear)
+    # The head from the file's Q8_0 blocks: a scale per 32 inputs, no requantization.
+    assert isinstance(int4.lm_head, Int8Linear) and int4.lm_head.group_size == 32
+    ids = tokenizer.encode("It is a truth universally acknowledged")
+    with torch.inference_mode():
+        got, want = window_logits(int4, ids, "cpu"), window_logits(model, ids, "cpu")
+    # Every weight is the file's, as float32's dequantization of it: only sums differ.
+    torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
+    picks = greedy_picks(int4, float32_answers, tokenizer)
+    assert picks == greedy_picks(model, float32_answers, tokenizer)
+
+
+def test_an_int8_head_per_row_keeps_the_float32_logits_and_greedy_picks(
+    float_model, float32_answers, smollm_path, tokenizer
+):
+    model, _ = float_model
+    int4 = quantize_model(
+        copy.deepcopy(model), QuantizationConfig("int4", 32, quantize_head=False), torch.float32,
+        smollm_path,
+    )  # fmt: skip
+    # What a head gets where the file has no Q8_0 blocks for it (or a bf16 engine runs it).
+    quantize_head(int4, torch.float32)
+    assert int4.lm_head.group_size == 0
     ids = tokenizer.encode("It is a truth universally acknowledged")
     with torch.inference_mode():
         got, want = window_logits(int4, ids, "cpu"), window_logits(model, ids, "cpu")
@@ -131,20 +152,27 @@ def float32_answers(float_model, tokenizer) -> list[list[int]]:
     return float32_greedy(*float_model, tokenizer)
 
 
+def greedy_picks(model, answers: list[list[int]], tokenizer) -> list[list[int]]:
+    """The token model picks greedily at each position of each answer, given its prefix."""
+    picks = []
+    for question, answer in zip(QUESTIONS, answers, strict=True):
+        prompt = chat_prompt(tokenizer, question)
+        with torch.inference_mode():
+            logits = window_logits(model, prompt + answer, "cpu")
+        picks.append(logits[len(prompt) - 1 : -1].argmax(dim=-1).tolist())
+    return picks
+
+
 def greedy_agreement(model, answers: list[list[int]], tokenizer) -> float:
     """The share of float32's answer tokens that model picks greedily, given the same prefix.
 
     Once two greedy runs differ by one token they go separate ways, so comparing
     free-running answers would count that one difference many times.
     """
-    matches = total = 0
-    for question, answer in zip(QUESTIONS, answers, strict=True):
-        prompt = chat_prompt(tokenizer, question)
-        with torch.inference_mode():
-            logits = window_logits(model, prompt + answer, "cpu")
-        picks = logits[len(prompt) - 1 : -1].argmax(dim=-1).tolist()
-        matches += sum(a == b for a, b in zip(picks, answer, strict=True))
-        total += len(answer)
+    picks = greedy_picks(model, answers, tokenizer)
+    pairs = zip(picks, answers, strict=True)
+    matches = sum(a == b for pick, answer in pairs for a, b in zip(pick, answer, strict=True))
+    total = sum(len(answer) for answer in answers)
     assert total == NEW_TOKENS * len(QUESTIONS)
     return matches / total
 

@@ -18,7 +18,7 @@ from maas_services.engine import native_layers
 from maas_services.engine.quantization import cpu_kernel
 from maas_services.engine.quantization.config import QuantizationConfig
 from maas_services.engine.quantization.int4 import Int4Linear, Int4Weight
-from maas_services.engine.quantization.int8 import Int8Linear
+from maas_services.engine.quantization.int8 import Int8Linear, Int8Weight
 from maas_services.engine.quantization.linear import QuantizedLinear
 from maas_services.engine.quantization.quantize import quantize_model
 from maas_services.engine.settings import EngineSettings
@@ -53,6 +53,21 @@ def int8_reference(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> tor
     w = q.double().reshape(q.shape[0], -1, BLOCK)
     per_block = torch.einsum("mbi,nbi->mnb", levels, w)  # exact integers
     return (per_block * d[:, None, :]).sum(-1) * scale.double()
+
+
+def int8_group_reference(x: torch.Tensor, weight: Int8Weight) -> torch.Tensor:
+    levels, d = (t.double() for t in quantized_activations(x))
+    w = weight.q.double().reshape(weight.q.shape[0], -1, BLOCK)
+    per_block = torch.einsum("mbi,nbi->mnb", levels, w)
+    group_of = torch.arange(w.shape[1]) * BLOCK // weight.group_size
+    return (per_block * d[:, None, :] * weight.scale.double()[:, group_of]).sum(-1)
+
+
+def int8_group_weight(k: int, group: int, seed: int = 0) -> Int8Weight:
+    """Levels in -127..127 and a scale per group, as a GGUF file's Q8_0 blocks (group 32)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(-127, 128, (OUTPUTS, k), generator=g, dtype=torch.int8)
+    return Int8Weight(q, torch.rand(OUTPUTS, k // group, generator=g) * 0.01 + 1e-4, group)
 
 
 def int4_reference(x, packed, scales, mins, group) -> torch.Tensor:
@@ -94,7 +109,7 @@ def call_int8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Te
     """The library's entry on x as it lies in memory (row stride and all)."""
     out = torch.empty(x.shape[0], q.shape[0])
     bindings.library().int8_matmul_q8(
-        x.data_ptr(), x.shape[0], x.stride(0), q.data_ptr(), scale.data_ptr(), q.shape[0],
+        x.data_ptr(), x.shape[0], x.stride(0), q.data_ptr(), scale.data_ptr(), 0, q.shape[0],
         q.shape[1], out.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
     return out
@@ -124,6 +139,28 @@ def test_int8_weights_equal_the_float64_twin_and_stay_in_the_rounding_bound(rows
     assert ((got.double() - exact).abs() <= rounding_bound(x, w) + slack).all()
     # The module's path, on contiguous rows, is the same kernel.
     assert torch.equal(cpu_kernel.int8_matmul(x, q, scale, int8_activations=True), got)
+
+
+@needs_kernels
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize(("group", "k"), [(32, 96), (32, 576), (32, 1536), (64, 576), (128, 640)])
+def test_int8_weights_with_group_scales_equal_the_float64_twin(rows, group, k):
+    weight = int8_group_weight(k, group, seed=k)
+    x = strided(rows, k, seed=rows)
+    out = torch.empty(rows, OUTPUTS)
+    bindings.library().int8_matmul_q8(
+        x.data_ptr(), rows, x.stride(0), weight.q.data_ptr(), weight.scale.data_ptr(), group,
+        OUTPUTS, k, out.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    assert_tight(out, int8_group_reference(x, weight))
+    w = weight.dequantize()
+    exact = x.double() @ w.double().T
+    slack = TIGHT * exact.abs().max()
+    assert ((out.double() - exact).abs() <= rounding_bound(x, w) + slack).all()
+    # The module's path, on contiguous rows, is the same kernel.
+    layer = Int8Linear(weight, None, torch.float32)
+    layer.int8_activations = True
+    assert torch.equal(layer(x), out)
 
 
 @needs_kernels

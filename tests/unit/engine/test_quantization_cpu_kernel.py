@@ -14,7 +14,7 @@ from maas_services.engine.quantization.int4 import (
     int4_group_size,
     make_int4_linear,
 )
-from maas_services.engine.quantization.int8 import Int8Linear
+from maas_services.engine.quantization.int8 import Int8Linear, Int8Weight
 from tests.unit.engine.test_quantization import assert_close_relative, random_weight
 
 AVX2 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
@@ -55,6 +55,28 @@ def test_int8_kernel_equals_dequantize_and_matmul(
     x = torch.randn(rows, inputs)
     expected = F.linear(x, dequantize_int8(layer.qweight, layer.scale))
     assert_close_relative(layer(x), expected, TOLERANCE)
+
+
+@needs_avx2
+@KERNELS
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("outputs", OUTPUTS)
+@pytest.mark.parametrize(("group_size", "inputs"), [(32, 576), (32, 1536), (64, 576)])
+def test_int8_with_group_scales_equals_its_weights_and_matmul(
+    monkeypatch, row_kernel_rows, rows, outputs, group_size, inputs
+):
+    # A GGUF file's Q8_0 blocks: int8 levels and a scale per 32 inputs.
+    g = torch.Generator().manual_seed(rows)
+    q = torch.randint(-127, 128, (outputs, inputs), generator=g, dtype=torch.int8)
+    weight = Int8Weight(q, torch.rand(outputs, inputs // group_size, generator=g), group_size)
+    monkeypatch.setattr(cpu_kernel, "MAX_ROW_KERNEL_ROWS", row_kernel_rows)
+    layer = Int8Linear(weight, None, torch.float32)
+    x = torch.randn(rows, inputs)
+    assert_close_relative(layer(x), F.linear(x, weight.dequantize()), TOLERANCE)
+    with torch.no_grad():  # where no kernel runs: the same weights, dequantized
+        assert_close_relative(
+            layer.double()(x.double()).float(), F.linear(x, weight.dequantize()), TOLERANCE
+        )
 
 
 @needs_avx2

@@ -113,7 +113,7 @@ def test_int8_and_int4_panels_are_dequantized_then_rounded_to_bf16(rows):
     packed, scales, mins = quantize_int4(dense, 32)
     lib = bindings.library()
     int8_dense, int4_dense = torch.empty(300, 576), torch.empty(300, 576)
-    lib.int8_dequantize_f32(q.data_ptr(), scale.data_ptr(), 300, 576, int8_dense.data_ptr(), 1)
+    lib.int8_dequantize_f32(q.data_ptr(), scale.data_ptr(), 0, 300, 576, int8_dense.data_ptr(), 1)
     lib.int4_dequantize_f32(
         packed.data_ptr(), scales.data_ptr(), mins.data_ptr(), 32, 300, 576,
         int4_dense.data_ptr(), 1,
