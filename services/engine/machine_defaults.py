@@ -140,9 +140,11 @@ KV_CACHE_DTYPE_BY_CPU_CLASS = {
 
 # Whether `auto` quantization serves a checkpoint's own quantized blocks (int4 group 32 from
 # a GGUF's Q4_0/Q4_1 layers and its Q8_0 head as they are: exactly the file's weights, so
-# not a quantization of the model but the model; the activations are rounded to int8 per
-# block of 32 at a few rows, as llama.cpp does, which the perplexity gate measures), per
-# CPU class: "int4" where measured faster than the float default at every level.
+# not a quantization of the model but the model; with float32 activations, so float32's
+# arithmetic too, up to the order of the sums), per CPU class: "int4" where measured faster
+# than the float default at every level. (int8 activations, llama.cpp's Q8 x Q4, are faster
+# at a few rows but flip near-ties: SmolLM2's "What is the capital of France?" then
+# answers "L'Étoile, la Marseillaise", and a request's tokens depend on its step's width.)
 QUANTIZATION_BY_CPU_CLASS = {
     "amx": Measured("none", "not on an AMX CPU yet"),
     "avx512_bf16": Measured(
@@ -257,7 +259,8 @@ def _quantization(machine: MachineProfile, on_cuda: bool, dtype: str, own_blocks
     return Choice(
         row.value,
         f"{kind} CPU: the checkpoint's own Q4_0/Q4_1 layers and Q8_0 head, served as they are "
-        f"(group 32: exactly its weights), measured: {row.measured}",
+        f"(group 32, float32 activations: exactly its weights, float32's sums), measured: "
+        f"{row.measured}",
     )
 
 
@@ -363,6 +366,11 @@ def resolve(
     updates = {name: choices[name].value for name in _AUTO}
     if choices["quantization"].source == "auto" and choices["quantization"].value == "int4":
         updates["quantization_group_size"] = gguf_blocks.GROUP_SIZE  # the file's blocks
+        if "quantization_activations" not in settings.model_fields_set:
+            # float32's arithmetic too: rounded to int8 at a few rows, a request's tokens
+            # would depend on its step's width and on whether they were computed in
+            # prefill or decode (a resumed stream, a batch line against the same request).
+            updates["quantization_activations"] = "float32"
     return Resolved(
         settings=settings.model_copy(update=updates),
         core_env={} if omp else dict(choices["omp"].value),

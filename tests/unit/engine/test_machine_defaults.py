@@ -134,13 +134,16 @@ def test_an_avx2_machine_serves_a_ggufs_own_int4_layers_and_q8_0_head_as_they_ar
 def test_the_bundled_gguf_resolves_to_its_own_blocks_on_avx2_and_a_flag_wins(tmp_path):
     # The bundled SmolLM2 is Q4_1 layers and a Q8_0 (tied) head: group 32, the file's.
     resolved = resolve(parse_settings(EngineSettings, [], "engine"), EPYC, False, {})
-    assert (resolved.settings.quantization, resolved.settings.quantization_group_size) == (
-        "int4",
-        32,
-    )
+    chosen = resolved.settings
+    # float32 activations too: float32's arithmetic on the file's weights.
+    assert (chosen.quantization, chosen.quantization_group_size) == ("int4", 32)
+    assert chosen.quantization_activations == "float32"
     assert resolved.choices["quantization"].why.startswith("avx2 CPU: the checkpoint's own")
     given = parse_settings(EngineSettings, ["--quantization", "none"], "engine")
     assert resolve(given, EPYC, False, {}).settings.quantization == "none"
+    flags = ["--quantization-activations", "int8"]
+    rounded = resolve(parse_settings(EngineSettings, flags, "engine"), EPYC, False, {})
+    assert rounded.settings.quantization_activations == "int8"
     # A checkpoint that is no such file (a folder, a float GGUF) serves its float weights.
     folder = parse_settings(EngineSettings, ["--model-path", str(tmp_path)], "engine")
     assert resolve(folder, EPYC, False, {}).settings.quantization == "none"
