@@ -16,7 +16,7 @@ from maas_services.common.defaults import (
     MAX_NUM_BATCHED_TOKENS,
     MAX_NUM_SEQS,
 )
-from maas_services.common.quantization_methods import QUANTIZATION_SETTINGS
+from maas_services.common.quantization_methods import QUANTIZATION_METHODS
 from maas_services.common.routing_policies import (
     DEFAULT_ROUTING_POLICY,
     ROUTING_POLICIES,
@@ -151,11 +151,9 @@ ENGINE = _obj(
         "blockSize": _int(BLOCK_SIZE, 1, 256, description="tokens per KV-cache block"),
         # Enums from services/common, which the engine and the router read too: no drift.
         "quantization": _str(
-            "weight-only quantization of the decoder's linear layers; auto = the engine's "
-            "choice for its machine and model (none unless the checkpoint's own quantized "
-            "blocks serve faster there)",
-            enum=list(QUANTIZATION_SETTINGS),
-            default="auto",
+            "weight-only quantization of the decoder's linear layers",
+            enum=list(QUANTIZATION_METHODS),
+            default="none",
         ),
         "prefixCacheSharing": _str(
             "tenant = a request hits only its own tenant's cached prefixes; global = "
@@ -243,7 +241,7 @@ ENGINE = _obj(
         "x-kubernetes-validations": [
             {
                 "rule": "self.backend != 'vllm' || "
-                "(self.quantization in ['auto', 'none'] && self.speculative.method == 'none')",
+                "(self.quantization == 'none' && self.speculative.method == 'none')",
                 "message": "quantization and speculative are the native engine's; "
                 "give vLLM its own in vllm.args",
             },

@@ -98,7 +98,7 @@ def engine_args(
     kv_bytes = quantity_bytes(engine["kvCacheMemory"])
     if kv_bytes:
         args.append(f"--kv-cache-memory={kv_bytes}")
-    if engine["quantization"] != "auto":
+    if engine["quantization"] != "none":
         args.append(f"--quantization={engine['quantization']}")
     args += prefix_cache_args(engine) + known_answer_args(engine) + lora_args(engine)
     speculative = engine["speculative"]

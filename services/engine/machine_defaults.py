@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from maas_services.common.machine_profile import MachineProfile
-from maas_services.common.model_files import resolve_model_path
-from maas_services.engine.quantization import gguf_blocks
 from maas_services.engine.settings import EngineSettings
 
 OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
@@ -138,31 +136,6 @@ KV_CACHE_DTYPE_BY_CPU_CLASS = {
 }
 
 
-# Whether `auto` quantization serves a checkpoint's own quantized blocks (int4 group 32 from
-# a GGUF's Q4_0/Q4_1 layers and its Q8_0 head as they are: exactly the file's weights, so
-# not a quantization of the model but the model; with float32 activations, so float32's
-# arithmetic too, up to the order of the sums), per CPU class: "int4" where measured faster
-# than the float default at every level. (int8 activations, llama.cpp's Q8 x Q4, are faster
-# at a few rows but flip near-ties: SmolLM2's "What is the capital of France?" then
-# answers "L'Étoile, la Marseillaise", and a request's tokens depend on its step's width.)
-QUANTIZATION_BY_CPU_CLASS = {
-    "amx": Measured("none", "not on an AMX CPU yet"),
-    "avx512_bf16": Measured(
-        "none",
-        "AMD EPYC family 25 model 17 (Zen 4, session 22; the head then requantized per row): "
-        "int4 1.98x / 1.23x the bf16 default's output tok/s at 1 / 8 streams, but 0.89x / "
-        "0.92x at 32 / 64, where its panels are dequantized into bf16 per call",
-    ),
-    "avx512": Measured("none", "not on an AVX-512 CPU without bf16 yet"),
-    "avx2": Measured(
-        "int4",
-        "AMD EPYC family 25 model 1 (Zen 3, session 23; make bench-peers): 119.98 / 264.43 / "
-        "317.64 / 344.06 output tok/s at 1 / 8 / 32 / 64 streams against float32's 26.61 / "
-        "133.83 / 252.12 / 339.00",
-    ),
-}
-
-
 def cpu_class(machine: MachineProfile) -> str:
     """The row of DTYPE_BY_CPU_CLASS (and of docs/bench.md's tables) this CPU belongs to."""
     if machine.amx:
@@ -243,24 +216,22 @@ def _omp() -> Choice:
     )
 
 
-def _quantization(machine: MachineProfile, on_cuda: bool, dtype: str, own_blocks: bool) -> Choice:
-    """int4 group 32 where that is exactly the checkpoint's weights and measured faster."""
-    kept = "quantization changes the served weights, so it is a choice of its own"
-    if on_cuda:
-        return Choice("none", f"CUDA: {kept}")
-    kind = cpu_class(machine)
-    row = QUANTIZATION_BY_CPU_CLASS[kind]
-    if row.value == "none":
-        return Choice("none", f"{kind} CPU: {kept}; its own blocks measured: {row.measured}")
-    if not own_blocks:
-        return Choice("none", f"{kind} CPU: {kept}; the checkpoint has no blocks to serve as is")
-    if dtype != "float32":
-        return Choice("none", f"{kind} CPU: the model's own blocks run in float32 engines only")
+def _quantization() -> Choice:
+    # The AVX2 int8/int4 kernels (quantization/cpu_kernel.py) are faster than float32
+    # at 1-256 rows (benchmarks/results/quant_kernel.json, quant_avx2_panels.json) and
+    # within the perplexity gate, but picking them by machine would also need the model's GGUF
+    # blocks (int4 is lossless only from Q4_0/Q4_1), a C++ compiler at run time
+    # (the runtime image has none), and the operator to pass "none" explicitly.
+    # Measured on an AVX2 Zen 3 EPYC (session 23, docs/bench.md): SmolLM2's own blocks
+    # (int4 group 32 and the Q8_0 head, exactly its weights) with float32 activations served
+    # 1.80x float32's tok/s at 1 stream but 0.88x / 0.80x / 0.92x at 8 / 32 / 64 (their wide
+    # panels are dequantized per call); with int8 activations 2.8x / 1.4x / 1.03x at 1 / 8 /
+    # 32, but those flip near-ties ("What is the capital of France?" answers "L'Étoile") and
+    # make a request's tokens depend on its step's width. So neither is a default.
     return Choice(
-        row.value,
-        f"{kind} CPU: the checkpoint's own Q4_0/Q4_1 layers and Q8_0 head, served as they are "
-        f"(group 32, float32 activations: exactly its weights, float32's sums), measured: "
-        f"{row.measured}",
+        "none",
+        "quantization changes the served weights; it stays an explicit choice "
+        "(docs/quantization.md has the measured speed and perplexity per CPU)",
     )
 
 
@@ -279,28 +250,17 @@ def _spec_max_batch(machine: MachineProfile, on_cuda: bool, draft_tokens: int, c
 
 
 def derive(
-    machine: MachineProfile,
-    on_cuda: bool,
-    draft_tokens: int,
-    max_num_seqs: int,
-    own_blocks: bool = False,
-    dtype: str = "auto",
+    machine: MachineProfile, on_cuda: bool, draft_tokens: int, max_num_seqs: int
 ) -> dict[str, Choice]:
-    """Every `auto` value for this machine, with why; a pure function of its arguments.
-
-    own_blocks: the checkpoint is a GGUF file of Q4_0/Q4_1 layers and a Q8_0 head
-    (gguf_blocks.holds_int4_layers_and_int8_head); dtype: the one given, if not auto.
-    """
-    chosen_dtype = machine_dtype(machine, on_cuda)
-    serving_dtype = chosen_dtype.value if dtype == "auto" else dtype
+    """Every `auto` value for this machine, with why; a pure function of its arguments."""
     return {
-        "dtype": chosen_dtype,
+        "dtype": machine_dtype(machine, on_cuda),
         "wide_gemm": machine_wide_gemm(machine, on_cuda),
         "kv_cache_dtype": machine_kv_cache_dtype(machine, on_cuda),
         "torch_threads": _threads(machine),
         "compute_wide_rows": _wide_rows(on_cuda),
         "omp": _omp(),
-        "quantization": _quantization(machine, on_cuda, serving_dtype, own_blocks),
+        "quantization": _quantization(),
         "speculative_max_batch": _spec_max_batch(machine, on_cuda, draft_tokens, max_num_seqs),
     }
 
@@ -334,43 +294,27 @@ _AUTO = {
     "torch_threads": 0,
     "compute_wide_rows": 0,
     "speculative_max_batch": 0,
-    "quantization": "auto",
 }
-
-
-def _own_blocks(settings: EngineSettings) -> bool:
-    try:
-        path = resolve_model_path(settings.model_path)
-    except FileNotFoundError:  # build_engine says why, with the model's name
-        return False
-    return gguf_blocks.holds_int4_layers_and_int8_head(path)
 
 
 def resolve(
     settings: EngineSettings, machine: MachineProfile, on_cuda: bool, environ: Mapping[str, str]
 ) -> Resolved:
-    derived = derive(
-        machine,
-        on_cuda,
-        settings.num_speculative_tokens,
-        settings.max_num_seqs,
-        own_blocks=settings.quantization == "auto" and _own_blocks(settings),
-        dtype=settings.dtype,
-    )
+    derived = derive(machine, on_cuda, settings.num_speculative_tokens, settings.max_num_seqs)
     choices: dict[str, Choice] = {}
     for name, auto in _AUTO.items():
         given = getattr(settings, name)
         choices[name] = derived[name] if given == auto else Choice(given, "given", "flag")
+    # Not given means the machine's choice. It is "none" on every machine yet, so the
+    # setting keeps "none" as its default; before it can be anything else the operator
+    # must pass --quantization=none for a ModelDeployment that asks for none.
+    given = "quantization" in settings.model_fields_set
+    choices["quantization"] = (
+        Choice(settings.quantization, "given", "flag") if given else derived["quantization"]
+    )
     omp = _given_omp(environ)
     choices["omp"] = Choice(omp, "given", "env") if omp else derived["omp"]
-    updates = {name: choices[name].value for name in _AUTO}
-    if choices["quantization"].source == "auto" and choices["quantization"].value == "int4":
-        updates["quantization_group_size"] = gguf_blocks.GROUP_SIZE  # the file's blocks
-        if "quantization_activations" not in settings.model_fields_set:
-            # float32's arithmetic too: rounded to int8 at a few rows, a request's tokens
-            # would depend on its step's width and on whether they were computed in
-            # prefill or decode (a resumed stream, a batch line against the same request).
-            updates["quantization_activations"] = "float32"
+    updates = {name: choices[name].value for name in (*_AUTO, "quantization")}
     return Resolved(
         settings=settings.model_copy(update=updates),
         core_env={} if omp else dict(choices["omp"].value),

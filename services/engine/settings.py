@@ -11,7 +11,7 @@ from maas_services.common.defaults import (
     MAX_NUM_SEQS,
 )
 from maas_services.common.model_files import DEFAULT_MODEL_ID
-from maas_services.common.quantization_methods import QuantizationSetting
+from maas_services.common.quantization_methods import QuantizationMethod
 from maas_services.common.serves import DEFAULT_SERVES, KINDS
 from maas_services.common.settings import ServiceSettings
 from maas_services.engine.quantization.config import GROUP_SIZES
@@ -113,11 +113,8 @@ class EngineSettings(ServiceSettings):
         description="tenant = every tenant's prefix cache is its own; global = requests "
         "that ask for it (share_prefix_cache) share cached blocks across tenants",
     )
-    quantization: QuantizationSetting = Field(
-        "auto",
-        description="weight-only quantization of the decoder's linear layers; auto = the "
-        "checkpoint's own quantized blocks where the machine serves them fastest (a GGUF "
-        "of Q4_0/Q4_1 layers and a Q8_0 head, exactly the file's weights), else none",
+    quantization: QuantizationMethod = Field(
+        "none", description="weight-only quantization of the decoder's linear layers"
     )
     quantization_group_size: int = Field(
         64,

@@ -56,14 +56,11 @@ def machine_defaults(engine_log: Path) -> str:
             if entry.get(setting) == "bf16"
         ]
         dtype = entry["dtype"] + (f" (bf16 {' and '.join(narrowed)})" if narrowed else "")
-        quantization = entry["quantization"]
-        if quantization != "none" and entry["quantization_why"].startswith("auto: "):
-            quantization += " (the checkpoint's own blocks)"
         return (
             f"engine on {entry['cpu_model']} ({' '.join(entry['cpu_flags']) or 'no SIMD flags'}"
             f"{', ' + entry['gpu'] if entry['gpu'] else ''}): {dtype}, "
             f"compute threads {threads}, {omp}, quantization "
-            f"{quantization}, speculation up to batch {entry['speculative_max_batch']} "
+            f"{entry['quantization']}, speculation up to batch {entry['speculative_max_batch']} "
             "(why: engine_machine_defaults in its log)\n"
         )
     return ""

@@ -107,23 +107,3 @@ def read_int8_head(path: str | Path, tied: bool) -> Int8Weight | None:
     if bool((q == -128).any()):
         return None
     return Int8Weight(q, scales, GROUP_SIZE)
-
-
-def holds_int4_layers_and_int8_head(path: str | Path) -> bool:
-    """Whether path is a GGUF file whose every layer matrix is Q4_0/Q4_1 and whose head is
-    Q8_0: quantized with group 32 from it, an engine holds exactly the file's weights."""
-    path = Path(path)
-    if not path.is_file():
-        return False
-    try:
-        tensors = {t.name: t for t in GGUFReader(path).tensors}
-    except (ValueError, OSError):  # not a GGUF file
-        return False
-    head = tensors.get(_HEAD_TENSORS[False]) or tensors.get(_HEAD_TENSORS[True])
-    matrices = [t for name, t in tensors.items() if name.startswith("blk.") and len(t.shape) > 1]
-    return (
-        head is not None
-        and head.tensor_type == GGMLQuantizationType.Q8_0
-        and bool(matrices)
-        and all(t.tensor_type in _BLOCK_BYTES for t in matrices)
-    )

@@ -11,7 +11,11 @@ from maas_services.engine.llm_engine import LLMEngine
 from maas_services.engine.loader import load_model
 from maas_services.engine.quantization.config import QuantizationConfig
 from maas_services.engine.quantization.int8 import Int8Linear
-from maas_services.engine.quantization.quantize import quantize_head, quantize_model
+from maas_services.engine.quantization.quantize import (
+    holds_checkpoint_weights,
+    quantize_head,
+    quantize_model,
+)
 from maas_services.engine.sampling_params import SamplingParams
 from maas_services.engine.scoring import window_logits
 from maas_services.engine.settings import EngineSettings
@@ -181,3 +185,20 @@ def test_int8_greedy_tokens_mostly_match_float32(float32_answers, int8_engine, t
     # A few near-ties flip: measured 0.875 over 24 tokens, where bf16 weights alone
     # (no quantization) give 0.93 and int4 0.61.
     assert greedy_agreement(int8_engine.runner.model, float32_answers, tokenizer) >= 0.8
+
+
+def test_only_the_files_own_blocks_count_as_the_checkpoints_weights(float_model, smollm_path):
+    # What the start-up known-answer check judges with float32's tolerance.
+    model, _ = float_model
+    assert holds_checkpoint_weights(model)
+
+    def quantized(config: QuantizationConfig):
+        return quantize_model(copy.deepcopy(model), config, torch.float32, smollm_path)
+
+    assert holds_checkpoint_weights(quantized(QuantizationConfig("int4", 32)))
+    # Requantized: the layers (int8, int4 at group 64) or the head (per row).
+    assert not holds_checkpoint_weights(quantized(QuantizationConfig("int8")))
+    assert not holds_checkpoint_weights(quantized(QuantizationConfig("int4", 64)))
+    per_row_head = quantized(QuantizationConfig("int4", 32, quantize_head=False))
+    quantize_head(per_row_head, torch.float32)
+    assert not holds_checkpoint_weights(per_row_head)

@@ -11,7 +11,6 @@ from maas_services.engine.core.launcher import resolve_for_core
 from maas_services.engine.machine_defaults import (
     DTYPE_BY_CPU_CLASS,
     KV_CACHE_DTYPE_BY_CPU_CLASS,
-    QUANTIZATION_BY_CPU_CLASS,
     WIDE_GEMM_BY_CPU_CLASS,
     WIDE_ROWS,
     cpu_class,
@@ -52,12 +51,10 @@ def _auto_settings(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def values(machine: MachineProfile, on_cuda: bool = False, **model) -> dict:
+def values(machine: MachineProfile, on_cuda: bool = False) -> dict:
     return {
         name: choice.value
-        for name, choice in derive(
-            machine, on_cuda, draft_tokens=4, max_num_seqs=64, **model
-        ).items()
+        for name, choice in derive(machine, on_cuda, draft_tokens=4, max_num_seqs=64).items()
     }
 
 
@@ -72,7 +69,6 @@ def test_an_avx2_epyc_computes_every_step_in_float32_on_both_cores():
         "compute_wide_rows": 1,
         # A decode step's ~120 parallel regions: a short spin spares each a wake-up.
         "omp": {"GOMP_SPINCOUNT": "10000"},
-        # A checkpoint of float weights is served as it is (own_blocks: below).
         "quantization": "none",
         # Measured here: n-gram speculation paid up to batch 4 and lost at 8.
         "speculative_max_batch": 4,
@@ -108,47 +104,9 @@ def test_avx512_bf16_without_amx_computes_float32_weights_in_bf16_at_every_width
 
 def test_every_cpu_class_has_a_measured_row():
     assert {cpu_class(m) for m in (EPYC, XEON, ZEN5, GPU_HOST)} == set(DTYPE_BY_CPU_CLASS)
-    tables = (
-        DTYPE_BY_CPU_CLASS,
-        WIDE_GEMM_BY_CPU_CLASS,
-        KV_CACHE_DTYPE_BY_CPU_CLASS,
-        QUANTIZATION_BY_CPU_CLASS,
-    )
-    for table in tables:
+    for table in (DTYPE_BY_CPU_CLASS, WIDE_GEMM_BY_CPU_CLASS, KV_CACHE_DTYPE_BY_CPU_CLASS):
         assert set(table) == set(DTYPE_BY_CPU_CLASS)
         assert all(row.measured for row in table.values())
-
-
-def test_an_avx2_machine_serves_a_ggufs_own_int4_layers_and_q8_0_head_as_they_are():
-    # Exactly the file's weights, measured faster than float32 at 1-64 streams there.
-    assert values(EPYC, own_blocks=True)["quantization"] == "int4"
-    assert values(EPYC, own_blocks=False)["quantization"] == "none"
-    # Not measured faster (Zen 4 at 32-64 streams) or not measured (AMX): none.
-    assert values(ZEN5, own_blocks=True)["quantization"] == "none"
-    assert values(XEON, own_blocks=True)["quantization"] == "none"
-    assert values(GPU_HOST, on_cuda=True, own_blocks=True)["quantization"] == "none"
-    # The blocks run in float32 engines' kernels only.
-    assert values(EPYC, own_blocks=True, dtype="bfloat16")["quantization"] == "none"
-
-
-def test_the_bundled_gguf_resolves_to_its_own_blocks_on_avx2_and_a_flag_wins(tmp_path):
-    # The bundled SmolLM2 is Q4_1 layers and a Q8_0 (tied) head: group 32, the file's.
-    resolved = resolve(parse_settings(EngineSettings, [], "engine"), EPYC, False, {})
-    chosen = resolved.settings
-    # float32 activations too: float32's arithmetic on the file's weights.
-    assert (chosen.quantization, chosen.quantization_group_size) == ("int4", 32)
-    assert chosen.quantization_activations == "float32"
-    assert resolved.choices["quantization"].why.startswith("avx2 CPU: the checkpoint's own")
-    given = parse_settings(EngineSettings, ["--quantization", "none"], "engine")
-    assert resolve(given, EPYC, False, {}).settings.quantization == "none"
-    flags = ["--quantization-activations", "int8"]
-    rounded = resolve(parse_settings(EngineSettings, flags, "engine"), EPYC, False, {})
-    assert rounded.settings.quantization_activations == "int8"
-    # A checkpoint that is no such file (a folder, a float GGUF) serves its float weights.
-    folder = parse_settings(EngineSettings, ["--model-path", str(tmp_path)], "engine")
-    assert resolve(folder, EPYC, False, {}).settings.quantization == "none"
-    zen5 = resolve(parse_settings(EngineSettings, [], "engine"), ZEN5, False, {})
-    assert zen5.settings.quantization == "none"
 
 
 def test_a_cuda_device_serves_bfloat16_and_speculates_up_to_the_batch_cap():
@@ -240,7 +198,6 @@ def test_maas_up_shows_the_engines_choices_from_its_log(tmp_path):
     shown = machine_defaults(log)
     assert shown.startswith("engine on AMD EPYC (avx avx2 f16c fma): float32, compute threads 2, ")
     assert "GOMP_SPINCOUNT=10000" in shown and "batch 4" in shown
-    assert "quantization int4 (the checkpoint's own blocks)" in shown
     assert machine_defaults(tmp_path / "missing.log") == ""
     # A crowded machine's choice: narrow steps one core fewer.
     flags = ["--compute-wide-rows", "32"]

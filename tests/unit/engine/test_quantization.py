@@ -258,8 +258,7 @@ def test_engine_flags_select_the_quantization():
         EngineSettings, ["--quantization", "int4", "--quantization-group-size", "128"], "engine"
     )
     assert (settings.quantization, settings.quantization_group_size) == ("int4", 128)
-    # Not given: the machine's choice (machine_defaults.resolve).
-    assert parse_settings(EngineSettings, [], "engine").quantization == "auto"
+    assert parse_settings(EngineSettings, [], "engine").quantization == "none"
     with pytest.raises(ValueError, match="one of"):
         parse_settings(EngineSettings, ["--quantization-group-size", "48"], "engine")
 
