@@ -34,16 +34,19 @@ struct Float32Row {
   void load(int64_t j, __m256* v) const { v[0] = _mm256_loadu_ps(w + j); }
 };
 
+// 8 int8 values -> float.
+inline __m256 widen_int8(const int8_t* q) {
+  __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+}
+
 // 8 int8 weights -> float, unscaled: the per-row scale multiplies the dot product instead.
 struct Int8Row {
   const int8_t* q;
   float scale;
   static constexpr int64_t STEP = 8;
   static constexpr bool IN_PLACE = false;
-  void load(int64_t j, __m256* w) const {
-    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j));
-    w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-  }
+  void load(int64_t j, __m256* w) const { w[0] = widen_int8(q + j); }
 };
 
 // 8 int8 weights of a row with a scale per group of inputs (a GGUF file's Q8_0 blocks,
@@ -57,9 +60,7 @@ struct Int8GroupRow {
   static constexpr float scale = 1.0f;
   static constexpr bool IN_PLACE = false;
   void load(int64_t j, __m256* w) const {
-    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j));
-    w[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
-                         _mm256_set1_ps(scales[j / group]));
+    w[0] = _mm256_mul_ps(widen_int8(q + j), _mm256_set1_ps(scales[j / group]));
   }
 };
 
