@@ -202,16 +202,12 @@ def _weight(module: nn.Module, kept: list, wide_bf16: bool) -> bindings.Weight |
     n, k = module.out_features, module.in_features
     bias = getattr(module, "bias", None)
     bias_ptr = 0 if bias is None else _tensor(bias, torch.float32, kept)
-    if k % _K_MULTIPLE or bias_ptr is None:
+    if k % _K_MULTIPLE or bias_ptr is None or getattr(module, "group_size", 0) % _GROUP_MULTIPLE:
         return None
     if isinstance(module, Int8Linear):
-        if module.group_size % _GROUP_MULTIPLE:
-            return None
         parts = (bindings.INT8, _tensor(module.qweight, torch.int8, kept))
         parts += (_tensor(module.scale, torch.float32, kept), 0, module.group_size)
     elif isinstance(module, Int4Linear):
-        if module.group_size % _GROUP_MULTIPLE:
-            return None
         parts = (bindings.INT4, _tensor(module.packed, torch.uint8, kept))
         parts += (_tensor(module.scales, torch.float32, kept),)
         parts += (_tensor(module.mins, torch.float32, kept), module.group_size)

@@ -33,8 +33,6 @@ from maas_services.engine.quantization.int8 import Int8Weight
 GROUP_SIZE = 32
 _BLOCK_BYTES = {GGMLQuantizationType.Q4_0: 18, GGMLQuantizationType.Q4_1: 20}
 _Q8_0_BLOCK_BYTES = 34
-# The tensor a model's LM head is: its own, or the embedding it is tied to.
-_HEAD_TENSORS = {False: "output.weight", True: "token_embd.weight"}
 
 
 def read_int4_blocks(
@@ -96,8 +94,8 @@ def read_int8_head(path: str | Path, tied: bool) -> Int8Weight | None:
     """The LM head (tied: the token embedding) as the file's Q8_0 blocks, or None where the
     file stores it in another type, or holds a -128 (the int8 kernels' levels stop at -127).
     """
-    name = _HEAD_TENSORS[tied]
-    tensor = next((t for t in GGUFReader(path).tensors if t.name == name), None)
+    name = "model.embed_tokens.weight" if tied else "lm_head.weight"
+    tensor = next((t for t in GGUFReader(path).tensors if _our_name(t.name) == name), None)
     if tensor is None or tensor.tensor_type != GGMLQuantizationType.Q8_0:
         return None
     data = torch.from_numpy(np.array(tensor.data))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from maas_kernels.ops import int8_matmul
-from maas_kernels.quant_int8_ref import quantize_int8
+from maas_kernels.quant_int8_ref import dequantize_int8, quantize_int8
 from maas_services.engine.quantization import cpu_kernel
 from maas_services.engine.quantization.linear import QuantizedLinear
 
@@ -36,7 +36,7 @@ class Int8Weight:
 
     def dequantize(self) -> torch.Tensor:
         if not self.group_size:
-            return self.q.float() * self.scale.float()[:, None]
+            return dequantize_int8(self.q, self.scale)
         return self.q.float() * self.scale.float().repeat_interleave(self.group_size, dim=1)
 
 
@@ -62,23 +62,20 @@ class Int8Linear(QuantizedLinear):
         self.register_buffer("scale", weight.scale if self.group_size else weight.scale.to(dtype))
 
     def matmul(self, rows: torch.Tensor) -> torch.Tensor:
-        if self.group_size:
-            if cpu_kernel.handles(rows, self.in_features):
-                return cpu_kernel.int8_matmul(
-                    rows, self.qweight, self.scale, self.group_size, self.int8_activations
-                )
-            # No kernel takes group scales elsewhere: the exact weights, then a dense matmul.
-            weight = Int8Weight(self.qweight, self.scale, self.group_size).dequantize()
-            return rows @ weight.to(rows.dtype).T
         if (
-            rows.device.type == "cpu"
+            not self.group_size
+            and rows.device.type == "cpu"
             and rows.dtype in CPU_KERNEL_DTYPES
             and rows.shape[0] <= CPU_KERNEL_MAX_ROWS
         ):
             return torch._weight_int8pack_mm(rows, self.qweight, self.scale)
         if cpu_kernel.handles(rows, self.in_features):
             return cpu_kernel.int8_matmul(
-                rows, self.qweight, self.scale, int8_activations=self.int8_activations
+                rows, self.qweight, self.scale, self.group_size, self.int8_activations
             )
+        if self.group_size:
+            # No other kernel takes group scales: the exact weights, then a dense matmul.
+            weight = Int8Weight(self.qweight, self.scale, self.group_size).dequantize()
+            return rows @ weight.to(rows.dtype).T
         # Triton on CUDA; elsewhere the twin: dequantize, then a dense matmul.
         return int8_matmul(rows, self.qweight, self.scale)

@@ -48,26 +48,23 @@ def quantized_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(blocks * inverse[..., None]), scale
 
 
-def int8_reference(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def int8_reference(
+    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group: int = 0
+) -> torch.Tensor:
+    """scale: a row's [N] (group 0) or a group's [N, K / group]."""
     levels, d = (t.double() for t in quantized_activations(x))
     w = q.double().reshape(q.shape[0], -1, BLOCK)
     per_block = torch.einsum("mbi,nbi->mnb", levels, w)  # exact integers
-    return (per_block * d[:, None, :]).sum(-1) * scale.double()
+    blocks = torch.arange(w.shape[1])
+    weight_scale = scale.double()[:, blocks * BLOCK // group] if group else scale.double()[:, None]
+    return (per_block * d[:, None, :] * weight_scale).sum(-1)
 
 
-def int8_group_reference(x: torch.Tensor, weight: Int8Weight) -> torch.Tensor:
-    levels, d = (t.double() for t in quantized_activations(x))
-    w = weight.q.double().reshape(weight.q.shape[0], -1, BLOCK)
-    per_block = torch.einsum("mbi,nbi->mnb", levels, w)
-    group_of = torch.arange(w.shape[1]) * BLOCK // weight.group_size
-    return (per_block * d[:, None, :] * weight.scale.double()[:, group_of]).sum(-1)
-
-
-def int8_group_weight(k: int, group: int, seed: int = 0) -> Int8Weight:
+def int8_group_weight(k: int, group: int, seed: int = 0, outputs: int = OUTPUTS) -> Int8Weight:
     """Levels in -127..127 and a scale per group, as a GGUF file's Q8_0 blocks (group 32)."""
     g = torch.Generator().manual_seed(seed)
-    q = torch.randint(-127, 128, (OUTPUTS, k), generator=g, dtype=torch.int8)
-    return Int8Weight(q, torch.rand(OUTPUTS, k // group, generator=g) * 0.01 + 1e-4, group)
+    q = torch.randint(-127, 128, (outputs, k), generator=g, dtype=torch.int8)
+    return Int8Weight(q, torch.rand(outputs, k // group, generator=g) * 0.01 + 1e-4, group)
 
 
 def int4_reference(x, packed, scales, mins, group) -> torch.Tensor:
@@ -152,7 +149,7 @@ def test_int8_weights_with_group_scales_equal_the_float64_twin(rows, group, k):
         x.data_ptr(), rows, x.stride(0), weight.q.data_ptr(), weight.scale.data_ptr(), group,
         OUTPUTS, k, out.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
-    assert_tight(out, int8_group_reference(x, weight))
+    assert_tight(out, int8_reference(x, weight.q, weight.scale, group))
     w = weight.dequantize()
     exact = x.double() @ w.double().T
     slack = TIGHT * exact.abs().max()

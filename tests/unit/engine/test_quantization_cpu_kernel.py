@@ -14,7 +14,8 @@ from maas_services.engine.quantization.int4 import (
     int4_group_size,
     make_int4_linear,
 )
-from maas_services.engine.quantization.int8 import Int8Linear, Int8Weight
+from maas_services.engine.quantization.int8 import Int8Linear
+from tests.unit.engine.test_qdot import int8_group_weight
 from tests.unit.engine.test_quantization import assert_close_relative, random_weight
 
 AVX2 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
@@ -66,9 +67,7 @@ def test_int8_with_group_scales_equals_its_weights_and_matmul(
     monkeypatch, row_kernel_rows, rows, outputs, group_size, inputs
 ):
     # A GGUF file's Q8_0 blocks: int8 levels and a scale per 32 inputs.
-    g = torch.Generator().manual_seed(rows)
-    q = torch.randint(-127, 128, (outputs, inputs), generator=g, dtype=torch.int8)
-    weight = Int8Weight(q, torch.rand(outputs, inputs // group_size, generator=g), group_size)
+    weight = int8_group_weight(inputs, group_size, seed=rows, outputs=outputs)
     monkeypatch.setattr(cpu_kernel, "MAX_ROW_KERNEL_ROWS", row_kernel_rows)
     layer = Int8Linear(weight, None, torch.float32)
     x = torch.randn(rows, inputs)
