@@ -221,6 +221,8 @@ int64_t native_layout(int64_t* out, int64_t capacity) {
       offsetof(NativeWeight, integer_rows),
       offsetof(NativeWeight, wide_bf16),
       offsetof(NativeWeight, bf16),
+      offsetof(NativeWeight, narrow),
+      offsetof(NativeWeight, narrow_rows),
       sizeof(NativeLayer),
       offsetof(NativeLayer, qkv),
       offsetof(NativeLayer, o),

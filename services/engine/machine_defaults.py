@@ -117,6 +117,27 @@ WIDE_GEMM_BY_CPU_CLASS = {
 }
 
 
+# The weights narrow steps read (--narrow-weights), per CPU class: a float32 model's
+# GGUF blocks as they are (quantization/checkpoint_blocks.py), the same weights in an
+# eighth or a quarter of the bytes, where measured faster.
+NARROW_WEIGHTS_BY_CPU_CLASS = {
+    "amx": Measured("float32", "not measured on an AMX CPU yet"),
+    "avx512_bf16": Measured(
+        "float32",
+        "not measured on this class yet; its narrow steps run bf16_rows (--wide-gemm bf16), "
+        "whose sums every width shares",
+    ),
+    "avx512": Measured("float32", "not measured on an AVX-512 CPU without bf16 yet"),
+    "avx2": Measured(
+        "checkpoint",
+        "AMD EPYC family 25 model 1 (Zen 3, avx2; session 24): SmolLM2's Q4_1 layers and "
+        "Q8_0 head, float32 activations, against float32 weights: whole decode steps 3.3x / "
+        "2.1x / 1.34x faster at 1 / 4 / 8 rows (benchmarks.step_bench --narrow-ab), the same "
+        "weights, +111 MB",
+    ),
+}
+
+
 # The KV pool's entries (--kv-cache-dtype), per CPU class: bf16 halves the bytes a
 # decode's attention reads (memory-bound: native/attention.cpp widens them with AVX2, so
 # any class could), but a class takes it only once measured there.
@@ -171,6 +192,12 @@ def machine_wide_gemm(machine: MachineProfile, on_cuda: bool) -> Choice:
     if on_cuda:
         return Choice("float32", "CUDA: the native layers do not run")
     return _measured(WIDE_GEMM_BY_CPU_CLASS, machine)
+
+
+def machine_narrow_weights(machine: MachineProfile, on_cuda: bool) -> Choice:
+    if on_cuda:
+        return Choice("float32", "CUDA: the native layers do not run")
+    return _measured(NARROW_WEIGHTS_BY_CPU_CLASS, machine)
 
 
 def machine_kv_cache_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
@@ -265,6 +292,7 @@ def derive(
     return {
         "dtype": machine_dtype(machine, on_cuda),
         "wide_gemm": machine_wide_gemm(machine, on_cuda),
+        "narrow_weights": machine_narrow_weights(machine, on_cuda),
         "kv_cache_dtype": machine_kv_cache_dtype(machine, on_cuda),
         "torch_threads": _threads(machine),
         "compute_wide_rows": _wide_rows(on_cuda),
@@ -299,6 +327,7 @@ class Resolved:
 _AUTO = {
     "dtype": "auto",
     "wide_gemm": "auto",
+    "narrow_weights": "auto",
     "kv_cache_dtype": "auto",
     "torch_threads": 0,
     "compute_wide_rows": 0,

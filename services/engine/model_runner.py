@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from maas_services.engine import native_layers
 from maas_services.engine.attention_metadata import AttentionMetadata
@@ -26,6 +27,7 @@ from maas_services.engine.lora.step_lora import AdapterStack, StepLora
 from maas_services.engine.model import LlamaForCausalLM
 from maas_services.engine.model_config import ModelConfig
 from maas_services.engine.native_layers import Native
+from maas_services.engine.quantization.checkpoint_blocks import CheckpointBlock
 from maas_services.engine.scheduler import ScheduledSeq
 
 NOTHING_POOLED = torch.empty(0)
@@ -137,10 +139,15 @@ class ModelRunner:
 
 
 def choose_path(
-    model: LlamaForCausalLM, compiled: bool, native: bool, wide_gemm: str = "float32"
+    model: LlamaForCausalLM,
+    compiled: bool,
+    native: bool,
+    wide_gemm: str = "float32",
+    narrow: dict[nn.Module, CheckpointBlock] | None = None,
 ) -> ComputePath:
     """The model's compute path, with why: compiled if asked; else native where its halves
-    apply to some layer; else eager."""
+    apply to some layer (narrow: checkpoint_blocks' blocks for its narrow steps); else
+    eager."""
     if compiled:
         return Compiled(model, "--no-enforce-eager")
     if not native:
@@ -148,7 +155,8 @@ def choose_path(
     missing = native_layers.unavailable(model)
     if missing is not None:
         return ComputePath(f"no native halves: {missing}")
-    path = Native(model, "a float32 CPU model and the native library built", wide_gemm=wide_gemm)
+    why = "a float32 CPU model and the native library built"
+    path = Native(model, why, wide_gemm=wide_gemm, narrow=narrow)
     if path.native_layers == 0:
         return ComputePath("no layer's projections are in a native format")
     return path

@@ -28,6 +28,11 @@ its weight, made here once (half its float32 bytes again), and the LM head too
 bf16_rows for narrow ones), so a row's result does not depend on its step. int8 and
 int4 panels are dequantized into bf16 instead of float32; their narrow steps keep
 their own row kernels. Native.extra_bytes counts the copies for the KV budget.
+
+With --narrow-weights checkpoint a float32 projection or head loaded from a GGUF
+file also keeps the file's own blocks (quantization/checkpoint_blocks.py), and
+steps of up to NARROW_ROWS rows multiply by them (matmul.h's NativeWeight.narrow):
+the same weights in an eighth or a quarter of the bytes, float32 activations.
 """
 
 import ctypes
@@ -44,8 +49,9 @@ from maas_services.engine.kv_cache import PagedKVCache
 from maas_services.engine.lora.step_lora import AdapterStack, LayerLora, StepLora
 from maas_services.engine.model import DecoderLayer, FusedLinear, LlamaForCausalLM
 from maas_services.engine.quantization import cpu_kernel
-from maas_services.engine.quantization.int4 import Int4Linear
-from maas_services.engine.quantization.int8 import Int8Linear
+from maas_services.engine.quantization.checkpoint_blocks import NARROW_ROWS, CheckpointBlock
+from maas_services.engine.quantization.int4 import Int4Linear, Int4Weight
+from maas_services.engine.quantization.int8 import Int8Linear, Int8Weight
 
 # The kernels read whole 8-wide vectors along K, and int4 and int8 groups 32 weights at a
 # time.
@@ -77,7 +83,8 @@ def unavailable(model: LlamaForCausalLM) -> str | None:
 class Native(ComputePath):
     """The native halves for every layer that takes them, and the one-call decode step
     where every layer does (one_call False: three calls a layer, the benchmark's A/B;
-    wide_gemm: WIDE_GEMMS' choice for wide steps, float32 where the library has no bf16)."""
+    wide_gemm: WIDE_GEMMS' choice for wide steps, float32 where the library has no bf16;
+    narrow: checkpoint_blocks' blocks for narrow steps, by module)."""
 
     name = "native"
 
@@ -87,8 +94,10 @@ class Native(ComputePath):
         reason: str,
         one_call: bool = True,
         wide_gemm: str = "float32",
+        narrow: dict[nn.Module, CheckpointBlock] | None = None,
     ):
         super().__init__(reason)
+        narrow = narrow or {}
         kernel = wide_bf16_kernel() if wide_gemm == "bf16" else ""
         self.wide_gemm = "bf16" if kernel else "float32"
         if wide_gemm == "bf16":
@@ -100,7 +109,7 @@ class Native(ComputePath):
         self._halves: dict[DecoderLayer, NativeHalves] = {}
         if unavailable(model) is None:
             for layer in model.model.layers:
-                halves = NativeHalves.of(layer, wide_bf16=bool(kernel))
+                halves = NativeHalves.of(layer, bool(kernel), narrow)
                 if halves is not None:
                     self._halves[layer] = halves
         self.native_layers = len(self._halves)
@@ -110,10 +119,19 @@ class Native(ComputePath):
         )
         # The last step's adapters in lora.h's terms, rebuilt when its stack changes.
         self._loras: NativeLoraStack | None = None
-        # The LM head in bf16 too where the layers' matmuls are (NativeHead).
-        self._head = NativeHead.of(model) if self.wide_gemm == "bf16" else None
+        # The LM head in bf16 too where the layers' matmuls are, and from its blocks in
+        # narrow steps where it has them (NativeHead).
+        bf16 = self.wide_gemm == "bf16"
+        self._head = NativeHead.of(model, bf16, narrow) if bf16 or narrow else None
         self.extra_bytes = sum(h.copy_bytes for h in self._halves.values())
         self.extra_bytes += 0 if self._head is None else self._head.copy_bytes
+        narrowed = sum(h.narrowed for h in self._halves.values())
+        narrowed += 0 if self._head is None else self._head.narrowed
+        self._narrow_weights = (
+            f"checkpoint: {narrowed} weights' blocks up to {NARROW_ROWS} rows"
+            if narrowed
+            else "float32"
+        )
 
     def halves(self, layer: DecoderLayer) -> "NativeHalves | None":
         """The layer's native halves, or None where it runs the torch ones."""
@@ -185,6 +203,7 @@ class Native(ComputePath):
             "native_layers": self.native_layers,
             "wide_gemm": self.wide_gemm,
             "wide_gemm_kernel": self._wide_gemm_kernel,
+            "narrow_weights": self._narrow_weights,
         }
 
 
@@ -196,45 +215,73 @@ def _tensor(t: torch.Tensor | None, dtype: torch.dtype, kept: list) -> int | Non
     return t.data_ptr()
 
 
-def _weight(module: nn.Module, kept: list, wide_bf16: bool) -> bindings.Weight | None:
-    """The projection in matmul.h's terms, or None if no native format holds it; wide_bf16:
-    its wide steps in bf16 (a float32 weight's bf16 copy joins kept)."""
+def _quantized(weight: Int8Weight | Int4Weight, kept: list) -> tuple:
+    """Weight's format, data, scales, mins and group fields for int8 or int4 values."""
+    if isinstance(weight, Int8Weight):
+        q, scale = _tensor(weight.q, torch.int8, kept), _tensor(weight.scale, torch.float32, kept)
+        return bindings.INT8, q, scale, 0, weight.group_size
+    return (
+        bindings.INT4,
+        _tensor(weight.packed, torch.uint8, kept),
+        _tensor(weight.scales, torch.float32, kept),
+        _tensor(weight.mins, torch.float32, kept),
+        weight.group_size,
+    )
+
+
+def _narrow(weight: bindings.Weight, block: CheckpointBlock, kept: list) -> int:
+    """Points weight's narrow steps at the checkpoint's block (a Weight of its own, kept);
+    returns the block's bytes, or 0 where no native format takes it."""
+    parts = _quantized(block, kept)
+    if None in parts or parts[4] % _GROUP_MULTIPLE:
+        return 0
+    narrow = bindings.Weight(*parts, weight.bias, weight.n, weight.k)
+    kept.append(narrow)
+    weight.narrow, weight.narrow_rows = ctypes.addressof(narrow), NARROW_ROWS
+    return sum(t.nbytes for t in vars(block).values() if isinstance(t, torch.Tensor))
+
+
+def _weight(module: nn.Module, kept: list, wide_bf16: bool) -> tuple[bindings.Weight | None, int]:
+    """The projection in matmul.h's terms, or None if no native format holds it, and the
+    bytes of the copy it keeps; wide_bf16: its wide steps in bf16 (a float32 weight's bf16
+    copy joins kept)."""
     n, k = module.out_features, module.in_features
     bias = getattr(module, "bias", None)
     bias_ptr = 0 if bias is None else _tensor(bias, torch.float32, kept)
     if k % _K_MULTIPLE or bias_ptr is None or getattr(module, "group_size", 0) % _GROUP_MULTIPLE:
-        return None
+        return None, 0
     if isinstance(module, Int8Linear):
-        parts = (bindings.INT8, _tensor(module.qweight, torch.int8, kept))
-        parts += (_tensor(module.scale, torch.float32, kept), 0, module.group_size)
+        parts = _quantized(Int8Weight(module.qweight, module.scale, module.group_size), kept)
     elif isinstance(module, Int4Linear):
-        parts = (bindings.INT4, _tensor(module.packed, torch.uint8, kept))
-        parts += (_tensor(module.scales, torch.float32, kept),)
-        parts += (_tensor(module.mins, torch.float32, kept), module.group_size)
+        values = (module.packed, module.scales, module.mins, module.group_size)
+        parts = _quantized(Int4Weight(*values), kept)
     elif type(module) in (nn.Linear, FusedLinear):
         parts = (bindings.FLOAT32, _tensor(module.weight, torch.float32, kept), 0, 0, 0)
     else:
-        return None
+        return None, 0
     if None in parts:
-        return None
+        return None, 0
     # int8 activations: qdot.cpp's integer row kernels, up to their crossover.
     integer = getattr(module, "int8_activations", False)
     integer_rows = cpu_kernel.MAX_INTEGER_ROW_KERNEL_ROWS if integer else 0
-    bf16_copy = 0
+    bf16_copy, copy_bytes = 0, 0
     if wide_bf16 and parts[0] == bindings.FLOAT32:
         # torch rounds to nearest even, as the kernel's activations are rounded.
-        bf16_copy = _tensor(module.weight.detach().to(torch.bfloat16), torch.bfloat16, kept)
-    return bindings.Weight(*parts, bias_ptr, n, k, integer_rows, int(wide_bf16), bf16_copy)
+        copy = module.weight.detach().to(torch.bfloat16)
+        bf16_copy, copy_bytes = _tensor(copy, torch.bfloat16, kept), copy.nbytes
+    weight = bindings.Weight(*parts, bias_ptr, n, k, integer_rows, int(wide_bf16), bf16_copy)
+    return weight, copy_bytes
 
 
 def _describe(
-    layer: DecoderLayer, wide_bf16: bool
-) -> tuple[bindings.Layer, list[torch.Tensor]] | None:
-    """The layer in layer.cpp's terms and the tensors it points into, or None where a
-    projection or norm is in no native format."""
+    layer: DecoderLayer, wide_bf16: bool, narrow: dict[nn.Module, CheckpointBlock]
+) -> "NativeHalves | None":
+    """The layer in layer.cpp's terms, or None where a projection or norm is in no native
+    format; narrow: the checkpoint's blocks for narrow steps, by module."""
     attn, mlp, kept = layer.self_attn, layer.mlp, []
     projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-    weights = [_weight(m, kept, wide_bf16) for m in projections]
+    described = [_weight(m, kept, wide_bf16) for m in projections]
+    weights = [weight for weight, _ in described]
     norms = [
         _tensor(n.weight, torch.float32, kept)
         for n in (layer.input_layernorm, layer.post_attention_layernorm)
@@ -244,7 +291,12 @@ def _describe(
         return None
     if mlp.down_proj.in_features % _K_MULTIPLE or attn.head_dim % 2:
         return None
-    described = bindings.Layer(
+    copy_bytes, narrowed = sum(copy for _, copy in described), 0
+    for module, weight in zip(projections, weights, strict=True):
+        block = narrow.get(module)
+        block_bytes = 0 if block is None else _narrow(weight, block, kept)
+        copy_bytes, narrowed = copy_bytes + block_bytes, narrowed + bool(block_bytes)
+    structure = bindings.Layer(
         *weights,
         *norms,
         layer.input_layernorm.eps,
@@ -256,7 +308,7 @@ def _describe(
         cpu_kernel.MAX_ROW_KERNEL_ROWS,
         cpu_kernel.PANEL_BYTES,
     )
-    return described, kept
+    return NativeHalves(structure, kept, copy_bytes, narrowed)
 
 
 class NativeHalves:
@@ -265,6 +317,7 @@ class NativeHalves:
     __slots__ = (
         "described",
         "copy_bytes",
+        "narrowed",
         "_kept",
         "_address",
         "_hidden",
@@ -273,21 +326,27 @@ class NativeHalves:
         "_dim",
     )
 
-    def __init__(self, described: bindings.Layer, kept: list[torch.Tensor]):
+    def __init__(self, described: bindings.Layer, kept: list, copy_bytes: int, narrowed: int):
+        """kept: the tensors and structures it points into; copy_bytes: those of them that
+        are copies (bf16 weights, checkpoint blocks); narrowed: its projections with blocks."""
         # Kept alive: the calls pass the structure's address, and it the tensors'.
         self.described, self._kept = described, kept
-        # The model is float32 (unavailable()): its bf16 tensors here are _weight's copies.
-        self.copy_bytes = sum(t.nbytes for t in kept if t.dtype == torch.bfloat16)
+        self.copy_bytes, self.narrowed = copy_bytes, narrowed
         self._hidden, self._dim = described.hidden, described.head_dim
         self._heads, self._kv_heads = described.heads, described.kv_heads
         self._address = ctypes.addressof(described)
 
     @classmethod
-    def of(cls, layer: DecoderLayer, wide_bf16: bool = False) -> "NativeHalves | None":
-        """The layer's halves (wide steps in bf16 if asked: the library must have it), or
-        None where they do not apply to it."""
-        described = _describe(layer, wide_bf16)
-        return None if described is None else cls(*described)
+    def of(
+        cls,
+        layer: DecoderLayer,
+        wide_bf16: bool = False,
+        narrow: dict[nn.Module, CheckpointBlock] | None = None,
+    ) -> "NativeHalves | None":
+        """The layer's halves (wide steps in bf16 if asked: the library must have it; narrow
+        steps from the checkpoint's blocks where narrow has them), or None where they do
+        not apply to it."""
+        return _describe(layer, wide_bf16, narrow or {})
 
     def inputs(
         self,
@@ -424,33 +483,47 @@ class NativeDecode:
 
 
 class NativeHead:
-    """The LM head in bf16 (--wide-gemm bf16), as the layers' projections: the activations
-    and a bf16 copy of the head's float32 weight (the embeddings, where tied), float32
-    sums, the same at every width (the panel GEMM, bf16_rows for a few rows)."""
+    """The LM head through native_linear where the layers' matmuls differ from torch's:
+    in bf16 (--wide-gemm bf16), the activations and a bf16 copy of the head's float32
+    weight (the embeddings, where tied), float32 sums, the same at every width (the
+    panel GEMM, bf16_rows for a few rows); and from the checkpoint's Q8_0 blocks in
+    narrow steps where it has them (--narrow-weights checkpoint)."""
 
-    __slots__ = ("weight", "copy_bytes", "_copy", "_address", "_rows")
+    __slots__ = ("weight", "copy_bytes", "narrowed", "_kept", "_address", "_rows")
 
-    def __init__(self, weight: torch.Tensor):
-        self._copy = weight.detach().to(torch.bfloat16)  # nearest even, as the activations
-        self.copy_bytes = self._copy.nbytes
+    def __init__(self, weight: torch.Tensor, bf16: bool, block: CheckpointBlock | None):
         n, k = weight.shape
+        self._kept: list = [weight]
+        self.copy_bytes, copy = 0, 0
+        if bf16:
+            rounded = weight.detach().to(torch.bfloat16)  # nearest even, as the activations
+            copy, self.copy_bytes = _tensor(rounded, torch.bfloat16, self._kept), rounded.nbytes
         self.weight = bindings.Weight(
-            bindings.FLOAT32, weight.data_ptr(), 0, 0, 0, 0, n, k, 0, 1, self._copy.data_ptr()
+            bindings.FLOAT32, weight.data_ptr(), 0, 0, 0, 0, n, k, 0, int(bf16), copy
         )
+        block_bytes = 0 if block is None else _narrow(self.weight, block, self._kept)
+        self.copy_bytes += block_bytes
+        self.narrowed = int(bool(block_bytes))
         self._address = ctypes.addressof(self.weight)
         self._rows = n
 
     @classmethod
-    def of(cls, model: LlamaForCausalLM) -> "NativeHead | None":
-        """The model's head in bf16, or None where it is not a float32 weight (a quantized
-        head keeps its own kernels)."""
-        head = model.lm_head
-        if head is not None and type(head) is not nn.Linear:
+    def of(
+        cls, model: LlamaForCausalLM, bf16: bool, narrow: dict[nn.Module, CheckpointBlock]
+    ) -> "NativeHead | None":
+        """The model's head in bf16 and/or with its blocks, or None where neither applies
+        or it is not a float32 weight (a quantized head keeps its own kernels)."""
+        tied = model.lm_head is None
+        module = model.model.embed_tokens if tied else model.lm_head
+        if not tied and type(module) is not nn.Linear:
             return None
-        weight = model.model.embed_tokens.weight if head is None else head.weight
+        weight = module.weight
         if weight.dtype != torch.float32 or not weight.is_contiguous() or weight.shape[1] % 8:
             return None
-        return cls(weight)
+        block = narrow.get(module)
+        if not bf16 and block is None:
+            return None
+        return cls(weight, bf16, block)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden.contiguous()

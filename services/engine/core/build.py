@@ -23,6 +23,7 @@ from maas_services.engine.llm_engine import LLMEngine
 from maas_services.engine.loader import load_model
 from maas_services.engine.machine_defaults import resolve
 from maas_services.engine.model_runner import ModelRunner, choose_path
+from maas_services.engine.quantization.checkpoint_blocks import checkpoint_blocks
 from maas_services.engine.quantization.config import QuantizationConfig
 from maas_services.engine.settings import EngineSettings
 
@@ -47,11 +48,13 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
     tokenizer = load_tokenizer(path)
     # The compute path (eager, compiled or native: compute_path.py) is chosen here, once,
     # before the KV cache is sized: the weight copies it keeps are weights too.
+    narrow = checkpoint_blocks(model, path) if settings.narrow_weights == "checkpoint" else {}
     compute_path = choose_path(
         model,
         compiled=not settings.enforce_eager,
         native=settings.native_layers,
         wide_gemm=settings.wide_gemm,
+        narrow=narrow,
     )
     weight_bytes = model_bytes(model) + compute_path.extra_bytes
     memory = kv_cache_bytes(settings, device, weight_bytes)

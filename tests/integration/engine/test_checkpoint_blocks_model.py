@@ -1,0 +1,106 @@
+"""--narrow-weights checkpoint on the real model: SmolLM2's GGUF holds its projections as
+Q4_1 blocks and its tied embedding (the head) as Q8_0; a float32 engine that keeps them
+for narrow steps serves the same weights, so it answers as the float32 engine does."""
+
+import pytest
+import torch
+
+from maas_kernels.native import bindings
+from maas_kernels.quant_int4_ref import dequantize_int4
+from maas_services.engine.core.build import build_engine
+from maas_services.engine.engine_config import build_configs
+from maas_services.engine.kv_cache import PagedKVCache
+from maas_services.engine.llm_engine import LLMEngine
+from maas_services.engine.model_runner import ModelRunner, choose_path
+from maas_services.engine.quantization.checkpoint_blocks import NARROW_ROWS, checkpoint_blocks
+from maas_services.engine.quantization.int4 import Int4Weight
+from maas_services.engine.quantization.int8 import Int8Weight
+from maas_services.engine.sampling_params import SamplingParams
+from maas_services.engine.settings import EngineSettings
+from tests.integration.engine.test_quantized_model import QUESTIONS, chat_prompt
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bindings.library() is None, reason="no native library"),
+]
+
+
+@pytest.fixture(scope="module")
+def blocks(model, smollm_path):
+    return checkpoint_blocks(model[0], smollm_path)
+
+
+def test_every_projection_and_the_head_have_their_files_blocks(model, blocks):
+    llama = model[0]
+    layers = len(llama.model.layers)
+    int4 = [m for m, b in blocks.items() if isinstance(b, Int4Weight)]
+    assert len(int4) == 4 * layers
+    head = llama.model.embed_tokens  # tied
+    assert isinstance(blocks[head], Int8Weight) and blocks[head].group_size == 32
+    # The float32 model's weights are the blocks' dequantization, bit for bit.
+    qkv = llama.model.layers[7].self_attn.qkv_proj
+    b = blocks[qkv]
+    assert torch.equal(dequantize_int4(b.packed, b.scales, b.mins, 32), qkv.weight)
+    assert torch.equal(blocks[head].dequantize(), head.weight)
+
+
+def test_a_model_from_a_folder_or_not_in_float32_has_none(model, smollm_path, tmp_path):
+    assert checkpoint_blocks(model[0], tmp_path) == {}
+    bf16 = type(model[0])(model[0].config).to(torch.bfloat16)
+    assert checkpoint_blocks(bf16, smollm_path) == {}
+
+
+def greedy_answers(model, config, tokenizer, path) -> list[list[int]]:
+    """Greedy answers to QUESTIONS, one request at a time (every decode step narrow)."""
+    cache = PagedKVCache.allocate(config, 64, 16, torch.float32, "cpu")
+    settings = EngineSettings(max_num_seqs=4, max_num_batched_tokens=256)
+    engine_config, config = build_configs(settings, config, 64)
+    engine = LLMEngine(
+        engine_config, config, ModelRunner(model, config, cache, "cpu", path), tokenizer
+    )
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    answers = []
+    for i, question in enumerate(QUESTIONS):
+        engine.add_request(str(i), chat_prompt(tokenizer, question), params)
+        tokens = []
+        while engine.has_work:
+            for out in engine.step():
+                tokens += out.token_ids
+        answers.append(tokens)
+    return answers
+
+
+def test_narrow_steps_from_the_blocks_answer_as_float32(model, blocks, tokenizer):
+    llama, config = model
+    narrow = choose_path(llama, compiled=False, native=True, narrow=blocks)
+    assert narrow.describe()["narrow_weights"] == (
+        f"checkpoint: {len(blocks)} weights' blocks up to {NARROW_ROWS} rows"
+    )
+    float32 = choose_path(llama, compiled=False, native=True)
+    assert float32.describe()["narrow_weights"] == "float32"
+    hidden = torch.randn(NARROW_ROWS, config.hidden_size)
+    torch.testing.assert_close(
+        narrow.logits(llama, hidden), float32.logits(llama, hidden), rtol=1e-4, atol=1e-3
+    )
+    assert greedy_answers(llama, config, tokenizer, narrow) == greedy_answers(
+        llama, config, tokenizer, float32
+    )
+
+
+def test_the_engine_keeps_the_blocks_when_asked_and_counts_their_bytes(smollm_path, tokenizer):
+    base = dict(model_path=str(smollm_path), kv_cache_memory=8 * 1024**2, max_model_len=512)
+    engine = build_engine(EngineSettings(**base, narrow_weights="checkpoint"))
+    path = engine.runner.path
+    assert path.describe()["narrow_weights"].startswith("checkpoint: 121 weights' blocks")
+    # 120 Q4_1 projections (half a byte a weight, a float32 scale and minimum per 32) and
+    # the Q8_0 head (a byte a weight, a float32 scale per 32), beside the float32 model.
+    assert 100e6 < path.extra_bytes < 120e6
+    engine.add_request(
+        "r", chat_prompt(tokenizer, QUESTIONS[0]), SamplingParams(temperature=0, max_tokens=12)
+    )
+    text = ""
+    while engine.has_work:
+        text += "".join(out.text for out in engine.step())
+    assert "Paris" in text
+    off = build_engine(EngineSettings(**base, narrow_weights="float32"))
+    assert off.runner.path.describe()["narrow_weights"] == "float32"
