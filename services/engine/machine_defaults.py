@@ -132,8 +132,9 @@ NARROW_WEIGHTS_BY_CPU_CLASS = {
         "checkpoint",
         "AMD EPYC family 25 model 1 (Zen 3, avx2; session 24): SmolLM2's Q4_1 layers and "
         "Q8_0 head, float32 activations, against float32 weights: whole decode steps 3.3x / "
-        "2.1x / 1.34x faster at 1 / 4 / 8 rows (benchmarks.step_bench --narrow-ab), the same "
-        "weights, +111 MB",
+        "2.1x / 1.34x faster at 1 / 4 / 8 rows (benchmarks.step_bench --narrow-ab); through "
+        "the stack 3.09x / 1.19x / 1.10x / 1.09x output tok/s at 1 / 8 / 32 / 64 streams "
+        "(benchmarks/results/peers_zen3_s24.json); the same weights, +111 MB",
     ),
 }
 
@@ -263,7 +264,9 @@ def _quantization() -> Choice:
     # 1.80x float32's tok/s at 1 stream but 0.88x / 0.80x / 0.92x at 8 / 32 / 64 (their wide
     # panels are dequantized per call); with int8 activations 2.8x / 1.4x / 1.03x at 1 / 8 /
     # 32, but those flip near-ties ("What is the capital of France?" answers "L'Étoile") and
-    # make a request's tokens depend on its step's width. So neither is a default.
+    # make a request's tokens depend on its step's width. So neither is a default; the
+    # float32 engine reads the same blocks in its narrow steps instead (--narrow-weights
+    # checkpoint), keeping float32 weights for wide ones.
     return Choice(
         "none",
         "quantization changes the served weights; it stays an explicit choice "
