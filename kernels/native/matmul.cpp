@@ -284,8 +284,7 @@ void int4_dot_rows(const Int4Row& row, int64_t groups, const Int4Activations& x,
   const __m256i low_nibble = _mm256_set1_epi32(0x0F);
   __m256 acc[M];
   for (int r = 0; r < M; r++) acc[r] = _mm256_setzero_ps();
-  // By group, so that a chunk's scale is not a division away (a 64-bit divide a chunk
-  // bounded the loop).
+  // By group: each chunk finds its scale without a division.
   for (int64_t first = 0, g = 0; first < k; first += row.group, g++) {
     __m256 scale = _mm256_set1_ps(row.scales[g]);
     for (int64_t j = first; j < first + row.group; j += 32) {
