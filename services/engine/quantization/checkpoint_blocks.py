@@ -24,10 +24,14 @@ three passes over the weights and the float32 panel GEMM wins.
 from pathlib import Path
 
 import torch
+from gguf import GGUFReader
+from safetensors.torch import load_file, save_file
 from torch import nn
 
+from maas_services.common.model_cache import derived_folder, publish
 from maas_services.engine.model import FusedLinear, LlamaForCausalLM
 from maas_services.engine.quantization import gguf_blocks
+from maas_services.engine.quantization.gguf_blocks import GROUP_SIZE
 from maas_services.engine.quantization.int4 import Int4Weight
 from maas_services.engine.quantization.int8 import Int8Weight
 from maas_services.engine.quantization.quantize import TARGETS
@@ -51,17 +55,49 @@ def checkpoint_blocks(
     if not Path(source).is_file():
         return {}
     blocks: dict[nn.Module, CheckpointBlock] = {}
-    projections = gguf_blocks.read_int4_blocks(
-        source, model.config, model.packed_modules_mapping, TARGETS
-    )
-    for name, weight in projections.items():
+    tensors = _cached(model, Path(source))
+    for name in {key.rpartition(".")[0] for key in tensors}:
+        if name == _HEAD:
+            continue
         module = model.get_submodule(name)
+        weight = Int4Weight(*(tensors[f"{name}.{part}"] for part in _INT4_PARTS), GROUP_SIZE)
         if type(module) in (nn.Linear, FusedLinear) and module.weight.shape == weight.shape:
             blocks[module] = weight
     tied = model.lm_head is None
     head = model.model.embed_tokens if tied else model.lm_head
-    if tied or type(head) is nn.Linear:
-        q8 = gguf_blocks.read_int8_head(source, tied)
-        if q8 is not None and q8.q.shape == head.weight.shape:
+    if f"{_HEAD}.q" in tensors and (tied or type(head) is nn.Linear):
+        q8 = Int8Weight(tensors[f"{_HEAD}.q"], tensors[f"{_HEAD}.scale"], GROUP_SIZE)
+        if q8.q.shape == head.weight.shape:
             blocks[head] = q8
     return blocks
+
+
+# The blocks as one safetensors file beside the model's derived folder
+# (common/model_cache.py), in a subfolder: the folder's own *.safetensors are the
+# model's weights, which the loader and vLLM read whole. Reading the blocks from the
+# GGUF parses its metadata (~5 s for SmolLM2's vocabulary), which every engine start
+# would pay; the file loads in a fraction of a second. Keys: a fused module's name +
+# ".packed" / ".scales" / ".mins", and the head's "head.q" / "head.scale".
+_CACHE_FOLDER = "checkpoint-blocks"
+_CACHE_FILE = "blocks.safetensors"
+_HEAD = "head"
+_INT4_PARTS = ("packed", "scales", "mins")
+
+
+def _cached(model: LlamaForCausalLM, source: Path) -> dict[str, torch.Tensor]:
+    folder = derived_folder(source) / _CACHE_FOLDER
+    if (folder / _CACHE_FILE).is_file():
+        return load_file(folder / _CACHE_FILE)
+    reader = GGUFReader(source)
+    tensors: dict[str, torch.Tensor] = {}
+    projections = gguf_blocks.read_int4_blocks(
+        reader, model.config, model.packed_modules_mapping, TARGETS
+    )
+    for name, weight in projections.items():
+        for part in _INT4_PARTS:
+            tensors[f"{name}.{part}"] = getattr(weight, part).contiguous()
+    head = gguf_blocks.read_int8_head(reader, tied=model.lm_head is None)
+    if head is not None:
+        tensors[f"{_HEAD}.q"], tensors[f"{_HEAD}.scale"] = head.q, head.scale.contiguous()
+    publish(folder, _CACHE_FILE, lambda path: save_file(tensors, path))
+    return tensors

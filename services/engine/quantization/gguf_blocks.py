@@ -35,8 +35,14 @@ _BLOCK_BYTES = {GGMLQuantizationType.Q4_0: 18, GGMLQuantizationType.Q4_1: 20}
 _Q8_0_BLOCK_BYTES = 34
 
 
+def _reader(source: str | Path | GGUFReader) -> GGUFReader:
+    """source's reader: parsing a file's metadata takes seconds (its vocabulary), so a
+    caller that reads several things opens it once and passes the reader."""
+    return source if isinstance(source, GGUFReader) else GGUFReader(source)
+
+
 def read_int4_blocks(
-    path: str | Path,
+    path: str | Path | GGUFReader,
     config: ModelConfig,
     packed_modules_mapping: Mapping[str, tuple[str, int]],
     modules: Container[str],
@@ -51,7 +57,7 @@ def read_int4_blocks(
     for fused, _ in packed_modules_mapping.values():
         parts_per_module[fused] += 1
     parts: dict[str, dict[int, Int4Weight]] = defaultdict(dict)
-    for tensor in GGUFReader(path).tensors:
+    for tensor in _reader(path).tensors:
         name = _our_name(tensor.name)
         if tensor.tensor_type not in _BLOCK_BYTES or not name.endswith(".weight"):
             continue
@@ -90,12 +96,12 @@ def _from_blocks(data: np.ndarray, kind: GGMLQuantizationType) -> Int4Weight:
     return Int4Weight(packed.view(rows, -1), scales, mins, GROUP_SIZE)
 
 
-def read_int8_head(path: str | Path, tied: bool) -> Int8Weight | None:
+def read_int8_head(path: str | Path | GGUFReader, tied: bool) -> Int8Weight | None:
     """The LM head (tied: the token embedding) as the file's Q8_0 blocks, or None where the
     file stores it in another type, or holds a -128 (the int8 kernels' levels stop at -127).
     """
     name = "model.embed_tokens.weight" if tied else "lm_head.weight"
-    tensor = next((t for t in GGUFReader(path).tensors if _our_name(t.name) == name), None)
+    tensor = next((t for t in _reader(path).tensors if _our_name(t.name) == name), None)
     if tensor is None or tensor.tensor_type != GGMLQuantizationType.Q8_0:
         return None
     data = torch.from_numpy(np.array(tensor.data))

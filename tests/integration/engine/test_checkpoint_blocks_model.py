@@ -12,6 +12,7 @@ from maas_services.engine.engine_config import build_configs
 from maas_services.engine.kv_cache import PagedKVCache
 from maas_services.engine.llm_engine import LLMEngine
 from maas_services.engine.model_runner import ModelRunner, choose_path
+from maas_services.engine.quantization import checkpoint_blocks as checkpoint_module
 from maas_services.engine.quantization.checkpoint_blocks import NARROW_ROWS, checkpoint_blocks
 from maas_services.engine.quantization.int4 import Int4Weight
 from maas_services.engine.quantization.int8 import Int8Weight
@@ -48,6 +49,25 @@ def test_a_model_from_a_folder_or_not_in_float32_has_none(model, smollm_path, tm
     assert checkpoint_blocks(model[0], tmp_path) == {}
     bf16 = type(model[0])(model[0].config).to(torch.bfloat16)
     assert checkpoint_blocks(bf16, smollm_path) == {}
+
+
+def test_the_file_is_parsed_once_then_the_blocks_come_from_the_model_cache(
+    model, smollm_path, blocks, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MAAS_CACHE_DIR", str(tmp_path))
+    first = checkpoint_blocks(model[0], smollm_path)
+    assert list(tmp_path.glob("models/*/checkpoint-blocks/blocks.safetensors"))
+
+    def no_parse(path):
+        raise AssertionError("parsed the GGUF again")
+
+    monkeypatch.setattr(checkpoint_module, "GGUFReader", no_parse)
+    again = checkpoint_blocks(model[0], smollm_path)
+    assert again.keys() == first.keys() == blocks.keys()
+    for module, block in again.items():
+        for name, value in vars(block).items():
+            want = getattr(first[module], name)
+            assert torch.equal(value, want) if isinstance(value, torch.Tensor) else value == want
 
 
 def greedy_answers(model, config, tokenizer, path) -> list[list[int]]:
