@@ -48,7 +48,10 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
     tokenizer = load_tokenizer(path)
     # The compute path (eager, compiled or native: compute_path.py) is chosen here, once,
     # before the KV cache is sized: the weight copies it keeps are weights too.
-    narrow = checkpoint_blocks(model, path) if settings.narrow_weights == "checkpoint" else {}
+    # A float32 model's narrow steps from its file's blocks (a quantized one has its own).
+    narrow = {}
+    if settings.narrow_weights == "checkpoint" and not quantization.enabled:
+        narrow = checkpoint_blocks(model, path)
     compute_path = choose_path(
         model,
         compiled=not settings.enforce_eager,

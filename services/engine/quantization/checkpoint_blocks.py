@@ -63,9 +63,9 @@ def checkpoint_blocks(
         weight = Int4Weight(*(tensors[f"{name}.{part}"] for part in _INT4_PARTS), GROUP_SIZE)
         if type(module) in (nn.Linear, FusedLinear) and module.weight.shape == weight.shape:
             blocks[module] = weight
-    tied = model.lm_head is None
-    head = model.model.embed_tokens if tied else model.lm_head
-    if f"{_HEAD}.q" in tensors and (tied or type(head) is nn.Linear):
+    float_head = model.lm_head is None or type(model.lm_head) is nn.Linear
+    head = model.model.embed_tokens if model.lm_head is None else model.lm_head
+    if f"{_HEAD}.q" in tensors and float_head:
         q8 = Int8Weight(tensors[f"{_HEAD}.q"], tensors[f"{_HEAD}.scale"], GROUP_SIZE)
         if q8.q.shape == head.weight.shape:
             blocks[head] = q8
@@ -96,7 +96,9 @@ def _cached(model: LlamaForCausalLM, source: Path) -> dict[str, torch.Tensor]:
     for name, weight in projections.items():
         for part in _INT4_PARTS:
             tensors[f"{name}.{part}"] = getattr(weight, part).contiguous()
-    head = gguf_blocks.read_int8_head(reader, tied=model.lm_head is None)
+    # The file's layout, not the model's modules (a quantized head is no longer tied): the
+    # cache serves every later engine of this file.
+    head = gguf_blocks.read_int8_head(reader, tied=model.config.tie_word_embeddings)
     if head is not None:
         tensors[f"{_HEAD}.q"], tensors[f"{_HEAD}.scale"] = head.q, head.scale.contiguous()
     publish(folder, _CACHE_FILE, lambda path: save_file(tensors, path))

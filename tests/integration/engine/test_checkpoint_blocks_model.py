@@ -2,6 +2,8 @@
 Q4_1 blocks and its tied embedding (the head) as Q8_0; a float32 engine that keeps them
 for narrow steps serves the same weights, so it answers as the float32 engine does."""
 
+import copy
+
 import pytest
 import torch
 
@@ -16,6 +18,7 @@ from maas_services.engine.quantization import checkpoint_blocks as checkpoint_mo
 from maas_services.engine.quantization.checkpoint_blocks import NARROW_ROWS, checkpoint_blocks
 from maas_services.engine.quantization.int4 import Int4Weight
 from maas_services.engine.quantization.int8 import Int8Weight
+from maas_services.engine.quantization.quantize import quantize_head
 from maas_services.engine.sampling_params import SamplingParams
 from maas_services.engine.settings import EngineSettings
 from tests.integration.engine.test_quantized_model import QUESTIONS, chat_prompt
@@ -68,6 +71,19 @@ def test_the_file_is_parsed_once_then_the_blocks_come_from_the_model_cache(
         for name, value in vars(block).items():
             want = getattr(first[module], name)
             assert torch.equal(value, want) if isinstance(value, torch.Tensor) else value == want
+
+
+def test_the_cache_holds_the_files_blocks_whatever_model_asked_first(
+    model, smollm_path, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MAAS_CACHE_DIR", str(tmp_path))
+    int8_head = copy.deepcopy(model[0])
+    quantize_head(int8_head, torch.float32)  # an Int8Linear head: no longer tied
+    assert all(
+        isinstance(b, Int4Weight) for b in checkpoint_blocks(int8_head, smollm_path).values()
+    )
+    # The file's Q8_0 head was cached all the same, for a float32 engine after it.
+    assert model[0].model.embed_tokens in checkpoint_blocks(model[0], smollm_path)
 
 
 def greedy_answers(model, config, tokenizer, path) -> list[list[int]]:
