@@ -189,16 +189,11 @@ def machine_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
     return _measured(DTYPE_BY_CPU_CLASS, machine)
 
 
-def machine_wide_gemm(machine: MachineProfile, on_cuda: bool) -> Choice:
+def _native_layers(table: dict[str, "Measured"], machine: MachineProfile, on_cuda: bool) -> Choice:
+    """A native-layer table's row (--wide-gemm, --narrow-weights); float32 on CUDA."""
     if on_cuda:
         return Choice("float32", "CUDA: the native layers do not run")
-    return _measured(WIDE_GEMM_BY_CPU_CLASS, machine)
-
-
-def machine_narrow_weights(machine: MachineProfile, on_cuda: bool) -> Choice:
-    if on_cuda:
-        return Choice("float32", "CUDA: the native layers do not run")
-    return _measured(NARROW_WEIGHTS_BY_CPU_CLASS, machine)
+    return _measured(table, machine)
 
 
 def machine_kv_cache_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
@@ -294,8 +289,8 @@ def derive(
     """Every `auto` value for this machine, with why; a pure function of its arguments."""
     return {
         "dtype": machine_dtype(machine, on_cuda),
-        "wide_gemm": machine_wide_gemm(machine, on_cuda),
-        "narrow_weights": machine_narrow_weights(machine, on_cuda),
+        "wide_gemm": _native_layers(WIDE_GEMM_BY_CPU_CLASS, machine, on_cuda),
+        "narrow_weights": _native_layers(NARROW_WEIGHTS_BY_CPU_CLASS, machine, on_cuda),
         "kv_cache_dtype": machine_kv_cache_dtype(machine, on_cuda),
         "torch_threads": _threads(machine),
         "compute_wide_rows": _wide_rows(on_cuda),

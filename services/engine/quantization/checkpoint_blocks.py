@@ -61,15 +61,25 @@ def checkpoint_blocks(
             continue
         module = model.get_submodule(name)
         weight = Int4Weight(*(tensors[f"{name}.{part}"] for part in _INT4_PARTS), GROUP_SIZE)
-        if type(module) in (nn.Linear, FusedLinear) and module.weight.shape == weight.shape:
+        if type(module) in (nn.Linear, FusedLinear) and _fits(weight, module.weight.shape):
             blocks[module] = weight
     float_head = model.lm_head is None or type(model.lm_head) is nn.Linear
     head = model.model.embed_tokens if model.lm_head is None else model.lm_head
     if f"{_HEAD}.q" in tensors and float_head:
         q8 = Int8Weight(tensors[f"{_HEAD}.q"], tensors[f"{_HEAD}.scale"], GROUP_SIZE)
-        if q8.q.shape == head.weight.shape:
+        if _fits(q8, head.weight.shape):
             blocks[head] = q8
     return blocks
+
+
+def _fits(block: CheckpointBlock, shape: torch.Size) -> bool:
+    """Whether every array of the block has the shape the kernels will read for a weight of
+    this shape (a cached file is read back as it lies: a stale one must not be trusted)."""
+    n, k = shape
+    groups = (n, k // GROUP_SIZE)
+    if isinstance(block, Int8Weight):
+        return block.q.shape == shape and block.scale.shape == groups
+    return block.packed.shape == (n, k // 2) and block.scales.shape == block.mins.shape == groups
 
 
 # The blocks as one safetensors file beside the model's derived folder

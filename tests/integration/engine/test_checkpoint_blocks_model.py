@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from maas_kernels.native import bindings
 from maas_kernels.quant_int4_ref import dequantize_int4
@@ -84,6 +85,21 @@ def test_the_cache_holds_the_files_blocks_whatever_model_asked_first(
     )
     # The file's Q8_0 head was cached all the same, for a float32 engine after it.
     assert model[0].model.embed_tokens in checkpoint_blocks(model[0], smollm_path)
+
+
+def test_a_cached_block_whose_arrays_do_not_fit_its_module_is_left_out(
+    model, smollm_path, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MAAS_CACHE_DIR", str(tmp_path))
+    checkpoint_blocks(model[0], smollm_path)
+    (cached,) = tmp_path.glob("models/*/checkpoint-blocks/blocks.safetensors")
+    tensors = load_file(cached)
+    name = "model.layers.3.mlp.down_proj"
+    tensors[f"{name}.scales"] = tensors[f"{name}.scales"][:, :-1].contiguous()  # stale
+    save_file(tensors, cached)
+    blocks = checkpoint_blocks(model[0], smollm_path)
+    assert model[0].get_submodule(name) not in blocks
+    assert len(blocks) == 4 * len(model[0].model.layers)  # the rest, and the head
 
 
 def greedy_answers(model, config, tokenizer, path) -> list[list[int]]:
