@@ -9,6 +9,10 @@ Activations = Literal["float32", "int8"]
 ACTIVATIONS: tuple[Activations, ...] = ("float32", "int8")
 # Group sizes torch's CPU int4 kernel and kernels/quant_int4.py both take.
 GROUP_SIZES = (32, 64, 128)
+# The projections of each decoder layer: nearly all the weights outside the
+# embedding. The embedding stays a float lookup (quantizing a lookup table saves
+# memory but no time); the LM head is quantized apart, in int8 (quantize_head).
+QUANTIZED_MODULES = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,12 @@ from torch import nn
 
 from maas_kernels.native import bindings
 from maas_services.engine.model import LlamaForCausalLM
-from maas_services.engine.quantization import gguf_blocks
-from maas_services.engine.quantization.config import QuantizationConfig
+from maas_services.engine.quantization.config import QUANTIZED_MODULES, QuantizationConfig
+from maas_services.engine.quantization.file_blocks import FileBlocks, file_blocks
+from maas_services.engine.quantization.gguf_blocks import GROUP_SIZE
 from maas_services.engine.quantization.int4 import Int4Weight, int4_group_size, make_int4_linear
 from maas_services.engine.quantization.int8 import Int8Linear, Int8Weight
 from maas_services.engine.quantization.linear import QuantizedLinear
-
-# The projections of each decoder layer: nearly all the weights outside the
-# embedding. The embedding stays a float lookup (quantizing a lookup table saves
-# memory but no time); the LM head is quantized apart, in int8 (quantize_head).
-TARGETS = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
 
 
 def quantize_model(
@@ -25,7 +21,7 @@ def quantize_model(
     dtype: torch.dtype,
     source: str | Path | None = None,
 ) -> LlamaForCausalLM:
-    """Quantize the TARGETS in place from their float weights, then cast the rest to dtype.
+    """Quantize the QUANTIZED_MODULES in place from their float weights; cast the rest to dtype.
 
     The float weights should be float32: quantizing bf16 weights would round
     them twice. An int4 layer whose inputs the group size does not divide
@@ -37,24 +33,20 @@ def quantize_model(
     """
     if not quantization.enabled:
         return model.to(dtype)
-    from_file: dict[str, Int4Weight] = {}
-    if (
-        quantization.method == "int4"
-        and quantization.group_size == gguf_blocks.GROUP_SIZE
-        and source is not None
-        and Path(source).is_file()
-    ):
-        from_file = gguf_blocks.read_int4_blocks(
-            source, model.config, model.packed_modules_mapping, TARGETS
-        )
+    int4_blocks = quantization.method == "int4" and quantization.group_size == GROUP_SIZE
+    head_blocks = quantization.quantize_head and _cpu_float32(model, dtype)
+    found = FileBlocks({}, None)
+    if (int4_blocks or head_blocks) and source is not None and Path(source).is_file():
+        found = file_blocks(model, Path(source))
+    from_file = found.projections if int4_blocks else {}
     for name, module in list(model.named_modules()):
         parent, _, child = name.rpartition(".")
-        if child in TARGETS:
+        if child in QUANTIZED_MODULES:
             quantized = _quantize(module, quantization, dtype, from_file.get(name))
             quantized.from_file = name in from_file
             setattr(model.get_submodule(parent), child, quantized)
     if quantization.quantize_head:
-        quantize_head(model, dtype, source)
+        quantize_head(model, dtype, found.head if head_blocks else None)
     for module in model.modules():
         if isinstance(module, QuantizedLinear):
             module.int8_activations = quantization.activations == "int8"
@@ -81,7 +73,7 @@ def _quantize(
 
 
 def quantize_head(
-    model: LlamaForCausalLM, dtype: torch.dtype, source: str | Path | None = None
+    model: LlamaForCausalLM, dtype: torch.dtype, file_head: Int8Weight | None = None
 ) -> None:
     """The LM head as an Int8Linear of its own; a tied embedding keeps its float copy.
 
@@ -89,19 +81,21 @@ def quantize_head(
     logits, and int8 is what llama.cpp's files keep their output matrix in
     (SmolLM2's GGUF: Q8_0). From a GGUF file's Q8_0 blocks, as they are, where
     the CPU's float32 kernels run the head (they take the blocks' scale per 32
-    inputs): then the head is exactly the file's. Otherwise requantized per row
+    inputs): file_head, then the head is exactly the file's. Otherwise requantized per row
     (+0.2-0.3% perplexity on SmolLM2, docs/quantization.md). The lookup only
     reads a row per token, so the float table costs memory (an extra quarter of
     it), not time.
     """
-    tied = model.lm_head is None
-    head = model.model.embed_tokens if tied else model.lm_head
-    weight: torch.Tensor | Int8Weight = head.weight.data
-    on_cpu = weight.device.type == "cpu"
-    if dtype == torch.float32 and on_cpu and source is not None and Path(source).is_file():
-        weight = gguf_blocks.read_int8_head(source, tied) or weight
-    model.lm_head = Int8Linear(weight, None, dtype)
-    model.lm_head.from_file = isinstance(weight, Int8Weight)
+    head = model.model.embed_tokens if model.lm_head is None else model.lm_head
+    from_file = file_head is not None and _cpu_float32(model, dtype)
+    model.lm_head = Int8Linear(file_head if from_file else head.weight.data, None, dtype)
+    model.lm_head.from_file = from_file
+
+
+def _cpu_float32(model: LlamaForCausalLM, dtype: torch.dtype) -> bool:
+    """Whether the model will run the CPU's float32 kernels, the ones that take a Q8_0
+    head's scale per 32 inputs."""
+    return dtype == torch.float32 and model.model.embed_tokens.weight.device.type == "cpu"
 
 
 def holds_checkpoint_weights(model: nn.Module) -> bool:

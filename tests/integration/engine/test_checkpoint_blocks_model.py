@@ -15,7 +15,7 @@ from maas_services.engine.engine_config import build_configs
 from maas_services.engine.kv_cache import PagedKVCache
 from maas_services.engine.llm_engine import LLMEngine
 from maas_services.engine.model_runner import ModelRunner, choose_path
-from maas_services.engine.quantization import checkpoint_blocks as checkpoint_module
+from maas_services.engine.quantization import file_blocks as file_blocks_module
 from maas_services.engine.quantization.checkpoint_blocks import NARROW_ROWS, checkpoint_blocks
 from maas_services.engine.quantization.int4 import Int4Weight
 from maas_services.engine.quantization.int8 import Int8Weight
@@ -65,7 +65,7 @@ def test_the_file_is_parsed_once_then_the_blocks_come_from_the_model_cache(
     def no_parse(path):
         raise AssertionError("parsed the GGUF again")
 
-    monkeypatch.setattr(checkpoint_module, "GGUFReader", no_parse)
+    monkeypatch.setattr(file_blocks_module, "GGUFReader", no_parse)
     again = checkpoint_blocks(model[0], smollm_path)
     assert again.keys() == first.keys() == blocks.keys()
     for module, block in again.items():

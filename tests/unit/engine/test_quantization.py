@@ -14,7 +14,7 @@ from maas_services.common.settings import parse_settings
 from maas_services.engine.kv_budget import model_bytes
 from maas_services.engine.model import LlamaForCausalLM
 from maas_services.engine.model_config import ModelConfig
-from maas_services.engine.quantization.config import QuantizationConfig
+from maas_services.engine.quantization.config import QUANTIZED_MODULES, QuantizationConfig
 from maas_services.engine.quantization.int4 import (
     CpuInt4Linear,
     Int4Linear,
@@ -25,7 +25,7 @@ from maas_services.engine.quantization.int4 import (
 from maas_services.engine.quantization.int8 import CPU_KERNEL_MAX_ROWS, Int8Linear
 from maas_services.engine.quantization.linear import QuantizedLinear
 from maas_services.engine.quantization.memory import quantized_weight_memory
-from maas_services.engine.quantization.quantize import TARGETS, quantize_model
+from maas_services.engine.quantization.quantize import quantize_model
 from maas_services.engine.scoring import window_logits
 from maas_services.engine.settings import EngineSettings
 from tests.unit.engine.test_model import TOKENS
@@ -174,7 +174,7 @@ def test_quantize_model_swaps_the_projections_and_keeps_the_embedding_in_float(t
         for name, m in model.named_modules()
         if isinstance(m, QuantizedLinear)
     }
-    assert swapped == TARGETS | {"lm_head"}
+    assert swapped == QUANTIZED_MODULES | {"lm_head"}
     assert not any(isinstance(m, nn.Linear) for m in model.modules())
     assert model.model.embed_tokens.weight.dtype == torch.bfloat16
     attn = model.model.layers[0].self_attn

@@ -9,10 +9,11 @@ from gguf.quants import dequantize, quantize
 from maas_kernels.quant_int4_ref import dequantize_int4
 from maas_services.engine.loader import load_model
 from maas_services.engine.model_config import ModelConfig
-from maas_services.engine.quantization.config import QuantizationConfig
+from maas_services.engine.quantization import file_blocks as file_blocks_module
+from maas_services.engine.quantization import gguf_blocks as gguf_blocks_module
+from maas_services.engine.quantization.config import QUANTIZED_MODULES, QuantizationConfig
 from maas_services.engine.quantization.gguf_blocks import _from_blocks, read_int4_blocks
 from maas_services.engine.quantization.linear import QuantizedLinear
-from maas_services.engine.quantization.quantize import TARGETS
 from maas_services.engine.scoring import window_logits
 from tests.unit.engine.test_model import TOKENS
 
@@ -87,7 +88,9 @@ def test_read_blocks_fuses_q4_parts_and_skips_a_projection_with_another_type(
     tiny_gguf, tiny_config
 ):
     float_model, _ = load_model(tiny_gguf, torch.float32, progress=False)
-    blocks = read_int4_blocks(tiny_gguf, tiny_config, float_model.packed_modules_mapping, TARGETS)
+    blocks = read_int4_blocks(
+        tiny_gguf, tiny_config, float_model.packed_modules_mapping, QUANTIZED_MODULES
+    )
     expected = {
         f"model.layers.{i}.{m}"
         for i in (0, 1)
@@ -114,4 +117,27 @@ def test_int4_group_32_from_the_file_runs_the_files_own_weights(tmp_path, tiny_c
             window_logits(float_model, TOKENS, "cpu"),
             atol=1e-5,
             rtol=1e-5,
+        )
+
+
+def test_a_second_int4_engine_of_the_file_takes_its_blocks_from_the_model_cache(
+    tmp_path, tiny_config, monkeypatch
+):
+    monkeypatch.setenv("MAAS_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "all-q4_1.gguf"
+    write_tiny_gguf(path, tiny_config, {})
+    quantization = QuantizationConfig("int4", 32, quantize_head=False)
+    first, _ = load_model(path, torch.float32, progress=False, quantization=quantization)
+
+    def no_parse(path):
+        raise AssertionError("parsed the GGUF's blocks again")
+
+    for module in (file_blocks_module, gguf_blocks_module):
+        monkeypatch.setattr(module, "GGUFReader", no_parse)
+    second, _ = load_model(path, torch.float32, progress=False, quantization=quantization)
+    layers = [m for m in second.modules() if isinstance(m, QuantizedLinear)]
+    assert len(layers) == 4 * 2 and all(m.from_file for m in layers)
+    with torch.inference_mode():
+        assert torch.equal(
+            window_logits(second, TOKENS, "cpu"), window_logits(first, TOKENS, "cpu")
         )
