@@ -15,8 +15,8 @@ With --native-ab it swaps every layer's dense halves between the native ones
 (services/engine/native_layers.py) and torch's every step (ABBA) on one
 engine, and reports thread CPU and wall ms per step for each; --one-call-ab
 likewise swaps a decode step's layers between one native call for all of them
-and three a layer (the halves and attention); --narrow-ab between narrow steps
-from the GGUF's own blocks (--narrow-weights checkpoint) and from the float32
+and three a layer (the halves and attention); --blocks-ab between steps from
+the GGUF's own blocks (--kernel-weights checkpoint) and from the float32
 weights.
 
 For an A/B of code, run it from two trees in turn (`--label`), e.g. a base revision
@@ -181,11 +181,11 @@ def one_call_ab(engine, steps: int) -> dict:
     return swapped_ab(engine, steps, sides)
 
 
-def narrow_ab(engine, steps: int, source: Path) -> dict:
+def blocks_ab(engine, steps: int, source: Path) -> dict:
     """Decode steps reading the checkpoint's blocks and the float32 weights (ABBA)."""
     runner = engine.runner
     blocks = checkpoint_blocks(runner.model, source)
-    checkpoint = native_layers.Native(runner.model, "A", narrow=blocks)
+    checkpoint = native_layers.Native(runner.model, "A", blocks=blocks)
     float32 = native_layers.Native(runner.model, "B")
     sides = {
         "checkpoint": lambda: setattr(runner, "path", checkpoint),
@@ -286,9 +286,9 @@ def main() -> None:
         help="every layer of a decode step in one native call vs three calls a layer",
     )
     parser.add_argument(
-        "--narrow-ab",
+        "--blocks-ab",
         action="store_true",
-        help="narrow steps from the GGUF's own blocks vs from the float32 weights",
+        help="steps from the GGUF's own blocks vs from the float32 weights",
     )
     parser.add_argument("--quantization", choices=QUANTIZATION_METHODS, default="none")
     parser.add_argument("--group-size", type=int, default=64, help="int4: 32 = the GGUF's blocks")
@@ -321,7 +321,7 @@ def main() -> None:
         steps = 2 * args.steps if args.profile else args.steps
         if args.threads_ab:
             steps = args.steps * args.rounds * len(args.threads_ab)
-        if args.native_ab or args.one_call_ab or args.narrow_ab:
+        if args.native_ab or args.one_call_ab or args.blocks_ab:
             steps = 2 * args.steps
         engine = decoding_engine(model, config, tokenizer, batch, args.prompt_len, steps)
         if args.threads_ab:
@@ -330,8 +330,8 @@ def main() -> None:
             row = native_ab(engine, 2 * args.steps)
         elif args.one_call_ab:
             row = one_call_ab(engine, 2 * args.steps)
-        elif args.narrow_ab:
-            row = narrow_ab(engine, 2 * args.steps, path)
+        elif args.blocks_ab:
+            row = blocks_ab(engine, 2 * args.steps, path)
         else:
             row = measure(engine, args.steps)
         if args.profile:

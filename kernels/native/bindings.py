@@ -44,8 +44,8 @@ class Weight(ctypes.Structure):
         ("integer_rows", ctypes.c_int64),
         ("wide_bf16", ctypes.c_int64),
         ("bf16", ctypes.c_void_p),
-        ("narrow", ctypes.c_void_p),  # the address of another Weight, or null
-        ("narrow_rows", ctypes.c_int64),
+        ("blocks", ctypes.c_void_p),  # the address of another Weight, or null
+        ("blocks_row_rows", ctypes.c_int64),
     ]
 
 

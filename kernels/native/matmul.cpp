@@ -633,10 +633,10 @@ void wide_matmul(MakeRow make_row, const NativeWeight& w, const float* x, int64_
 
 void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                    float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads) {
-  // A narrow step reads the checkpoint's own blocks, through their row kernel at every
-  // width it takes.
-  if (w.narrow && m <= w.narrow_rows)
-    return native_linear(*w.narrow, x, m, x_stride, out, w.narrow_rows, panel_bytes, threads);
+  // Every step reads the checkpoint's own blocks where the weight keeps them.
+  if (w.blocks)
+    return native_linear(*w.blocks, x, m, x_stride, out, w.blocks_row_rows, panel_bytes,
+                         threads);
   const int64_t k = w.k;
   bool integer_dot = m <= w.integer_rows && k % 32 == 0;
   if (integer_dot && w.format == WEIGHT_INT8) {

@@ -117,15 +117,15 @@ WIDE_GEMM_BY_CPU_CLASS = {
 }
 
 
-# The weights narrow steps read (--narrow-weights), per CPU class: a float32 model's
-# GGUF blocks as they are (quantization/checkpoint_blocks.py), the same weights in an
-# eighth or a quarter of the bytes, where measured faster.
-NARROW_WEIGHTS_BY_CPU_CLASS = {
+# The weights the native kernels multiply by (--kernel-weights), per CPU class: a float32
+# model's GGUF blocks as they are (quantization/checkpoint_blocks.py), the same weights in
+# an eighth or a quarter of the bytes, where measured faster.
+KERNEL_WEIGHTS_BY_CPU_CLASS = {
     "amx": Measured("float32", "not measured on an AMX CPU yet"),
     "avx512_bf16": Measured(
         "float32",
-        "not measured on this class yet; its narrow steps run bf16_rows (--wide-gemm bf16), "
-        "whose sums every width shares",
+        "not measured on this class yet; its steps run bf16 sums (--wide-gemm bf16), the "
+        "same at every width",
     ),
     "avx512": Measured("float32", "not measured on an AVX-512 CPU without bf16 yet"),
     "avx2": Measured(
@@ -190,7 +190,7 @@ def machine_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
 
 
 def _native_layers(table: dict[str, "Measured"], machine: MachineProfile, on_cuda: bool) -> Choice:
-    """A native-layer table's row (--wide-gemm, --narrow-weights); float32 on CUDA."""
+    """A native-layer table's row (--wide-gemm, --kernel-weights); float32 on CUDA."""
     if on_cuda:
         return Choice("float32", "CUDA: the native layers do not run")
     return _measured(table, machine)
@@ -260,8 +260,8 @@ def _quantization() -> Choice:
     # panels are dequantized per call); with int8 activations 2.8x / 1.4x / 1.03x at 1 / 8 /
     # 32, but those flip near-ties ("What is the capital of France?" answers "L'Étoile") and
     # make a request's tokens depend on its step's width. So neither is a default; the
-    # float32 engine reads the same blocks in its narrow steps instead (--narrow-weights
-    # checkpoint), keeping float32 weights for wide ones.
+    # float32 engine reads the same blocks instead (--kernel-weights checkpoint), with its
+    # own wide path (session 25: the blocks' panels faster than float32's at 9-64 rows).
     return Choice(
         "none",
         "quantization changes the served weights; it stays an explicit choice "
@@ -290,7 +290,7 @@ def derive(
     return {
         "dtype": machine_dtype(machine, on_cuda),
         "wide_gemm": _native_layers(WIDE_GEMM_BY_CPU_CLASS, machine, on_cuda),
-        "narrow_weights": _native_layers(NARROW_WEIGHTS_BY_CPU_CLASS, machine, on_cuda),
+        "kernel_weights": _native_layers(KERNEL_WEIGHTS_BY_CPU_CLASS, machine, on_cuda),
         "kv_cache_dtype": machine_kv_cache_dtype(machine, on_cuda),
         "torch_threads": _threads(machine),
         "compute_wide_rows": _wide_rows(on_cuda),
@@ -325,7 +325,7 @@ class Resolved:
 _AUTO = {
     "dtype": "auto",
     "wide_gemm": "auto",
-    "narrow_weights": "auto",
+    "kernel_weights": "auto",
     "kv_cache_dtype": "auto",
     "torch_threads": 0,
     "compute_wide_rows": 0,

@@ -143,10 +143,10 @@ def choose_path(
     compiled: bool,
     native: bool,
     wide_gemm: str = "float32",
-    narrow: dict[nn.Module, CheckpointBlock] | None = None,
+    blocks: dict[nn.Module, CheckpointBlock] | None = None,
 ) -> ComputePath:
     """The model's compute path, with why: compiled if asked; else native where its halves
-    apply to some layer (narrow: checkpoint_blocks' blocks for its narrow steps); else
+    apply to some layer (blocks: checkpoint_blocks' blocks for its steps); else
     eager."""
     if compiled:
         return Compiled(model, "--no-enforce-eager")
@@ -156,7 +156,7 @@ def choose_path(
     if missing is not None:
         return ComputePath(f"no native halves: {missing}")
     why = "a float32 CPU model and the native library built"
-    path = Native(model, why, wide_gemm=wide_gemm, narrow=narrow)
+    path = Native(model, why, wide_gemm=wide_gemm, blocks=blocks)
     if path.native_layers == 0:
         return ComputePath("no layer's projections are in a native format")
     return path

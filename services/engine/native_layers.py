@@ -29,10 +29,11 @@ bf16_rows for narrow ones), so a row's result does not depend on its step. int8 
 int4 panels are dequantized into bf16 instead of float32; their narrow steps keep
 their own row kernels. Native.extra_bytes counts the copies for the KV budget.
 
-With --narrow-weights checkpoint a float32 projection or head loaded from a GGUF
-file also keeps the file's own blocks (quantization/checkpoint_blocks.py), and
-steps of up to NARROW_ROWS rows multiply by them (matmul.h's NativeWeight.narrow):
-the same weights in an eighth or a quarter of the bytes, float32 activations.
+With --kernel-weights checkpoint a float32 projection or head loaded from a GGUF
+file also keeps the file's own blocks (quantization/checkpoint_blocks.py), and every
+step multiplies by them (matmul.h's NativeWeight.blocks): the same weights in an
+eighth or a quarter of the bytes, float32 activations; their row kernel up to
+BLOCKS_ROW_KERNEL_ROWS rows, their panel GEMM above.
 """
 
 import ctypes
@@ -49,7 +50,10 @@ from maas_services.engine.kv_cache import PagedKVCache
 from maas_services.engine.lora.step_lora import AdapterStack, LayerLora, StepLora
 from maas_services.engine.model import DecoderLayer, FusedLinear, LlamaForCausalLM
 from maas_services.engine.quantization import cpu_kernel
-from maas_services.engine.quantization.checkpoint_blocks import NARROW_ROWS, CheckpointBlock
+from maas_services.engine.quantization.checkpoint_blocks import (
+    BLOCKS_ROW_KERNEL_ROWS,
+    CheckpointBlock,
+)
 from maas_services.engine.quantization.int4 import Int4Linear, Int4Weight
 from maas_services.engine.quantization.int8 import Int8Linear, Int8Weight
 
@@ -84,7 +88,7 @@ class Native(ComputePath):
     """The native halves for every layer that takes them, and the one-call decode step
     where every layer does (one_call False: three calls a layer, the benchmark's A/B;
     wide_gemm: WIDE_GEMMS' choice for wide steps, float32 where the library has no bf16;
-    narrow: checkpoint_blocks' blocks for narrow steps, by module)."""
+    blocks: checkpoint_blocks' blocks for every step, by module)."""
 
     name = "native"
 
@@ -94,10 +98,10 @@ class Native(ComputePath):
         reason: str,
         one_call: bool = True,
         wide_gemm: str = "float32",
-        narrow: dict[nn.Module, CheckpointBlock] | None = None,
+        blocks: dict[nn.Module, CheckpointBlock] | None = None,
     ):
         super().__init__(reason)
-        narrow = narrow or {}
+        blocks = blocks or {}
         kernel = wide_bf16_kernel() if wide_gemm == "bf16" else ""
         self.wide_gemm = "bf16" if kernel else "float32"
         if wide_gemm == "bf16":
@@ -109,7 +113,7 @@ class Native(ComputePath):
         self._halves: dict[DecoderLayer, NativeHalves] = {}
         if unavailable(model) is None:
             for layer in model.model.layers:
-                halves = NativeHalves.of(layer, bool(kernel), narrow)
+                halves = NativeHalves.of(layer, bool(kernel), blocks)
                 if halves is not None:
                     self._halves[layer] = halves
         self.native_layers = len(self._halves)
@@ -119,17 +123,18 @@ class Native(ComputePath):
         )
         # The last step's adapters in lora.h's terms, rebuilt when its stack changes.
         self._loras: NativeLoraStack | None = None
-        # The LM head in bf16 too where the layers' matmuls are, and from its blocks in
-        # narrow steps where it has them (NativeHead).
+        # The LM head in bf16 too where the layers' matmuls are, and from its blocks
+        # where it has them (NativeHead).
         bf16 = self.wide_gemm == "bf16"
-        self._head = NativeHead.of(model, bf16, narrow) if bf16 or narrow else None
+        self._head = NativeHead.of(model, bf16, blocks) if bf16 or blocks else None
         self.extra_bytes = sum(h.copy_bytes for h in self._halves.values())
         self.extra_bytes += 0 if self._head is None else self._head.copy_bytes
-        narrowed = sum(h.narrowed for h in self._halves.values())
-        narrowed += 0 if self._head is None else self._head.narrowed
-        self._narrow_weights = (
-            f"checkpoint: {narrowed} weights' blocks up to {NARROW_ROWS} rows"
-            if narrowed
+        with_blocks = sum(h.with_blocks for h in self._halves.values())
+        with_blocks += 0 if self._head is None else self._head.with_blocks
+        self._kernel_weights = (
+            f"checkpoint: {with_blocks} weights' blocks (their row kernel up to "
+            f"{BLOCKS_ROW_KERNEL_ROWS} rows)"
+            if with_blocks
             else "float32"
         )
 
@@ -203,7 +208,7 @@ class Native(ComputePath):
             "native_layers": self.native_layers,
             "wide_gemm": self.wide_gemm,
             "wide_gemm_kernel": self._wide_gemm_kernel,
-            "narrow_weights": self._narrow_weights,
+            "kernel_weights": self._kernel_weights,
         }
 
 
@@ -229,15 +234,16 @@ def _quantized(weight: Int8Weight | Int4Weight, kept: list) -> tuple:
     )
 
 
-def _narrow(weight: bindings.Weight, block: CheckpointBlock, kept: list) -> int:
-    """Points weight's narrow steps at the checkpoint's block (a Weight of its own, kept);
+def _keep_blocks(weight: bindings.Weight, block: CheckpointBlock, kept: list) -> int:
+    """Points weight's steps at the checkpoint's block (a Weight of its own, kept);
     returns the block's bytes, or 0 where no native format takes it."""
     parts = _quantized(block, kept)
     if None in parts or parts[4] % _GROUP_MULTIPLE:
         return 0
-    narrow = bindings.Weight(*parts, weight.bias, weight.n, weight.k)
-    kept.append(narrow)
-    weight.narrow, weight.narrow_rows = ctypes.addressof(narrow), NARROW_ROWS
+    described = bindings.Weight(*parts, weight.bias, weight.n, weight.k)
+    kept.append(described)
+    weight.blocks = ctypes.addressof(described)
+    weight.blocks_row_rows = BLOCKS_ROW_KERNEL_ROWS
     return sum(t.nbytes for t in vars(block).values() if isinstance(t, torch.Tensor))
 
 
@@ -274,10 +280,10 @@ def _weight(module: nn.Module, kept: list, wide_bf16: bool) -> tuple[bindings.We
 
 
 def _describe(
-    layer: DecoderLayer, wide_bf16: bool, narrow: dict[nn.Module, CheckpointBlock]
+    layer: DecoderLayer, wide_bf16: bool, blocks: dict[nn.Module, CheckpointBlock]
 ) -> "NativeHalves | None":
     """The layer in layer.cpp's terms, or None where a projection or norm is in no native
-    format; narrow: the checkpoint's blocks for narrow steps, by module."""
+    format; blocks: the checkpoint's blocks for every step, by module."""
     attn, mlp, kept = layer.self_attn, layer.mlp, []
     projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
     described = [_weight(m, kept, wide_bf16) for m in projections]
@@ -291,11 +297,11 @@ def _describe(
         return None
     if mlp.down_proj.in_features % _K_MULTIPLE or attn.head_dim % 2:
         return None
-    copy_bytes, narrowed = sum(copy for _, copy in described), 0
+    copy_bytes, with_blocks = sum(copy for _, copy in described), 0
     for module, weight in zip(projections, weights, strict=True):
-        block = narrow.get(module)
-        block_bytes = 0 if block is None else _narrow(weight, block, kept)
-        copy_bytes, narrowed = copy_bytes + block_bytes, narrowed + bool(block_bytes)
+        block = blocks.get(module)
+        block_bytes = 0 if block is None else _keep_blocks(weight, block, kept)
+        copy_bytes, with_blocks = copy_bytes + block_bytes, with_blocks + bool(block_bytes)
     structure = bindings.Layer(
         *weights,
         *norms,
@@ -308,7 +314,7 @@ def _describe(
         cpu_kernel.MAX_ROW_KERNEL_ROWS,
         cpu_kernel.PANEL_BYTES,
     )
-    return NativeHalves(structure, kept, copy_bytes, narrowed)
+    return NativeHalves(structure, kept, copy_bytes, with_blocks)
 
 
 class NativeHalves:
@@ -317,7 +323,7 @@ class NativeHalves:
     __slots__ = (
         "described",
         "copy_bytes",
-        "narrowed",
+        "with_blocks",
         "_kept",
         "_address",
         "_hidden",
@@ -326,12 +332,13 @@ class NativeHalves:
         "_dim",
     )
 
-    def __init__(self, described: bindings.Layer, kept: list, copy_bytes: int, narrowed: int):
+    def __init__(self, described: bindings.Layer, kept: list, copy_bytes: int, with_blocks: int):
         """kept: the tensors and structures it points into; copy_bytes: those of them that
-        are copies (bf16 weights, checkpoint blocks); narrowed: its projections with blocks."""
+        are copies (bf16 weights, checkpoint blocks); with_blocks: its projections with
+        blocks."""
         # Kept alive: the calls pass the structure's address, and it the tensors'.
         self.described, self._kept = described, kept
-        self.copy_bytes, self.narrowed = copy_bytes, narrowed
+        self.copy_bytes, self.with_blocks = copy_bytes, with_blocks
         self._hidden, self._dim = described.hidden, described.head_dim
         self._heads, self._kv_heads = described.heads, described.kv_heads
         self._address = ctypes.addressof(described)
@@ -341,12 +348,12 @@ class NativeHalves:
         cls,
         layer: DecoderLayer,
         wide_bf16: bool = False,
-        narrow: dict[nn.Module, CheckpointBlock] | None = None,
+        blocks: dict[nn.Module, CheckpointBlock] | None = None,
     ) -> "NativeHalves | None":
-        """The layer's halves (wide steps in bf16 if asked: the library must have it; narrow
-        steps from the checkpoint's blocks where narrow has them), or None where they do
+        """The layer's halves (wide steps in bf16 if asked: the library must have it; every
+        step from the checkpoint's blocks where blocks has them), or None where they do
         not apply to it."""
-        return _describe(layer, wide_bf16, narrow or {})
+        return _describe(layer, wide_bf16, blocks or {})
 
     def inputs(
         self,
@@ -486,10 +493,10 @@ class NativeHead:
     """The LM head through native_linear where the layers' matmuls differ from torch's:
     in bf16 (--wide-gemm bf16), the activations and a bf16 copy of the head's float32
     weight (the embeddings, where tied), float32 sums, the same at every width (the
-    panel GEMM, bf16_rows for a few rows); and from the checkpoint's Q8_0 blocks in
-    narrow steps where it has them (--narrow-weights checkpoint)."""
+    panel GEMM, bf16_rows for a few rows); and from the checkpoint's Q8_0 blocks where
+    it has them (--kernel-weights checkpoint)."""
 
-    __slots__ = ("weight", "copy_bytes", "narrowed", "_kept", "_address", "_rows")
+    __slots__ = ("weight", "copy_bytes", "with_blocks", "_kept", "_address", "_rows")
 
     def __init__(self, weight: torch.Tensor, bf16: bool, block: CheckpointBlock | None):
         n, k = weight.shape
@@ -501,15 +508,15 @@ class NativeHead:
         self.weight = bindings.Weight(
             bindings.FLOAT32, weight.data_ptr(), 0, 0, 0, 0, n, k, 0, int(bf16), copy
         )
-        block_bytes = 0 if block is None else _narrow(self.weight, block, self._kept)
+        block_bytes = 0 if block is None else _keep_blocks(self.weight, block, self._kept)
         self.copy_bytes += block_bytes
-        self.narrowed = int(bool(block_bytes))
+        self.with_blocks = int(bool(block_bytes))
         self._address = ctypes.addressof(self.weight)
         self._rows = n
 
     @classmethod
     def of(
-        cls, model: LlamaForCausalLM, bf16: bool, narrow: dict[nn.Module, CheckpointBlock]
+        cls, model: LlamaForCausalLM, bf16: bool, blocks: dict[nn.Module, CheckpointBlock]
     ) -> "NativeHead | None":
         """The model's head in bf16 and/or with its blocks, or None where neither applies
         or it is not a float32 weight (a quantized head keeps its own kernels)."""
@@ -520,7 +527,7 @@ class NativeHead:
         weight = module.weight
         if weight.dtype != torch.float32 or not weight.is_contiguous() or weight.shape[1] % 8:
             return None
-        block = narrow.get(module)
+        block = blocks.get(module)
         if not bf16 and block is None:
             return None
         return cls(weight, bf16, block)

@@ -68,14 +68,14 @@ class EngineSettings(ServiceSettings):
         "weight keeps a bf16 copy, half its bytes again, counted in the KV budget); auto = "
         "per CPU class, from a measured table (services/engine/machine_defaults.py)",
     )
-    narrow_weights: Literal["auto", "float32", "checkpoint"] = Field(
+    kernel_weights: Literal["auto", "float32", "checkpoint"] = Field(
         "auto",
-        description="the weights narrow steps (a few rows: low-concurrency decode) of the "
-        "native layers and LM head read: float32, or checkpoint: a float32 model loaded from "
-        "a GGUF file also keeps the file's own Q4_0/Q4_1 and Q8_0 blocks, the same weights "
-        "in an eighth or a quarter of the bytes, and multiplies narrow steps by them with "
-        "float32 activations (wide steps keep the float32 weights; the blocks' bytes count "
-        "in the KV budget); auto = per CPU class, from a measured table "
+        description="the weights the native layers and LM head multiply by: float32, or "
+        "checkpoint: a float32 model loaded from a GGUF file also keeps the file's own "
+        "Q4_0/Q4_1 and Q8_0 blocks, the same weights in an eighth or a quarter of the bytes, "
+        "and multiplies every step by them with float32 activations (a narrow step through "
+        "their row kernel, a wide one through the panel GEMM dequantizing them; the blocks' "
+        "bytes count in the KV budget); auto = per CPU class, from a measured table "
         "(services/engine/machine_defaults.py)",
     )
     kv_cache_dtype: Literal["auto", "model", "bf16"] = Field(

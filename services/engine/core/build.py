@@ -48,16 +48,16 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
     tokenizer = load_tokenizer(path)
     # The compute path (eager, compiled or native: compute_path.py) is chosen here, once,
     # before the KV cache is sized: the weight copies it keeps are weights too.
-    # A float32 model's narrow steps from its file's blocks (a quantized one has its own).
-    narrow = {}
-    if settings.narrow_weights == "checkpoint" and not quantization.enabled:
-        narrow = checkpoint_blocks(model, path)
+    # A float32 model's steps from its file's blocks (a quantized one has its own).
+    blocks = {}
+    if settings.kernel_weights == "checkpoint" and not quantization.enabled:
+        blocks = checkpoint_blocks(model, path)
     compute_path = choose_path(
         model,
         compiled=not settings.enforce_eager,
         native=settings.native_layers,
         wide_gemm=settings.wide_gemm,
-        narrow=narrow,
+        blocks=blocks,
     )
     weight_bytes = model_bytes(model) + compute_path.extra_bytes
     memory = kv_cache_bytes(settings, device, weight_bytes)

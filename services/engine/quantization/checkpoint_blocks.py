@@ -1,24 +1,27 @@
-"""A float32 model's weights as its GGUF checkpoint stores them, for its narrow steps.
+"""A float32 model's weights as its GGUF checkpoint stores them, for every step.
 
 A float32 engine loaded from a GGUF file holds each weight dequantized: the file's
 Q4_0/Q4_1 projections and Q8_0 head widened to float32, 4 bytes a weight. A decode
 step of a few rows is bound by reading them (SmolLM2-135M: ~540 MB a token). The
 file's own blocks hold the same weights in an eighth (int4) or a quarter (int8)
 of the bytes, so the native path (native_layers.py) keeps them beside the float32
-weights and multiplies narrow steps by them, float32 activations and all
-(--narrow-weights checkpoint): the served weights do not change, only the order
-of the sums, as between float32's own row kernel and panel GEMM. Wide steps,
-compute-bound, keep the float32 weights and their panel GEMM, which the blocks
-would have to be dequantized for on every call.
+weights and multiplies every step by them, float32 activations and all
+(--kernel-weights checkpoint): up to BLOCKS_ROW_KERNEL_ROWS rows through their row
+kernels, wider steps through the panel GEMM, which dequantizes each panel into
+float32 in L2 (level * scale + min is exact in float32 for the file's float16
+scales, so a wide step's sums are the float32 weights' bit for bit) where the
+float32 weights' panel would be read from memory. The served weights do not
+change; a narrow step's sums differ only in order, as between float32's own row
+kernel and panel GEMM.
 
-Measured on SmolLM2 (AMD EPYC family 25 model 1, Zen 3, avx2, 2 threads): the
-blocks' row kernels against float32's over the 30 layers' shapes at 1 / 2 / 4 /
-6 / 8 rows (an ad-hoc harness over native/matmul.cpp, median of 5 rounds): int4
-layers 3.1x / 2.6x / 1.55x / 1.14x / 1.10x, the Q8_0 head 2.9x / 2.8x / 2.1x /
-1.7x / 1.6x; whole decode steps (`python -m benchmarks.step_bench --narrow-ab
---threads 2`), float32's wall time over the blocks' 3.3x / 2.9x / 2.1x / 1.36x at
-1 / 2 / 4 / 6 rows and 1.27x at 7, 1.34x at 8; from 9 rows the row kernels take
-three passes over the weights and the float32 panel GEMM wins.
+Measured on SmolLM2 (AMD EPYC family 25 model 1, Zen 3, avx2, 2 threads), session
+25: all 121 weights (ad-hoc harness over native/matmul.cpp's C entries, the real
+blocks, alternating sides, median of 8) float32's time over the blocks' 3.2x at 1
+row, 1.48x at 8 (row kernel), 1.33x / 1.18x / 1.12x / 1.10x / 1.04x at 9 / 16 /
+24 / 32 / 64 (panel), ~1.0x at 512-662 (prefill); the blocks' row kernel over
+their panel 1.9x / 1.2x / 1.05x at 2 / 6 / 8 rows and 0.87x at 9, hence 8. Whole
+decode steps (`python -m benchmarks.step_bench --blocks-ab --threads 2`): see
+docs/engine.md.
 """
 
 from pathlib import Path
@@ -31,8 +34,8 @@ from maas_services.engine.quantization.file_blocks import file_blocks
 from maas_services.engine.quantization.int4 import Int4Weight
 from maas_services.engine.quantization.int8 import Int8Weight
 
-# Rows up to which a step reads the blocks instead of the float32 weights.
-NARROW_ROWS = 8
+# Rows up to which a step runs the blocks' row kernel; their panel GEMM above.
+BLOCKS_ROW_KERNEL_ROWS = 8
 
 CheckpointBlock = Int4Weight | Int8Weight
 

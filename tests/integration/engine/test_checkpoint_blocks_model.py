@@ -1,6 +1,6 @@
-"""--narrow-weights checkpoint on the real model: SmolLM2's GGUF holds its projections as
-Q4_1 blocks and its tied embedding (the head) as Q8_0; a float32 engine that keeps them
-for narrow steps serves the same weights, so it answers as the float32 engine does."""
+"""--kernel-weights checkpoint on the real model: SmolLM2's GGUF holds its projections as
+Q4_1 blocks and its tied embedding (the head) as Q8_0; a float32 engine that multiplies
+by them serves the same weights, so it answers as the float32 engine does."""
 
 import copy
 
@@ -16,7 +16,10 @@ from maas_services.engine.kv_cache import PagedKVCache
 from maas_services.engine.llm_engine import LLMEngine
 from maas_services.engine.model_runner import ModelRunner, choose_path
 from maas_services.engine.quantization import file_blocks as file_blocks_module
-from maas_services.engine.quantization.checkpoint_blocks import NARROW_ROWS, checkpoint_blocks
+from maas_services.engine.quantization.checkpoint_blocks import (
+    BLOCKS_ROW_KERNEL_ROWS,
+    checkpoint_blocks,
+)
 from maas_services.engine.quantization.int4 import Int4Weight
 from maas_services.engine.quantization.int8 import Int8Weight
 from maas_services.engine.quantization.quantize import quantize_head
@@ -122,28 +125,32 @@ def greedy_answers(model, config, tokenizer, path) -> list[list[int]]:
     return answers
 
 
-def test_narrow_steps_from_the_blocks_answer_as_float32(model, blocks, tokenizer):
+def test_steps_from_the_blocks_answer_as_float32(model, blocks, tokenizer):
     llama, config = model
-    narrow = choose_path(llama, compiled=False, native=True, narrow=blocks)
-    assert narrow.describe()["narrow_weights"] == (
-        f"checkpoint: {len(blocks)} weights' blocks up to {NARROW_ROWS} rows"
+    with_blocks = choose_path(llama, compiled=False, native=True, blocks=blocks)
+    assert with_blocks.describe()["kernel_weights"] == (
+        f"checkpoint: {len(blocks)} weights' blocks (their row kernel up to "
+        f"{BLOCKS_ROW_KERNEL_ROWS} rows)"
     )
     float32 = choose_path(llama, compiled=False, native=True)
-    assert float32.describe()["narrow_weights"] == "float32"
-    hidden = torch.randn(NARROW_ROWS, config.hidden_size)
+    assert float32.describe()["kernel_weights"] == "float32"
+    narrow = torch.randn(BLOCKS_ROW_KERNEL_ROWS, config.hidden_size)
     torch.testing.assert_close(
-        narrow.logits(llama, hidden), float32.logits(llama, hidden), rtol=1e-4, atol=1e-3
+        with_blocks.logits(llama, narrow), float32.logits(llama, narrow), rtol=1e-4, atol=1e-3
     )
-    assert greedy_answers(llama, config, tokenizer, narrow) == greedy_answers(
+    # A wide step dequantizes the blocks to exactly the float32 weights, summed alike.
+    wide = torch.randn(BLOCKS_ROW_KERNEL_ROWS + 9, config.hidden_size)
+    assert torch.equal(with_blocks.logits(llama, wide), float32.logits(llama, wide))
+    assert greedy_answers(llama, config, tokenizer, with_blocks) == greedy_answers(
         llama, config, tokenizer, float32
     )
 
 
 def test_the_engine_keeps_the_blocks_when_asked_and_counts_their_bytes(smollm_path, tokenizer):
     base = dict(model_path=str(smollm_path), kv_cache_memory=8 * 1024**2, max_model_len=512)
-    engine = build_engine(EngineSettings(**base, narrow_weights="checkpoint"))
+    engine = build_engine(EngineSettings(**base, kernel_weights="checkpoint"))
     path = engine.runner.path
-    assert path.describe()["narrow_weights"].startswith("checkpoint: 121 weights' blocks")
+    assert path.describe()["kernel_weights"].startswith("checkpoint: 121 weights' blocks")
     # 120 Q4_1 projections (half a byte a weight, a float32 scale and minimum per 32) and
     # the Q8_0 head (a byte a weight, a float32 scale per 32), beside the float32 model.
     assert 100e6 < path.extra_bytes < 120e6
@@ -154,5 +161,5 @@ def test_the_engine_keeps_the_blocks_when_asked_and_counts_their_bytes(smollm_pa
     while engine.has_work:
         text += "".join(out.text for out in engine.step())
     assert "Paris" in text
-    off = build_engine(EngineSettings(**base, narrow_weights="float32"))
-    assert off.runner.path.describe()["narrow_weights"] == "float32"
+    off = build_engine(EngineSettings(**base, kernel_weights="float32"))
+    assert off.runner.path.describe()["kernel_weights"] == "float32"

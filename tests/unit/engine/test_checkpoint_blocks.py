@@ -1,6 +1,6 @@
-"""Narrow steps from a checkpoint's own blocks (matmul.h's NativeWeight.narrow), wide steps
-from the float32 weight those blocks dequantize to: each width runs the kernel it should,
-and both compute the same weights."""
+"""Every step from a checkpoint's own blocks (matmul.h's NativeWeight.blocks): narrow ones
+through the blocks' row kernel, wide ones through the panel GEMM dequantizing them, which
+sums exactly as the float32 weight the blocks dequantize to would."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ from maas_kernels.native import bindings
 from maas_kernels.quant_int4_ref import dequantize_int4
 from maas_services.engine import native_layers
 from maas_services.engine.native_layers import NativeHalves, NativeHead
-from maas_services.engine.quantization.checkpoint_blocks import NARROW_ROWS
+from maas_services.engine.quantization.checkpoint_blocks import BLOCKS_ROW_KERNEL_ROWS
 from maas_services.engine.quantization.int4 import Int4Weight
 from tests.unit.engine.test_native_layers import PROJECTIONS, layer, rotary
 from tests.unit.engine.test_qdot import int8_group_weight
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(
     bindings.library() is None, reason="no native library (not AVX2, or no compiler)"
 )
 
-ROWS = (1, 3, 4, 5, NARROW_ROWS, NARROW_ROWS + 1, 64)
+ROWS = (1, 3, 4, 5, BLOCKS_ROW_KERNEL_ROWS, BLOCKS_ROW_KERNEL_ROWS + 1, 17, 64)
 # Sums of 256 products of order 1 in two orders (int4's blocks: the scale times the
 # levels' dot product, plus the minimum times the inputs' sum), each rounded in float32:
 # their difference can reach ~256 * 2^-24 * |products| (measured up to 1.6e-5).
@@ -26,9 +26,12 @@ ATOL = 1e-4
 
 
 def int4_block(outputs: int, k: int) -> Int4Weight:
-    """Q4_1's shape of weight: levels 0..15, a scale and a minimum per 32 inputs."""
+    """Q4_1's shape of weight: levels 0..15, a scale and a minimum per 32 inputs, each a
+    float16 value as the file stores them (level * scale is then exact in float32)."""
     weight = torch.randn(outputs, k, generator=torch.Generator().manual_seed(1))
-    return Int4Weight.quantize(weight, 32)
+    levels = Int4Weight.quantize(weight, 32)
+    scales, mins = levels.scales.half().float(), levels.mins.half().float()
+    return Int4Weight(levels.packed, scales, mins, 32)
 
 
 def dense(block) -> torch.Tensor:
@@ -56,39 +59,41 @@ def blocks_alone(block, x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("kind", ["int4", "int8-g32"])
 @pytest.mark.parametrize("rows", ROWS)
-def test_narrow_steps_read_the_blocks_and_wide_ones_the_float32_weight(kind, rows):
+def test_every_step_reads_the_blocks_with_the_float32_weights_sums(kind, rows):
     k, outputs = 256, 200
     block = int4_block(outputs, k) if kind == "int4" else int8_group_weight(k, 32, 3, outputs)
     weight = dense(block)
     torch.manual_seed(rows)
     x = torch.randn(rows, k)
-    narrowed = NativeHead(weight, bf16=False, block=block)
-    assert narrowed.narrowed == 1
-    got = narrowed(x)
+    # The float32 weight zeroed: only a step that reads the blocks gets the weights.
+    with_blocks = NativeHead(torch.zeros_like(weight), bf16=False, block=block)
+    assert with_blocks.with_blocks == 1
+    got = with_blocks(x)
     float32 = NativeHead(weight, bf16=False, block=None)(x)
-    if rows <= NARROW_ROWS:
+    if rows <= BLOCKS_ROW_KERNEL_ROWS:
         # The blocks' kernel, bit for bit, and float32's weights to float32's rounding.
         assert torch.equal(got, blocks_alone(block, x))
         torch.testing.assert_close(got, float32, rtol=1e-5, atol=ATOL)
     else:
+        # The panel of the blocks dequantized: the float32 weight's sums exactly.
         assert torch.equal(got, float32)
     torch.testing.assert_close(got, x @ weight.T, rtol=1e-5, atol=ATOL)
 
 
-@pytest.mark.parametrize("tokens", (1, 5, NARROW_ROWS, NARROW_ROWS + 3))
+@pytest.mark.parametrize("tokens", (1, 5, BLOCKS_ROW_KERNEL_ROWS, BLOCKS_ROW_KERNEL_ROWS + 3))
 def test_a_layer_with_its_projections_blocks_computes_its_float32_halves(tokens):
     built = layer("float32", attention_bias=True)
-    narrow = {}
+    blocks = {}
     for name in PROJECTIONS:
         module = built.get_submodule(name)
         block = int4_block(module.out_features, module.in_features)
         module.weight.copy_(dense(block))  # the float32 model holds the blocks' weights
-        narrow[module] = block
-    halves = NativeHalves.of(built, narrow=narrow)
+        blocks[module] = block
+    halves = NativeHalves.of(built, blocks=blocks)
     float32 = NativeHalves.of(built)
-    assert halves.narrowed == 4 and float32.narrowed == 0
+    assert halves.with_blocks == 4 and float32.with_blocks == 0
     assert halves.copy_bytes == sum(
-        b.packed.nbytes + b.scales.nbytes + b.mins.nbytes for b in narrow.values()
+        b.packed.nbytes + b.scales.nbytes + b.mins.nbytes for b in blocks.values()
     )
     torch.manual_seed(tokens)
     x = torch.randn(tokens, built.input_layernorm.weight.shape[0])
@@ -96,7 +101,7 @@ def test_a_layer_with_its_projections_blocks_computes_its_float32_halves(tokens)
     got = halves.inputs(x, None, cos, sin)
     want = float32.inputs(x, None, cos, sin)
     for a, b in zip(got, want, strict=True):
-        if tokens > NARROW_ROWS:
+        if tokens > BLOCKS_ROW_KERNEL_ROWS:
             assert torch.equal(a, b)
         else:
             torch.testing.assert_close(a, b, rtol=1e-5, atol=ATOL)
@@ -106,5 +111,5 @@ def test_a_block_no_native_format_takes_leaves_the_weight_as_it_is():
     block = int4_block(64, 256)
     odd = Int4Weight(block.packed, block.scales, block.mins, 16)  # groups of 16: no kernel
     weight = bindings.Weight(bindings.FLOAT32, 0, 0, 0, 0, 0, 64, 256)
-    assert native_layers._narrow(weight, odd, []) == 0
-    assert not weight.narrow
+    assert native_layers._keep_blocks(weight, odd, []) == 0
+    assert not weight.blocks

@@ -10,8 +10,8 @@ from maas_services.common.settings import parse_settings
 from maas_services.engine.core.launcher import resolve_for_core
 from maas_services.engine.machine_defaults import (
     DTYPE_BY_CPU_CLASS,
+    KERNEL_WEIGHTS_BY_CPU_CLASS,
     KV_CACHE_DTYPE_BY_CPU_CLASS,
-    NARROW_WEIGHTS_BY_CPU_CLASS,
     WIDE_GEMM_BY_CPU_CLASS,
     WIDE_ROWS,
     cpu_class,
@@ -63,8 +63,8 @@ def test_an_avx2_epyc_computes_every_step_in_float32_on_both_cores():
     assert values(EPYC) == {
         "dtype": "float32",
         "wide_gemm": "float32",
-        # A GGUF's own blocks in narrow steps: the same weights, an eighth of the bytes.
-        "narrow_weights": "checkpoint",
+        # A GGUF's own blocks in every step: the same weights, an eighth of the bytes.
+        "kernel_weights": "checkpoint",
         # Measured faster here, but its float32 kernels' sums depend on a step's width,
         # which rounding to bf16 would turn into different tokens: the model's dtype.
         "kv_cache_dtype": "model",
@@ -98,8 +98,8 @@ def test_avx512_bf16_without_amx_computes_float32_weights_in_bf16_at_every_width
     assert chosen["kv_cache_dtype"].value == "bf16"
     assert chosen["kv_cache_dtype"].why.startswith("avx512_bf16 CPU, measured:")
     assert values(XEON)["kv_cache_dtype"] == "model"
-    # Measured on the AVX2 class only; elsewhere narrow steps read the float32 weights.
-    assert chosen["narrow_weights"].value == values(XEON)["narrow_weights"] == "float32"
+    # Measured on the AVX2 class only; elsewhere steps read the float32 weights.
+    assert chosen["kernel_weights"].value == values(XEON)["kernel_weights"] == "float32"
     # Wider FMAs than the AVX2 machine's, float32 weights as on the AMX Xeon.
     assert (
         values(EPYC)["speculative_max_batch"]
@@ -111,7 +111,7 @@ def test_avx512_bf16_without_amx_computes_float32_weights_in_bf16_at_every_width
 def test_every_cpu_class_has_a_measured_row():
     assert {cpu_class(m) for m in (EPYC, XEON, ZEN5, GPU_HOST)} == set(DTYPE_BY_CPU_CLASS)
     tables = (DTYPE_BY_CPU_CLASS, WIDE_GEMM_BY_CPU_CLASS, KV_CACHE_DTYPE_BY_CPU_CLASS)
-    for table in (*tables, NARROW_WEIGHTS_BY_CPU_CLASS):
+    for table in (*tables, KERNEL_WEIGHTS_BY_CPU_CLASS):
         assert set(table) == set(DTYPE_BY_CPU_CLASS)
         assert all(row.measured for row in table.values())
 
@@ -119,7 +119,7 @@ def test_every_cpu_class_has_a_measured_row():
 def test_a_cuda_device_serves_bfloat16_and_speculates_up_to_the_batch_cap():
     chosen = values(GPU_HOST, on_cuda=True)
     assert chosen["dtype"] == "bfloat16"
-    assert (chosen["kv_cache_dtype"], chosen["narrow_weights"]) == ("model", "float32")
+    assert (chosen["kv_cache_dtype"], chosen["kernel_weights"]) == ("model", "float32")
     assert chosen["speculative_max_batch"] == 64
     # The GPU computes; the CPU threads need no switching.
     assert chosen["compute_wide_rows"] == 1
@@ -149,7 +149,7 @@ def test_engine_settings_resolve_auto_through_the_machine():
 def test_explicit_flags_and_openmp_environment_win():
     flags = ["--dtype", "float32", "--torch-threads", "3", "--quantization", "int8"]
     flags += ["--compute-wide-rows", "1", "--wide-gemm", "float32", "--kv-cache-dtype", "bf16"]
-    flags += ["--narrow-weights", "float32"]
+    flags += ["--kernel-weights", "float32"]
     settings = parse_settings(EngineSettings, [*flags, "--speculative-max-batch", "2"], "engine")
     resolved = resolve(settings, XEON, on_cuda=False, environ={"GOMP_SPINCOUNT": "1000"})
     chosen = resolved.settings
