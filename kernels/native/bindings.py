@@ -45,6 +45,7 @@ class Weight(ctypes.Structure):
         ("wide_bf16", ctypes.c_int64),
         ("bf16", ctypes.c_void_p),
         ("blocks", ctypes.c_void_p),  # the address of another Weight, or null
+        ("blocks_rows", ctypes.c_int64),
         ("blocks_row_rows", ctypes.c_int64),
     ]
 

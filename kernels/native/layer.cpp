@@ -222,6 +222,7 @@ int64_t native_layout(int64_t* out, int64_t capacity) {
       offsetof(NativeWeight, wide_bf16),
       offsetof(NativeWeight, bf16),
       offsetof(NativeWeight, blocks),
+      offsetof(NativeWeight, blocks_rows),
       offsetof(NativeWeight, blocks_row_rows),
       sizeof(NativeLayer),
       offsetof(NativeLayer, qkv),

@@ -633,8 +633,9 @@ void wide_matmul(MakeRow make_row, const NativeWeight& w, const float* x, int64_
 
 void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                    float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads) {
-  // Every step reads the checkpoint's own blocks where the weight keeps them.
-  if (w.blocks)
+  // A step of up to blocks_rows rows reads the checkpoint's own blocks where the weight
+  // keeps them.
+  if (w.blocks && m <= w.blocks_rows)
     return native_linear(*w.blocks, x, m, x_stride, out, w.blocks_row_rows, panel_bytes,
                          threads);
   const int64_t k = w.k;

@@ -29,20 +29,21 @@ struct NativeWeight {
   const uint16_t* bf16;
   // A float32 weight dequantized from a checkpoint's quantized blocks (a GGUF file's
   // Q4_0/Q4_1 projections, its Q8_0 head) may keep those blocks as they are here, and then
-  // every step multiplies by them, float32 activations and all: up to blocks_row_rows
-  // rows through their row kernel, reading an eighth (int4) or a quarter (int8) of
-  // float32's bytes; wider steps through the panel GEMM, each panel dequantized into
-  // float32 in L2 where the float32 weight's would come from memory. Both hold the same
-  // weights (the blocks' scales are float16 values: level * scale + min is exact in
-  // float32), so a wide step's sums are the float32 weight's bit for bit; a narrow step's
-  // differ only in their order, as between float32's own row kernel and panel.
-  // null: every step reads this weight.
+  // steps of up to blocks_rows rows multiply by them, float32 activations and all: up to
+  // blocks_row_rows rows through their row kernel, reading an eighth (int4) or a quarter
+  // (int8) of float32's bytes; wider ones through the panel GEMM, each panel dequantized
+  // into float32 in L2 where the float32 weight's would come from memory. Both hold the
+  // same weights (the blocks' scales are float16 values: level * scale + min is exact in
+  // float32), so a panel step's sums are the float32 weight's bit for bit; a row-kernel
+  // step's differ only in their order, as between float32's own row kernel and panel.
+  // Wider steps than blocks_rows read this weight. null: every step reads this weight.
   const NativeWeight* blocks;
+  int64_t blocks_rows;
   int64_t blocks_row_rows;
 };
 
 // out [m, n] (contiguous) = x [m, k] (row stride x_stride) @ W^T + bias: through w.blocks
-// where it has them, else the row kernel up to row_kernel_rows rows (bf16_rows for a
+// up to w.blocks_rows rows where it has them, else the row kernel up to row_kernel_rows rows (bf16_rows for a
 // float32 weight computed in bf16), the panel GEMM above (panels of panel_bytes of
 // float32 rows, or of bf16 rows where w.wide_bf16 asks and the build has them).
 void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,

@@ -130,11 +130,11 @@ KERNEL_WEIGHTS_BY_CPU_CLASS = {
     "avx512": Measured("float32", "not measured on an AVX-512 CPU without bf16 yet"),
     "avx2": Measured(
         "checkpoint",
-        "AMD EPYC family 25 model 1 (Zen 3, avx2; session 24): SmolLM2's Q4_1 layers and "
+        "AMD EPYC family 25 model 1 (Zen 3, avx2; sessions 24-25): SmolLM2's Q4_1 layers and "
         "Q8_0 head, float32 activations, against float32 weights: whole decode steps 3.3x / "
-        "2.1x / 1.34x faster at 1 / 4 / 8 rows (benchmarks.step_bench --narrow-ab); through "
-        "the stack 3.09x / 1.19x / 1.10x / 1.09x output tok/s at 1 / 8 / 32 / 64 streams "
-        "(benchmarks/results/peers_zen3_s24.json); the same weights, +111 MB",
+        "2.1x / 1.34x faster at 1 / 4 / 8 rows and 1.09-1.26x at 9-32 (benchmarks.step_bench "
+        "--blocks-ab); through the stack 3.09x / 1.19x / 1.10x / 1.09x output tok/s at 1 / 8 "
+        "/ 32 / 64 streams (benchmarks/results/peers_zen3_s24.json); the same weights, +111 MB",
     ),
 }
 

@@ -30,10 +30,10 @@ int4 panels are dequantized into bf16 instead of float32; their narrow steps kee
 their own row kernels. Native.extra_bytes counts the copies for the KV budget.
 
 With --kernel-weights checkpoint a float32 projection or head loaded from a GGUF
-file also keeps the file's own blocks (quantization/checkpoint_blocks.py), and every
-step multiplies by them (matmul.h's NativeWeight.blocks): the same weights in an
-eighth or a quarter of the bytes, float32 activations; their row kernel up to
-BLOCKS_ROW_KERNEL_ROWS rows, their panel GEMM above.
+file also keeps the file's own blocks (quantization/checkpoint_blocks.py), and steps
+of up to BLOCKS_ROWS rows multiply by them (matmul.h's NativeWeight.blocks): the same
+weights in an eighth or a quarter of the bytes, float32 activations; their row
+kernel up to BLOCKS_ROW_KERNEL_ROWS rows, their panel GEMM above.
 """
 
 import ctypes
@@ -52,6 +52,7 @@ from maas_services.engine.model import DecoderLayer, FusedLinear, LlamaForCausal
 from maas_services.engine.quantization import cpu_kernel
 from maas_services.engine.quantization.checkpoint_blocks import (
     BLOCKS_ROW_KERNEL_ROWS,
+    BLOCKS_ROWS,
     CheckpointBlock,
 )
 from maas_services.engine.quantization.int4 import Int4Linear, Int4Weight
@@ -88,7 +89,7 @@ class Native(ComputePath):
     """The native halves for every layer that takes them, and the one-call decode step
     where every layer does (one_call False: three calls a layer, the benchmark's A/B;
     wide_gemm: WIDE_GEMMS' choice for wide steps, float32 where the library has no bf16;
-    blocks: checkpoint_blocks' blocks for every step, by module)."""
+    blocks: checkpoint_blocks' blocks for steps of up to BLOCKS_ROWS rows, by module)."""
 
     name = "native"
 
@@ -132,8 +133,8 @@ class Native(ComputePath):
         with_blocks = sum(h.with_blocks for h in self._halves.values())
         with_blocks += 0 if self._head is None else self._head.with_blocks
         self._kernel_weights = (
-            f"checkpoint: {with_blocks} weights' blocks (their row kernel up to "
-            f"{BLOCKS_ROW_KERNEL_ROWS} rows)"
+            f"checkpoint: {with_blocks} weights' blocks up to {BLOCKS_ROWS} rows (their row "
+            f"kernel up to {BLOCKS_ROW_KERNEL_ROWS})"
             if with_blocks
             else "float32"
         )
@@ -243,7 +244,7 @@ def _keep_blocks(weight: bindings.Weight, block: CheckpointBlock, kept: list) ->
     described = bindings.Weight(*parts, weight.bias, weight.n, weight.k)
     kept.append(described)
     weight.blocks = ctypes.addressof(described)
-    weight.blocks_row_rows = BLOCKS_ROW_KERNEL_ROWS
+    weight.blocks_rows, weight.blocks_row_rows = BLOCKS_ROWS, BLOCKS_ROW_KERNEL_ROWS
     return sum(t.nbytes for t in vars(block).values() if isinstance(t, torch.Tensor))
 
 
@@ -283,7 +284,7 @@ def _describe(
     layer: DecoderLayer, wide_bf16: bool, blocks: dict[nn.Module, CheckpointBlock]
 ) -> "NativeHalves | None":
     """The layer in layer.cpp's terms, or None where a projection or norm is in no native
-    format; blocks: the checkpoint's blocks for every step, by module."""
+    format; blocks: the checkpoint's blocks, by module."""
     attn, mlp, kept = layer.self_attn, layer.mlp, []
     projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
     described = [_weight(m, kept, wide_bf16) for m in projections]
@@ -350,9 +351,9 @@ class NativeHalves:
         wide_bf16: bool = False,
         blocks: dict[nn.Module, CheckpointBlock] | None = None,
     ) -> "NativeHalves | None":
-        """The layer's halves (wide steps in bf16 if asked: the library must have it; every
-        step from the checkpoint's blocks where blocks has them), or None where they do
-        not apply to it."""
+        """The layer's halves (wide steps in bf16 if asked: the library must have it; steps
+        of up to BLOCKS_ROWS rows from the checkpoint's blocks where blocks has them), or
+        None where they do not apply to it."""
         return _describe(layer, wide_bf16, blocks or {})
 
     def inputs(

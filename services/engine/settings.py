@@ -73,9 +73,10 @@ class EngineSettings(ServiceSettings):
         description="the weights the native layers and LM head multiply by: float32, or "
         "checkpoint: a float32 model loaded from a GGUF file also keeps the file's own "
         "Q4_0/Q4_1 and Q8_0 blocks, the same weights in an eighth or a quarter of the bytes, "
-        "and multiplies every step by them with float32 activations (a narrow step through "
-        "their row kernel, a wide one through the panel GEMM dequantizing them; the blocks' "
-        "bytes count in the KV budget); auto = per CPU class, from a measured table "
+        "and multiplies decode steps of up to 32 rows by them with float32 activations (up "
+        "to 8 rows through their row kernel, wider through the panel GEMM dequantizing "
+        "them; wider steps read the float32 weights; the blocks' bytes count in the KV "
+        "budget); auto = per CPU class, from a measured table "
         "(services/engine/machine_defaults.py)",
     )
     kv_cache_dtype: Literal["auto", "model", "bf16"] = Field(

@@ -1,18 +1,21 @@
-"""A float32 model's weights as its GGUF checkpoint stores them, for every step.
+"""A float32 model's weights as its GGUF checkpoint stores them, for its decode steps.
 
 A float32 engine loaded from a GGUF file holds each weight dequantized: the file's
 Q4_0/Q4_1 projections and Q8_0 head widened to float32, 4 bytes a weight. A decode
 step of a few rows is bound by reading them (SmolLM2-135M: ~540 MB a token). The
 file's own blocks hold the same weights in an eighth (int4) or a quarter (int8)
 of the bytes, so the native path (native_layers.py) keeps them beside the float32
-weights and multiplies every step by them, float32 activations and all
-(--kernel-weights checkpoint): up to BLOCKS_ROW_KERNEL_ROWS rows through their row
-kernels, wider steps through the panel GEMM, which dequantizes each panel into
-float32 in L2 (level * scale + min is exact in float32 for the file's float16
-scales, so a wide step's sums are the float32 weights' bit for bit) where the
-float32 weights' panel would be read from memory. The served weights do not
-change; a narrow step's sums differ only in order, as between float32's own row
-kernel and panel GEMM.
+weights and multiplies steps of up to BLOCKS_ROWS rows by them, float32
+activations and all (--kernel-weights checkpoint): up to BLOCKS_ROW_KERNEL_ROWS
+rows through their row kernels, wider ones through the panel GEMM, which
+dequantizes each panel into float32 in L2 (level * scale + min is exact in
+float32 for the file's float16 scales, so a panel step's sums are the float32
+weights' bit for bit) where the float32 weights' panel would be read from
+memory. The served weights do not change; a row-kernel step's sums differ only
+in order, as between float32's own row kernel and panel GEMM. Steps wider than
+BLOCKS_ROWS (large decode batches, prefill) read the float32 weights: there the
+packed activations (64 rows x 1536 inputs: 393 KB) and the dequantized panel
+(128 KB) no longer fit a 512 KB L2 together, and the two measured even.
 
 Measured on SmolLM2 (AMD EPYC family 25 model 1, Zen 3, avx2, 2 threads), session
 25: all 121 weights (ad-hoc harness over native/matmul.cpp's C entries, the real
@@ -20,8 +23,8 @@ blocks, alternating sides, median of 8) float32's time over the blocks' 3.2x at 
 row, 1.48x at 8 (row kernel), 1.33x / 1.18x / 1.12x / 1.10x / 1.04x at 9 / 16 /
 24 / 32 / 64 (panel), ~1.0x at 512-662 (prefill); the blocks' row kernel over
 their panel 1.9x / 1.2x / 1.05x at 2 / 6 / 8 rows and 0.87x at 9, hence 8. Whole
-decode steps (`python -m benchmarks.step_bench --blocks-ab --threads 2`): see
-docs/engine.md.
+decode steps (`python -m benchmarks.step_bench --blocks-ab --threads 2`) 1.09x to
+1.26x at 9-32 rows in every run, 1.01x to 1.08x at 64 (docs/engine.md), hence 32.
 """
 
 from pathlib import Path
@@ -34,7 +37,9 @@ from maas_services.engine.quantization.file_blocks import file_blocks
 from maas_services.engine.quantization.int4 import Int4Weight
 from maas_services.engine.quantization.int8 import Int8Weight
 
-# Rows up to which a step runs the blocks' row kernel; their panel GEMM above.
+# Rows up to which a step reads the blocks (the float32 weights above), and up to which
+# it runs their row kernel (their panel GEMM above).
+BLOCKS_ROWS = 32
 BLOCKS_ROW_KERNEL_ROWS = 8
 
 CheckpointBlock = Int4Weight | Int8Weight

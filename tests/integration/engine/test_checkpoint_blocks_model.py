@@ -18,6 +18,7 @@ from maas_services.engine.model_runner import ModelRunner, choose_path
 from maas_services.engine.quantization import file_blocks as file_blocks_module
 from maas_services.engine.quantization.checkpoint_blocks import (
     BLOCKS_ROW_KERNEL_ROWS,
+    BLOCKS_ROWS,
     checkpoint_blocks,
 )
 from maas_services.engine.quantization.int4 import Int4Weight
@@ -129,8 +130,8 @@ def test_steps_from_the_blocks_answer_as_float32(model, blocks, tokenizer):
     llama, config = model
     with_blocks = choose_path(llama, compiled=False, native=True, blocks=blocks)
     assert with_blocks.describe()["kernel_weights"] == (
-        f"checkpoint: {len(blocks)} weights' blocks (their row kernel up to "
-        f"{BLOCKS_ROW_KERNEL_ROWS} rows)"
+        f"checkpoint: {len(blocks)} weights' blocks up to {BLOCKS_ROWS} rows (their row "
+        f"kernel up to {BLOCKS_ROW_KERNEL_ROWS})"
     )
     float32 = choose_path(llama, compiled=False, native=True)
     assert float32.describe()["kernel_weights"] == "float32"
@@ -138,8 +139,8 @@ def test_steps_from_the_blocks_answer_as_float32(model, blocks, tokenizer):
     torch.testing.assert_close(
         with_blocks.logits(llama, narrow), float32.logits(llama, narrow), rtol=1e-4, atol=1e-3
     )
-    # A wide step dequantizes the blocks to exactly the float32 weights, summed alike.
-    wide = torch.randn(BLOCKS_ROW_KERNEL_ROWS + 9, config.hidden_size)
+    # A wider step dequantizes the blocks to exactly the float32 weights, summed alike.
+    wide = torch.randn(BLOCKS_ROWS, config.hidden_size)
     assert torch.equal(with_blocks.logits(llama, wide), float32.logits(llama, wide))
     assert greedy_answers(llama, config, tokenizer, with_blocks) == greedy_answers(
         llama, config, tokenizer, float32

@@ -1,6 +1,7 @@
-"""Every step from a checkpoint's own blocks (matmul.h's NativeWeight.blocks): narrow ones
-through the blocks' row kernel, wide ones through the panel GEMM dequantizing them, which
-sums exactly as the float32 weight the blocks dequantize to would."""
+"""Steps from a checkpoint's own blocks (matmul.h's NativeWeight.blocks): narrow ones
+through the blocks' row kernel, up to BLOCKS_ROWS through the panel GEMM dequantizing
+them, which sums exactly as the float32 weight the blocks dequantize to would, and wider
+ones from that float32 weight."""
 
 import pytest
 import torch
@@ -9,7 +10,10 @@ from maas_kernels.native import bindings
 from maas_kernels.quant_int4_ref import dequantize_int4
 from maas_services.engine import native_layers
 from maas_services.engine.native_layers import NativeHalves, NativeHead
-from maas_services.engine.quantization.checkpoint_blocks import BLOCKS_ROW_KERNEL_ROWS
+from maas_services.engine.quantization.checkpoint_blocks import (
+    BLOCKS_ROW_KERNEL_ROWS,
+    BLOCKS_ROWS,
+)
 from maas_services.engine.quantization.int4 import Int4Weight
 from tests.unit.engine.test_native_layers import PROJECTIONS, layer, rotary
 from tests.unit.engine.test_qdot import int8_group_weight
@@ -18,7 +22,7 @@ pytestmark = pytest.mark.skipif(
     bindings.library() is None, reason="no native library (not AVX2, or no compiler)"
 )
 
-ROWS = (1, 3, 4, 5, BLOCKS_ROW_KERNEL_ROWS, BLOCKS_ROW_KERNEL_ROWS + 1, 17, 64)
+ROWS = (1, 3, 4, 5, BLOCKS_ROW_KERNEL_ROWS, BLOCKS_ROW_KERNEL_ROWS + 1, 17, BLOCKS_ROWS, 64)
 # Sums of 256 products of order 1 in two orders (int4's blocks: the scale times the
 # levels' dot product, plus the minimum times the inputs' sum), each rounded in float32:
 # their difference can reach ~256 * 2^-24 * |products| (measured up to 1.6e-5).
@@ -59,7 +63,7 @@ def blocks_alone(block, x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("kind", ["int4", "int8-g32"])
 @pytest.mark.parametrize("rows", ROWS)
-def test_every_step_reads_the_blocks_with_the_float32_weights_sums(kind, rows):
+def test_steps_read_the_blocks_up_to_their_rows_with_the_float32_weights_sums(kind, rows):
     k, outputs = 256, 200
     block = int4_block(outputs, k) if kind == "int4" else int8_group_weight(k, 32, 3, outputs)
     weight = dense(block)
@@ -70,6 +74,10 @@ def test_every_step_reads_the_blocks_with_the_float32_weights_sums(kind, rows):
     assert with_blocks.with_blocks == 1
     got = with_blocks(x)
     float32 = NativeHead(weight, bf16=False, block=None)(x)
+    if rows > BLOCKS_ROWS:
+        # Wider steps read the float32 weight (zeroed here).
+        assert torch.equal(got, torch.zeros(rows, outputs))
+        return
     if rows <= BLOCKS_ROW_KERNEL_ROWS:
         # The blocks' kernel, bit for bit, and float32's weights to float32's rounding.
         assert torch.equal(got, blocks_alone(block, x))
