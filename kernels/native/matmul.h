@@ -43,9 +43,10 @@ struct NativeWeight {
 };
 
 // out [m, n] (contiguous) = x [m, k] (row stride x_stride) @ W^T + bias: through w.blocks
-// up to w.blocks_rows rows where it has them, else the row kernel up to row_kernel_rows rows (bf16_rows for a
-// float32 weight computed in bf16), the panel GEMM above (panels of panel_bytes of
-// float32 rows, or of bf16 rows where w.wide_bf16 asks and the build has them).
+// up to w.blocks_rows rows where it has them, else the row kernel up to row_kernel_rows
+// rows (bf16_rows for a float32 weight computed in bf16), the panel GEMM above (panels of
+// panel_bytes of float32 rows, or of bf16 rows where w.wide_bf16 asks and the build has
+// them).
 void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                    float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads);
 
