@@ -132,7 +132,7 @@ KERNEL_WEIGHTS_BY_CPU_CLASS = {
         "checkpoint",
         "AMD EPYC family 25 model 1 (Zen 3, avx2; sessions 24-25): SmolLM2's Q4_1 layers and "
         "Q8_0 head, float32 activations, against float32 weights: whole decode steps 3.3x / "
-        "2.1x / 1.34x faster at 1 / 4 / 8 rows and 1.09-1.26x at 9-32 (benchmarks.step_bench "
+        "2.1x / 1.34x faster at 1 / 4 / 8 rows and 1.04-1.26x at 9-32 (benchmarks.step_bench "
         "--blocks-ab); through the stack 3.09x / 1.19x / 1.10x / 1.09x output tok/s at 1 / 8 "
         "/ 32 / 64 streams (benchmarks/results/peers_zen3_s24.json); the same weights, +111 MB",
     ),

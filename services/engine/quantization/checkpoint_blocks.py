@@ -23,8 +23,8 @@ blocks, alternating sides, median of 8) float32's time over the blocks' 3.2x at 
 row, 1.48x at 8 (row kernel), 1.33x / 1.18x / 1.12x / 1.10x / 1.04x at 9 / 16 /
 24 / 32 / 64 (panel), ~1.0x at 512-662 (prefill); the blocks' row kernel over
 their panel 1.9x / 1.2x / 1.05x at 2 / 6 / 8 rows and 0.87x at 9, hence 8. Whole
-decode steps (`python -m benchmarks.step_bench --blocks-ab --threads 2`) 1.09x to
-1.26x at 9-32 rows in every run, 1.01x to 1.08x at 64 (docs/engine.md), hence 32.
+decode steps (`python -m benchmarks.step_bench --blocks-ab --threads 2`) 1.04x to
+1.26x at 9-32 rows (five runs), 1.01x to 1.08x at 64 (docs/engine.md), hence 32.
 """
 
 from pathlib import Path
