@@ -55,9 +55,7 @@ def checkpoint_blocks(
     embedding = model.model.embed_tokens.weight
     if embedding.device.type != "cpu" or embedding.dtype != torch.float32:
         return {}
-    if not Path(source).is_file():
-        return {}
-    found = file_blocks(model, Path(source))
+    found = file_blocks(model, source)
     blocks: dict[nn.Module, CheckpointBlock] = {}
     for name, weight in found.projections.items():
         module = model.get_submodule(name)

@@ -43,11 +43,14 @@ class FileBlocks:
     head: Int8Weight | None
 
 
-def file_blocks(model: LlamaForCausalLM, source: Path) -> FileBlocks:
-    """The blocks of the GGUF file at source, each kept only where every array has the
-    shape the kernels will read for its module of model (a cached file is read back
-    as it lies: a stale or damaged one must not make a kernel read past an array)."""
-    tensors = _cached(model, source)
+def file_blocks(model: LlamaForCausalLM, source: str | Path | None) -> FileBlocks:
+    """The blocks of the GGUF file at source (none for a folder or no source), each kept
+    only where every array has the shape the kernels will read for its module of model
+    (a cached file is read back as it lies: a stale or damaged one must not make a
+    kernel read past an array)."""
+    if source is None or not Path(source).is_file():
+        return FileBlocks({}, None)
+    tensors = _cached(model, Path(source))
     projections = {}
     for name in {key.rpartition(".")[0] for key in tensors} - {_HEAD}:
         weight = Int4Weight(*(tensors[f"{name}.{part}"] for part in _INT4_PARTS), GROUP_SIZE)

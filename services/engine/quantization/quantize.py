@@ -34,10 +34,11 @@ def quantize_model(
     if not quantization.enabled:
         return model.to(dtype)
     int4_blocks = quantization.method == "int4" and quantization.group_size == GROUP_SIZE
-    head_blocks = quantization.quantize_head and _cpu_float32(model, dtype)
-    found = FileBlocks({}, None)
-    if (int4_blocks or head_blocks) and source is not None and Path(source).is_file():
-        found = file_blocks(model, Path(source))
+    # The file's Q8_0 head only where the CPU's float32 kernels run it (they take its scale
+    # per 32 inputs).
+    on_cpu = model.model.embed_tokens.weight.device.type == "cpu"
+    head_blocks = quantization.quantize_head and dtype == torch.float32 and on_cpu
+    found = file_blocks(model, source) if int4_blocks or head_blocks else FileBlocks({}, None)
     from_file = found.projections if int4_blocks else {}
     for name, module in list(model.named_modules()):
         parent, _, child = name.rpartition(".")
@@ -79,23 +80,17 @@ def quantize_head(
 
     int8 whatever the layers' method: the head's error lands straight in the
     logits, and int8 is what llama.cpp's files keep their output matrix in
-    (SmolLM2's GGUF: Q8_0). From a GGUF file's Q8_0 blocks, as they are, where
-    the CPU's float32 kernels run the head (they take the blocks' scale per 32
-    inputs): file_head, then the head is exactly the file's. Otherwise requantized per row
-    (+0.2-0.3% perplexity on SmolLM2, docs/quantization.md). The lookup only
+    (SmolLM2's GGUF: Q8_0). From a GGUF file's Q8_0 blocks as they are (file_head,
+    which quantize_model passes only where the CPU's float32 kernels run the head:
+    they take the blocks' scale per 32 inputs), then the head is exactly the file's.
+    Otherwise requantized per row (+0.2-0.3% perplexity on SmolLM2,
+    docs/quantization.md). The lookup only
     reads a row per token, so the float table costs memory (an extra quarter of
     it), not time.
     """
     head = model.model.embed_tokens if model.lm_head is None else model.lm_head
-    from_file = file_head is not None and _cpu_float32(model, dtype)
-    model.lm_head = Int8Linear(file_head if from_file else head.weight.data, None, dtype)
-    model.lm_head.from_file = from_file
-
-
-def _cpu_float32(model: LlamaForCausalLM, dtype: torch.dtype) -> bool:
-    """Whether the model will run the CPU's float32 kernels, the ones that take a Q8_0
-    head's scale per 32 inputs."""
-    return dtype == torch.float32 and model.model.embed_tokens.weight.device.type == "cpu"
+    model.lm_head = Int8Linear(head.weight.data if file_head is None else file_head, None, dtype)
+    model.lm_head.from_file = file_head is not None
 
 
 def holds_checkpoint_weights(model: nn.Module) -> bool:
