@@ -356,3 +356,35 @@ def test_top_p_from_a_prefix_of_the_ranking_keeps_what_the_whole_ranking_keeps(
     monkeypatch.setattr(sampler_module, "TOP_P_CANDIDATES", 16)
     kept = sampler_module._top_p(logits.clone(), top_p).isfinite()
     assert torch.equal(kept, reference_top_p(logits, top_p))
+
+
+@pytest.mark.parametrize("candidates", [16, sampler_module.TOP_P_CANDIDATES])
+def test_top_p_rows_draw_from_their_kept_tokens_what_the_whole_row_draws(monkeypatch, candidates):
+    """A batch's top-p rows are drawn from the kept tokens alone (sampler._drawn); each
+    seeded draw is the token the whole row's distribution gives (_probabilities + draw),
+    beside rows of other settings, with min-p, and where the candidates fall short."""
+    monkeypatch.setattr(sampler_module, "TOP_P_CANDIDATES", candidates)
+    settings = [
+        SamplingParams(top_p=0.9, seed=1),
+        SamplingParams(top_p=0.5, temperature=0.7, seed=2),
+        SamplingParams(top_p=0.95, min_p=0.05, seed=3),
+        SamplingParams(top_k=5, top_p=0.9, seed=4),
+        SamplingParams(temperature=0, seed=5),
+        SamplingParams(seed=6),
+        SamplingParams(top_p=0.999999, temperature=2.0, seed=7),
+    ]
+    generator = torch.Generator().manual_seed(9)
+    for position in range(40):
+        logits = torch.randn(len(settings), 600, generator=generator) * 2
+        logits[:, ::9] = float("-inf")  # banned or masked tokens
+        requests = [Request(params, output_ids=[0] * position) for params in settings]
+        expected = [
+            int(row.argmax())
+            if request.params.temperature == 0
+            else sampler_module.draw(
+                sampler_module._probabilities(row.clone(), request.params),
+                sampler_module.draw_generator(request),
+            )
+            for row, request in zip(logits, requests, strict=True)
+        ]
+        assert sampler(logits, requests) == expected
