@@ -68,8 +68,12 @@ def draw(weights: torch.Tensor, generator: torch.Generator) -> int:
     by top-k or top-p) is never the answer: its running mass is its
     predecessor's.
     """
-    cumulative = weights.double().cumsum(-1)
-    uniform = torch.rand((), generator=generator, dtype=torch.float64, device=weights.device)
+    return draw_from_running(weights.double().cumsum(-1), generator)
+
+
+def draw_from_running(cumulative: torch.Tensor, generator: torch.Generator) -> int:
+    """draw's search, given the weights' float64 running mass."""
+    uniform = torch.rand((), generator=generator, dtype=torch.float64, device=cumulative.device)
     return int(torch.searchsorted(cumulative, (1 - uniform) * cumulative[-1]))
 
 
@@ -221,47 +225,74 @@ def _drawn(
 ) -> list[tuple[int, int]]:
     """(row, token drawn) for each sampled row of the processed batch.
 
-    Rows under top-p alone (OpenAI's knobs: temperature and top_p) are drawn
-    from the tokens top-p keeps, found for all of them at once: one softmax
-    and one topk over the batch's rows instead of one each (their per-call
-    cost was most of a sampled row), and no second softmax or running mass
-    over the whole vocabulary, whose other tokens have no weight. The kept
-    tokens are drawn in id order, as the whole row's would be. Other rows
-    (top-k, temperature alone) go through the whole row (_probabilities).
+    The per-call cost of torch ops over a vocabulary-long row was most of a
+    sampled row, so the rows are scaled, and those under the same cut share
+    their softmax, topk and running mass, as one op over the batch each.
+    Where top-k or top-p keep a few tokens, only those are drawn from (every
+    other token weighs 0 in the whole row), in id order, as the whole row's
+    draw orders them: each row draws the token _probabilities + draw would,
+    but for float rounding at a bucket's edge.
     """
-    top_p_rows = [
-        i for i in sampled if requests[i].params.top_p < 1 and not requests[i].params.top_k
-    ]
-    whole_rows = sorted(set(sampled) - set(top_p_rows))
-    drawn = [
-        (i, draw(_probabilities(rows[i], requests[i].params), draw_generator(requests[i])))
-        for i in whole_rows
-    ]
-    if top_p_rows:
-        temperatures = torch.tensor(
-            [requests[i].params.temperature for i in top_p_rows], device=rows.device
-        )
-        scaled = rows[top_p_rows] / temperatures.unsqueeze(-1)
-        probs = scaled.softmax(-1)
+    if not sampled:
+        return []
+    params = [requests[i].params for i in sampled]
+    generators = [draw_generator(requests[i]) for i in sampled]
+    temperatures = torch.tensor([p.temperature for p in params], device=rows.device)
+    # Most batches sample every row: no copy of them to gather.
+    chosen = rows if len(sampled) == rows.shape[0] else rows[sampled]
+    scaled = chosen / temperatures.unsqueeze(-1)
+    whole = [r for r, p in enumerate(params) if not p.top_k and p.top_p >= 1]
+    top_p = [r for r, p in enumerate(params) if not p.top_k and p.top_p < 1]
+    top_k = [r for r, p in enumerate(params) if p.top_k]
+    drawn = []
+    if whole:
+        probs = scaled[whole].softmax(-1)
+        for row, r in enumerate(whole):
+            _min_p(probs[row], params[r].min_p)
+        running = probs.double().cumsum(-1)
+        drawn += [
+            (r, draw_from_running(running[row], generators[r])) for row, r in enumerate(whole)
+        ]
+    if top_p:
+        probs = scaled[top_p].softmax(-1)
         ranked, order = probs.topk(min(TOP_P_CANDIDATES, probs.shape[-1]))
-        for row, i in enumerate(top_p_rows):
-            params = requests[i].params
-            kept = _top_p_kept(probs[row], ranked[row], order[row], params.top_p)
-            drawn.append((i, _draw_kept(scaled[row], kept, params, draw_generator(requests[i]))))
-    return drawn
+        for row, r in enumerate(top_p):
+            kept = _top_p_kept(probs[row], ranked[row], order[row], params[r].top_p)
+            drawn.append((r, _draw_kept(scaled[r], kept, params[r], generators[r])))
+    for r in top_k:
+        kept = _top_k_kept(scaled[r], params[r])
+        drawn.append((r, _draw_kept(scaled[r], kept, params[r], generators[r])))
+    return [(sampled[r], token) for r, token in drawn]
+
+
+def _top_k_kept(scaled: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The ids top-k keeps (every token tied with the k-th too), then top-p among them."""
+    kth_largest = scaled.topk(min(params.top_k, scaled.numel())).values[-1]
+    kept = (scaled >= kth_largest).nonzero().squeeze(-1)
+    if params.top_p >= 1:
+        return kept
+    probs = scaled[kept].softmax(-1)
+    # All the kept tokens are the candidates: their whole ranking.
+    ranked, order = probs.sort(descending=True)
+    return kept[_top_p_kept(probs, ranked, order, params.top_p)]
 
 
 def _draw_kept(
     scaled: torch.Tensor, kept: torch.Tensor, params: SamplingParams, generator: torch.Generator
 ) -> int:
     """A token drawn from the kept ids of one row of temperature-scaled logits, in id
-    order, after min-p: the whole row's draw, where every other token weighs 0."""
+    order, after min-p."""
     ids = kept.sort().values
     probs = scaled[ids].softmax(-1)
-    if params.min_p:
-        probs[probs < params.min_p * probs.max()] = 0
-        probs /= probs.sum()
+    _min_p(probs, params.min_p)
     return int(ids[draw(probs, generator)])
+
+
+def _min_p(probs: torch.Tensor, min_p: float) -> None:
+    """In place: drop the tokens less likely than min_p times the top one, renormalized."""
+    if min_p:
+        probs[probs < min_p * probs.max()] = 0
+        probs /= probs.sum()
 
 
 def _probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -273,9 +304,7 @@ def _probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     if params.top_p < 1:
         logits = _top_p(logits, params.top_p)
     probs = logits.softmax(-1)
-    if params.min_p:
-        probs[probs < params.min_p * probs.max()] = 0
-        probs /= probs.sum()
+    _min_p(probs, params.min_p)
     return probs
 
 

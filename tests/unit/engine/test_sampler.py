@@ -359,10 +359,11 @@ def test_top_p_from_a_prefix_of_the_ranking_keeps_what_the_whole_ranking_keeps(
 
 
 @pytest.mark.parametrize("candidates", [16, sampler_module.TOP_P_CANDIDATES])
-def test_top_p_rows_draw_from_their_kept_tokens_what_the_whole_row_draws(monkeypatch, candidates):
-    """A batch's top-p rows are drawn from the kept tokens alone (sampler._drawn); each
-    seeded draw is the token the whole row's distribution gives (_probabilities + draw),
-    beside rows of other settings, with min-p, and where the candidates fall short."""
+def test_a_batch_draws_what_each_whole_row_draws(monkeypatch, candidates):
+    """A batch's sampled rows share their ops and top-k / top-p rows are drawn from the
+    kept tokens alone (sampler._drawn); each seeded draw is the token the whole row's
+    distribution gives (_probabilities + draw), for every cut, with min-p, and where
+    top-p's candidates fall short."""
     monkeypatch.setattr(sampler_module, "TOP_P_CANDIDATES", candidates)
     settings = [
         SamplingParams(top_p=0.9, seed=1),
@@ -372,6 +373,10 @@ def test_top_p_rows_draw_from_their_kept_tokens_what_the_whole_row_draws(monkeyp
         SamplingParams(temperature=0, seed=5),
         SamplingParams(seed=6),
         SamplingParams(top_p=0.999999, temperature=2.0, seed=7),
+        SamplingParams(temperature=0.5, min_p=0.1, seed=8),
+        SamplingParams(top_k=40, seed=9),
+        SamplingParams(top_k=1000, min_p=0.02, temperature=1.5, seed=10),  # k > the vocabulary
+        SamplingParams(seed=11),
     ]
     generator = torch.Generator().manual_seed(9)
     for position in range(40):
