@@ -13,9 +13,16 @@ step over all rows, for each sampling setting, at the engine's thread count:
 Milliseconds per step (median over the steps), each row its own request with
 its own generator, as in a real batch. Greedy is there for scale: its rows
 never reach either path's per-row work.
+
+With --baseline DIR (a tree of another revision, e.g. `git archive REV | tar
+-x -C DIR`), that tree's services/engine/sampler.py is timed too, step by
+step in turn with this one's on seeded requests, and the tokens the two drew
+are compared: `baseline`, `baseline_over_sampler`, `same_tokens`.
 """
 
 import argparse
+import dataclasses
+import importlib.util
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -38,6 +45,8 @@ SETTINGS = {
     "top_p_0.9": SamplingParams(top_p=0.9),
     "top_p_0.95_temperature_0.8": SamplingParams(top_p=0.95, temperature=0.8),
     "top_k_50": SamplingParams(top_k=50),
+    "top_p_0.9_min_p_0.05": SamplingParams(top_p=0.9, min_p=0.05),
+    "top_k_50_top_p_0.9": SamplingParams(top_k=50, top_p=0.9),
 }
 
 
@@ -104,14 +113,60 @@ def time_steps(sample, steps: list[torch.Tensor], params: SamplingParams) -> flo
     return round(statistics.median(took), 3)
 
 
+def baseline_sampler(tree: Path):
+    """Another revision's Sampler class, from its tree."""
+    spec = importlib.util.spec_from_file_location(
+        "baseline_sampler", tree / "services" / "engine" / "sampler.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Sampler
+
+
+def time_beside(sampler, baseline, steps: list[torch.Tensor], params: SamplingParams) -> dict:
+    """Median ms of each sampler's call, in turn per step, on seeded requests (each
+    sampler its own, with the same seeds), and the share of tokens both drew alike."""
+    rows = len(steps[0])
+
+    def seeded() -> list[Request]:
+        return [
+            Request(dataclasses.replace(params, seed=row), generator=make_generator(row))
+            for row in range(rows)
+        ]
+
+    took: dict[str, list[float]] = {"sampler": [], "baseline": []}
+    same = 0
+    for i, logits in enumerate(steps):
+        tokens = {}
+        order = ("sampler", "baseline") if i % 2 == 0 else ("baseline", "sampler")
+        for name in order:
+            sample = sampler if name == "sampler" else baseline
+            requests = seeded()
+            for request in requests:
+                request.output_ids = [0] * i  # the position: a seeded draw depends on it
+            started = time.perf_counter()
+            tokens[name] = sample(logits, requests)
+            took[name].append((time.perf_counter() - started) * 1000)
+        same += sum(a == b for a, b in zip(tokens["sampler"], tokens["baseline"], strict=True))
+    ms = {name: round(statistics.median(values), 3) for name, values in took.items()}
+    return ms | {
+        "baseline_over_sampler": round(ms["baseline"] / ms["sampler"], 2),
+        "same_tokens": f"{same}/{rows * len(steps)}",
+    }
+
+
 def run(args) -> dict:
     torch.manual_seed(0)
     steps = model_logits(args.rows, args.steps)
     torch.set_num_threads(args.threads)
     sampler = Sampler(eos_token_ids=[])
     results = {}
+    baseline = args.baseline and baseline_sampler(args.baseline)(eos_token_ids=[])
     for name, params in SETTINGS.items():
-        ms = {"sampler": time_steps(sampler, steps, params)}
+        if baseline:
+            ms = time_beside(sampler, baseline, steps, params)
+        else:
+            ms = {"sampler": time_steps(sampler, steps, params)}
         ms["textbook"] = time_steps(textbook, steps, params)
         ms["textbook_over_sampler"] = round(ms["textbook"] / ms["sampler"], 2)
         results[name] = ms
@@ -131,6 +186,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=32, help="requests sampled in one step")
     parser.add_argument("--steps", type=int, default=64, help="positions generated per row")
     parser.add_argument("--threads", type=int, default=2, help="torch threads, as the engine's")
+    parser.add_argument(
+        "--baseline", type=Path, help="a tree of another revision whose sampler is timed beside"
+    )
     parser.add_argument("--output", type=Path, help="write the JSON here too")
     args = parser.parse_args()
     report(run(args), args.output)
