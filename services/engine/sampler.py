@@ -23,16 +23,17 @@ TOP_P_CANDIDATES = 256
 
 # Sampled rows one op takes at once (_drawn): enough to share each op's fixed cost,
 # few enough that the temporaries stay small. Wider groups' temporaries (a float64
-# running mass is 393 KB a row) made glibc's heap give its top back to the kernel
-# after each step (its trim threshold follows the largest block freed), so every step
-# paid the page faults again. Decode steps of sampled requests, one engine, the
-# sampler swapped per step (AMD EPYC family 25 model 1, Zen 3, 2 threads), the step's
-# postprocess ms (sampling and the tokens' bookkeeping) with groups of 1 / 2 / 4 / 8 /
-# 16 rows (the per-row code before: "was"):
-# temperature 1 at 8 rows 3.42 / 2.57 / 2.82 / 5.62 / 6.09 (was 2.77), at 32 rows
-# 10.48 / 7.55 / 6.96 / 6.57 / 16.11 (was 7.8), at 64 rows 22.48 / 15.11 / 13.41 /
-# 12.65 / 12.32 (was 17.37); top-p 0.9 at 64 rows 88.7 / 69.75 / 72.47 / 74.97 / 70.4
-# (was 84.73).
+# running mass is 393 KB a row) made glibc give the top of its heap back to the kernel
+# after each step (its trim threshold follows the largest block freed) and fault it in
+# again: minor page faults a decode step at temperature 1 (getrusage), groups of 4 at
+# 8 / 32 rows: 0 / 0; of 8 at 8 rows 2,272; of 16 at 32 rows 6,080; all 64 rows at once
+# 15,328 (the per-row code before: 0). Decode steps of sampled requests, one engine,
+# the sampler swapped per step (AMD EPYC family 25 model 1, Zen 3, 2 threads), the
+# step's postprocess ms (sampling and the tokens' bookkeeping) with groups of 1 / 2 /
+# 4 / 8 / 16 rows (the per-row code before: "was"): temperature 1 at 8 rows 3.42 /
+# 2.57 / 2.82 / 5.62 / 6.09 (was 2.77), at 32 rows 10.48 / 7.55 / 6.96 / 6.57 / 16.11
+# (was 7.8), at 64 rows 22.48 / 15.11 / 13.41 / 12.65 / 12.32 (was 17.37); top-p 0.9
+# at 64 rows 88.7 / 69.75 / 72.47 / 74.97 / 70.4 (was 84.73).
 ROWS_AT_ONCE = 4
 
 
