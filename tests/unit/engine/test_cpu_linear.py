@@ -49,3 +49,24 @@ def test_few_rows_training_and_no_library_keep_the_slices(monkeypatch):
     monkeypatch.setattr(bindings, "library", lambda: None)
     weight.requires_grad_(False)
     assert torch.equal(cpu_linear.linear(x, weight), F.linear(x, weight))
+
+
+@pytest.mark.skipif(
+    bindings.library() is None, reason="no native library (not AVX2, or no compiler)"
+)
+@pytest.mark.parametrize("rows", [17, 23, 25, 30])
+def test_a_wide_calls_last_rows_take_the_dot_form_not_zero_rows(rows):
+    """The panel GEMM's outer tiles take a wide call's rows in whole vectors of 8, each
+    output summed in input order (so a row's sums are any tiled call's), and its last
+    rows % 8 the dot form, as a narrow call's rows, instead of zero rows padding a
+    vector; 29-31 rows are padded to a tile of 32 (matmul.cpp's tiled_rows)."""
+    x, weight, _ = _case(rows, False)
+    out = cpu_linear.linear(x, weight)
+    if rows % 16 >= 13:
+        padded = torch.cat([x, torch.zeros(32 - rows, x.shape[1])])
+        assert torch.equal(out, cpu_linear.linear(padded, weight)[:rows])
+        return
+    tiled = rows // 8 * 8
+    assert torch.equal(out[:tiled], cpu_linear.linear(x[:tiled], weight))
+    narrow = cpu_linear.linear(x[rows - 8 :], weight)  # 8 rows: the dot form
+    assert torch.equal(out[tiled:], narrow[8 - (rows - tiled) :])
