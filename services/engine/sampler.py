@@ -1,6 +1,6 @@
 """Turn next-token logits into token ids, one request's settings per row."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 _GREEDY_BELOW = 1e-5
 
 # How many of the most likely tokens top-p ranks before falling back to a
-# sort of the whole vocabulary (_top_p).
+# sort of the whole vocabulary (_top_p_kept).
 TOP_P_CANDIDATES = 256
 
 # Sampled rows one op takes at once (_drawn): enough to share each op's fixed cost,
@@ -83,10 +83,10 @@ def draw(weights: torch.Tensor, generator: torch.Generator) -> int:
     by top-k or top-p) is never the answer: its running mass is its
     predecessor's.
     """
-    return draw_from_running(weights.double().cumsum(-1), generator)
+    return _draw_from_running(weights.double().cumsum(-1), generator)
 
 
-def draw_from_running(cumulative: torch.Tensor, generator: torch.Generator) -> int:
+def _draw_from_running(cumulative: torch.Tensor, generator: torch.Generator) -> int:
     """draw's search, given the weights' float64 running mass."""
     uniform = torch.rand((), generator=generator, dtype=torch.float64, device=cumulative.device)
     return int(torch.searchsorted(cumulative, (1 - uniform) * cumulative[-1]))
@@ -235,6 +235,16 @@ def _has_penalties(request: SamplingRequest) -> bool:
     )
 
 
+DrawRows = Callable[[torch.Tensor, list[SamplingParams], list[torch.Generator]], list[int]]
+
+
+def _draw_rows(params: SamplingParams) -> DrawRows:
+    """How a row under these settings is drawn: by its kind of cut."""
+    if params.top_k:
+        return _draw_top_k
+    return _draw_top_p if params.top_p < 1 else _draw_whole
+
+
 def _drawn(
     rows: torch.Tensor, sampled: list[int], requests: Sequence[SamplingRequest]
 ) -> list[tuple[int, int]]:
@@ -248,17 +258,14 @@ def _drawn(
     whole row's draw orders them: each row draws the token _probabilities +
     draw would, but for float rounding at a bucket's edge.
     """
-    params = {i: requests[i].params for i in sampled}
-    kinds = {
-        _draw_whole: [i for i in sampled if not params[i].top_k and params[i].top_p >= 1],
-        _draw_top_p: [i for i in sampled if not params[i].top_k and params[i].top_p < 1],
-        _draw_top_k: [i for i in sampled if params[i].top_k],
-    }
+    kinds: dict[DrawRows, list[int]] = {}
+    for i in sampled:
+        kinds.setdefault(_draw_rows(requests[i].params), []).append(i)
     drawn: list[tuple[int, int]] = []
     for draw_rows, kind in kinds.items():
         for first in range(0, len(kind), ROWS_AT_ONCE):
             chunk = kind[first : first + ROWS_AT_ONCE]
-            chunk_params = [params[i] for i in chunk]
+            chunk_params = [requests[i].params for i in chunk]
             # Consecutive rows (every row of most batches samples) are a view, not a copy.
             together = chunk[-1] - chunk[0] + 1 == len(chunk)
             chunk_rows = rows[chunk[0] : chunk[-1] + 1] if together else rows[chunk]
@@ -284,7 +291,7 @@ def _draw_whole(
     for row, each in zip(probs, params, strict=True):
         _min_p(row, each.min_p)
     running = probs.double().cumsum(-1)
-    return [draw_from_running(row, g) for row, g in zip(running, generators, strict=True)]
+    return [_draw_from_running(row, g) for row, g in zip(running, generators, strict=True)]
 
 
 def _draw_top_p(
@@ -309,6 +316,17 @@ def _draw_top_k(
     ]
 
 
+def _kept(scaled: torch.Tensor, params: SamplingParams) -> torch.Tensor | None:
+    """The ids of one row of temperature-scaled logits that top-k and top-p keep; None
+    where neither cuts."""
+    if params.top_k:
+        return _top_k_kept(scaled, params)
+    if params.top_p < 1:
+        probs = scaled.softmax(-1)
+        return _top_p_kept(probs, *probs.topk(min(TOP_P_CANDIDATES, probs.numel())), params.top_p)
+    return None
+
+
 def _top_k_kept(scaled: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The ids top-k keeps (every token tied with the k-th too), then top-p among them."""
     kth_largest = scaled.topk(min(params.top_k, scaled.numel())).values[-1]
@@ -321,14 +339,23 @@ def _top_k_kept(scaled: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return kept[_top_p_kept(probs, ranked, order, params.top_p)]
 
 
+def _kept_probabilities(
+    scaled: torch.Tensor, kept: torch.Tensor, min_p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the kept ids in id order, their probabilities after min-p): the whole row's
+    distribution where it is not 0."""
+    ids = kept.sort().values
+    probs = scaled[ids].softmax(-1)
+    _min_p(probs, min_p)
+    return ids, probs
+
+
 def _draw_kept(
     scaled: torch.Tensor, kept: torch.Tensor, params: SamplingParams, generator: torch.Generator
 ) -> int:
     """A token drawn from the kept ids of one row of temperature-scaled logits, in id
-    order, after min-p."""
-    ids = kept.sort().values
-    probs = scaled[ids].softmax(-1)
-    _min_p(probs, params.min_p)
+    order (as the whole row's draw orders them), after min-p."""
+    ids, probs = _kept_probabilities(scaled, kept, params.min_p)
     return int(ids[draw(probs, generator)])
 
 
@@ -340,25 +367,16 @@ def _min_p(probs: torch.Tensor, min_p: float) -> None:
 
 
 def _probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """One processed row's distribution after temperature, top-k, top-p and min-p."""
-    logits = logits / params.temperature
-    if params.top_k:
-        kth_largest = logits.topk(min(params.top_k, logits.numel())).values[-1]
-        logits[logits < kth_largest] = float("-inf")
-    if params.top_p < 1:
-        logits = _top_p(logits, params.top_p)
-    probs = logits.softmax(-1)
-    _min_p(probs, params.min_p)
-    return probs
-
-
-def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the fewest most likely tokens whose mass reaches top_p (a new row)."""
-    probs = logits.softmax(-1)
-    kept = _top_p_kept(probs, *probs.topk(min(TOP_P_CANDIDATES, probs.numel())), top_p)
-    # A fresh row written at the kept ids: a boolean mask over the vocabulary
-    # (masked_fill_) cost ~45 us a row, this ~8.
-    return torch.full_like(logits, float("-inf")).index_copy_(0, kept, logits[kept])
+    """One processed row's distribution after temperature, top-k, top-p and min-p, over
+    the whole vocabulary (speculative verification's; a step's draws take _drawn's)."""
+    scaled = logits / params.temperature
+    kept = _kept(scaled, params)
+    if kept is None:
+        probs = scaled.softmax(-1)
+        _min_p(probs, params.min_p)
+        return probs
+    ids, probs = _kept_probabilities(scaled, kept, params.min_p)
+    return torch.zeros_like(scaled).index_copy_(0, ids, probs)
 
 
 def _top_p_kept(

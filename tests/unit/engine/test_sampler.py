@@ -354,7 +354,8 @@ def test_top_p_from_a_prefix_of_the_ranking_keeps_what_the_whole_ranking_keeps(
     monkeypatch, logits, top_p
 ):
     monkeypatch.setattr(sampler_module, "TOP_P_CANDIDATES", 16)
-    kept = sampler_module._top_p(logits.clone(), top_p).isfinite()
+    kept_ids = sampler_module._kept(logits.clone(), SamplingParams(top_p=top_p))
+    kept = torch.zeros_like(logits, dtype=torch.bool).index_fill_(0, kept_ids, True)
     assert torch.equal(kept, reference_top_p(logits, top_p))
 
 
