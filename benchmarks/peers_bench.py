@@ -3,7 +3,8 @@
 One client (maas bench's own, maas_tools.bench.client), one seeded workload
 (story prompts, streaming /v1/completions, `--max-tokens` output tokens with
 ignore_eos, greedy unless --sampling says otherwise, N streams in a closed
-loop), and each server alone on the machine in turn, started and stopped here:
+loop), and each server alone on the machine in turn, started and stopped here
+(or, with --interleave, all of them up at once and their rounds alternated):
 - maas through the gateway, as `maas up` runs it (each --maas-variant too);
 - vLLM's CPU build in its own venv (maas_tools.peers), in float32 and in its
   default bf16 (emulated, and slow, on CPUs without native bf16: measured at
@@ -85,6 +86,14 @@ class Server:
 async def measure_level(
     client: ChatClient, prompts: list[str], level: int, max_tokens: int
 ) -> tuple[dict, list[RequestResult]]:
+    results, wall = await run_level(client, prompts, level, max_tokens)
+    return summarize(results, wall), results
+
+
+async def run_level(
+    client: ChatClient, prompts: list[str], level: int, max_tokens: int
+) -> tuple[list[RequestResult], float]:
+    """prompts through `level` streams in a closed loop: their results and the wall time."""
     results: list[RequestResult] = []
 
     async def fire(prompt: str) -> None:
@@ -95,13 +104,38 @@ async def measure_level(
 
     started = time.perf_counter()
     await closed_loop(prompts, level, fire)
-    return summarize(results, time.perf_counter() - started), results
+    return results, time.perf_counter() - started
 
 
-async def measure_server(server: Server, args) -> dict:
+@dataclass
+class Opened:
+    """A started server and its client, and what its report entry records of the start."""
+
+    server: Server
+    client: ChatClient
+    ready_seconds: float
+    load_before: float
+
+    def entry(self, levels: dict[str, dict]) -> dict:
+        return {
+            "setup": self.server.setup,
+            "ready_seconds": self.ready_seconds,
+            "load_average_1m": {"before": self.load_before, "after": load_average()},
+            "levels": levels,
+        }
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+@contextlib.asynccontextmanager
+async def opened(server: Server, args) -> AsyncIterator[Opened]:
+    """The server started, warmed at its widest level (first-request costs and compiled
+    shapes off the clock), then stopped on exit."""
     print(f"--- {server.name}: starting", flush=True)
     started = time.perf_counter()
-    load_before = round(os.getloadavg()[0], 2)
+    load_before = load_average()
     async with server.open() as endpoint:
         ready_s = round(time.perf_counter() - started, 1)
         extra = endpoint.extra_body(args.max_tokens) | args.sampling
@@ -109,30 +143,62 @@ async def measure_server(server: Server, args) -> dict:
             endpoint.base_url, endpoint.api_key, endpoint.model, args.timeout, extra_body=extra
         )
         try:
-            # First-request costs (and compiled shapes) off the clock, at the widest level.
             warm = story_prompts(args.seed + 1, 0, max(server.levels))
             await closed_loop(warm, max(server.levels), lambda p: client.complete(p, 4))
-            levels = {}
-            for level in server.levels:
-                count = max(level * args.rounds, args.min_requests)
-                prompts = story_prompts(args.seed, level, count)
-                summary, _ = await measure_level(client, prompts, level, args.max_tokens)
-                row = peers_report.level_row(summary, args.max_tokens)
-                print(
-                    f"{server.name} x{level}: {row['output_tokens_per_s']} output tok/s, "
-                    f"TTFT p50 {row['ttft_ms']['p50']} ms, ITL p50 {row['itl_ms']['p50']} ms, "
-                    f"errors {row['errors'] or 0}",
-                    flush=True,
-                )
-                levels[str(level)] = row
+            yield Opened(server, client, ready_s, load_before)
         finally:
             await client.close()
-    return {
-        "setup": server.setup,
-        "ready_seconds": ready_s,
-        "load_average_1m": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
-        "levels": levels,
-    }
+
+
+def level_prompts(args, level: int) -> list[str]:
+    return story_prompts(args.seed, level, max(level * args.rounds, args.min_requests))
+
+
+def reported_row(name: str, level: int, results: list[RequestResult], wall: float, args) -> dict:
+    row = peers_report.level_row(summarize(results, wall), args.max_tokens)
+    print(
+        f"{name} x{level}: {row['output_tokens_per_s']} output tok/s, "
+        f"TTFT p50 {row['ttft_ms']['p50']} ms, ITL p50 {row['itl_ms']['p50']} ms, "
+        f"errors {row['errors'] or 0}",
+        flush=True,
+    )
+    return row
+
+
+async def measure_server(server: Server, args) -> dict:
+    async with opened(server, args) as server_up:
+        levels = {}
+        for level in server.levels:
+            prompts = level_prompts(args, level)
+            results, wall = await run_level(server_up.client, prompts, level, args.max_tokens)
+            levels[str(level)] = reported_row(server.name, level, results, wall, args)
+    return server_up.entry(levels)
+
+
+async def measure_interleaved(servers: list[Server], args) -> dict[str, dict]:
+    """--interleave: every server up at once (each idle while another is measured), and at
+    each level the requests cut into --rounds rounds, each round run on every server in
+    turn, the order reversed every other round (A B, B A, A B...). A host whose speed
+    drifts over minutes then drifts under every server alike: the ratio, not each rate,
+    is the figure. A server's rate is its tokens over the sum of its rounds' walls."""
+    async with contextlib.AsyncExitStack() as stack:
+        up = [await stack.enter_async_context(opened(server, args)) for server in servers]
+        levels: dict[str, dict[str, dict]] = {server.name: {} for server in servers}
+        for level in sorted({level for server in servers for level in server.levels}):
+            taking = [s for s in up if level in s.server.levels]
+            prompts = level_prompts(args, level)
+            rounds = [prompts[r :: args.rounds] for r in range(args.rounds)]
+            results = {s.server.name: ([], 0.0) for s in taking}
+            for index, round_prompts in enumerate(rounds):
+                for server_up in taking if index % 2 == 0 else taking[::-1]:
+                    name = server_up.server.name
+                    got, wall = await run_level(
+                        server_up.client, round_prompts, level, args.max_tokens
+                    )
+                    results[name] = (results[name][0] + got, results[name][1] + wall)
+            for name, (got, wall) in results.items():
+                levels[name][str(level)] = reported_row(name, level, got, wall, args)
+        return {s.server.name: s.entry(levels[s.server.name]) for s in up}
 
 
 def maas_server(name: str, flags: list[str], levels: tuple[int, ...]) -> Server:
@@ -239,6 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--rounds", type=int, default=2, help="requests per stream at a level")
     parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="every server up at once and their rounds alternated (A B, B A...), so a drifting "
+        "host drifts under all of them alike; only for servers that take no CPU while idle "
+        "(maas and llama.cpp measured so; check `top` before adding another)",
+    )
+    parser.add_argument(
         "--min-requests", type=int, default=8, help="at a level, so few streams get a TTFT p99"
     )
     parser.add_argument("--seed", type=int, default=0)
@@ -327,6 +400,11 @@ async def run(args, argv: list[str]) -> dict:
         },
         "servers": {},
     }
+    if args.interleave:
+        report["params"]["interleaved"] = True
+        report["servers"] = await measure_interleaved(servers, args)
+        write_report(report, args)
+        return report
     for server in servers:
         try:
             report["servers"][server.name] = await measure_server(server, args)

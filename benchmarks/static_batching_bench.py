@@ -8,8 +8,11 @@ one is the baseline). Throughput on both sides is the requested output tokens
 per second of wall time, first request sent to last token received.
 
 Each maas variant (engine flags) and each transformers dtype runs alone in
-turn; the ratio is taken within the run. Writes
-benchmarks/results/static_batching.json.
+turn; the ratio is taken within the run. With --repeats N the whole set runs N
+times, maas first then transformers, then the other way round (A B, B A...):
+this host's speed drifts by tens of percent over minutes, and alternating lays
+the drift under both sides alike. Each side's rate is then the mean of its runs
+(each run is kept). Writes benchmarks/results/static_batching.json.
 """
 
 import argparse
@@ -98,6 +101,19 @@ def transformers_rows(
     return rows
 
 
+def mean_of_runs(runs: dict[str, list[dict]]) -> dict[str, dict]:
+    """Each run's rate, and their mean: the figure the ratio takes."""
+    return {
+        name: {
+            "output_tokens_per_s": round(
+                sum(row["output_tokens_per_s"] for row in rows) / len(rows), 2
+            ),
+            "runs": rows,
+        }
+        for name, rows in runs.items()
+    }
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=32)
@@ -116,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--hf-dtypes", default="float32,bfloat16", help="transformers dtypes")
     parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="times the whole set runs, maas and transformers first in turn (module docstring)",
+    )
+    parser.add_argument(
         "--output", type=Path, default=Path("benchmarks/results/static_batching.json")
     )
     return parser
@@ -125,11 +147,27 @@ async def run(args, argv: list[str]) -> dict:
     tokenizer = load_tokenizer(default_model_path())
     prompts, lengths = workload(tokenizer, args.requests, args.shortest, args.longest, args.seed)
     variants = [("maas", shlex.split(args.maas_args)), *map(maas_variant, args.maas_variant)]
-    maas = {}
-    for name, flags in variants:
-        label = name if name == "maas" else f"maas-{name}"
-        maas[label] = await through_stack(label, flags, prompts, lengths, args.timeout)
-    hf = transformers_rows(args.hf_dtypes.split(","), prompts, lengths, args.batch)
+    maas_runs: dict[str, list[dict]] = {}
+    hf_runs: dict[str, list[dict]] = {}
+
+    async def maas_side() -> None:
+        for name, flags in variants:
+            label = name if name == "maas" else f"maas-{name}"
+            row = await through_stack(label, flags, prompts, lengths, args.timeout)
+            maas_runs.setdefault(label, []).append(row)
+
+    async def transformers_side() -> None:
+        rows = transformers_rows(args.hf_dtypes.split(","), prompts, lengths, args.batch)
+        for dtype, row in rows.items():
+            hf_runs.setdefault(dtype, []).append(row)
+
+    for repeat in range(args.repeats):
+        sides = (
+            (maas_side, transformers_side) if repeat % 2 == 0 else (transformers_side, maas_side)
+        )
+        for side in sides:
+            await side()
+    maas, hf = mean_of_runs(maas_runs), mean_of_runs(hf_runs)
     baseline = max(row["output_tokens_per_s"] for row in hf.values())
     return {
         "benchmark": "bench-static",
@@ -142,6 +180,7 @@ async def run(args, argv: list[str]) -> dict:
             "lengths": [args.shortest, args.longest],
             "seed": args.seed,
             "transformers_batch": args.batch,
+            "repeats": args.repeats,
         },
         "maas": maas,
         "transformers": hf,

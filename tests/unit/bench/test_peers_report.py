@@ -1,10 +1,20 @@
+import asyncio
+import contextlib
 import json
 
 import httpx
 import pytest
 
 from benchmarks import peers_report
-from benchmarks.peers_bench import build_parser, measure_level, servers_from, story_prompts
+from benchmarks.peers_bench import (
+    Endpoint,
+    Server,
+    build_parser,
+    measure_interleaved,
+    measure_level,
+    servers_from,
+    story_prompts,
+)
 from maas_tools.bench.client import ChatClient
 
 
@@ -97,3 +107,54 @@ def test_servers_are_chosen_with_their_levels_and_maas_variants():
     assert servers[1].setup["engine_args"] == ["--quantization", "int4"]
     with pytest.raises(SystemExit):
         servers_from(build_parser().parse_args(["--servers", "sglang"]))
+
+
+def sse_peer(name: str, arrivals: list[tuple[str, dict]]) -> Server:
+    """A peer on loopback that streams three one-token chunks (llama.cpp's shape) and
+    notes each request's body in arrival order."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        arrivals.append((name, json.loads(await reader.readexactly(length))))
+        chunks = [{"choices": [{"text": t, "finish_reason": None}]} for t in ("a", "b", "c")]
+        chunks.append({"choices": [{"text": "", "finish_reason": "length"}]})
+        sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+            + sse.encode()
+        )
+        await writer.drain()
+        writer.close()
+
+    @contextlib.asynccontextmanager
+    async def open_peer():
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            yield Endpoint(f"http://127.0.0.1:{port}/v1", "k", "m")
+
+    return Server(name, (1,), open_peer, {"peer": name})
+
+
+async def test_interleaved_rounds_alternate_the_servers_order_and_rate_each_on_its_rounds():
+    arrivals: list[tuple[str, dict]] = []
+    args = build_parser().parse_args(
+        ["--interleave", "--levels", "1", "--rounds", "4", "--min-requests", "4"]
+        + ["--max-tokens", "3"]
+    )
+    entries = await measure_interleaved([sse_peer("a", arrivals), sse_peer("b", arrivals)], args)
+    # Both started and warmed (max_tokens 4) before the first measured round.
+    assert [(name, body["max_tokens"]) for name, body in arrivals[:2]] == [("a", 4), ("b", 4)]
+    measured = arrivals[2:]
+    assert [name for name, _ in measured] == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    prompts = {name: [body["prompt"] for n, body in measured if n == name] for name in "ab"}
+    assert sorted(prompts["a"]) == sorted(prompts["b"]) == sorted(story_prompts(0, 1, 4))
+    for name in "ab":
+        row = entries[name]["levels"]["1"]
+        assert row["succeeded"] == 4 and row["completion_tokens_mean"] == 3.0
+        assert entries[name]["setup"] == {"peer": name}
