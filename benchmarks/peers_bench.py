@@ -180,11 +180,19 @@ async def measure_interleaved(servers: list[Server], args) -> dict[str, dict]:
     each level the requests cut into --rounds rounds, each round run on every server in
     turn, the order reversed every other round (A B, B A, A B...). A host whose speed
     drifts over minutes then drifts under every server alike: the ratio, not each rate,
-    is the figure. A server's rate is its tokens over the sum of its rounds' walls."""
+    is the figure. A server's rate is its tokens over the sum of its rounds' walls; one
+    that will not start is reported as such, and the others run without it."""
+    entries: dict[str, dict] = {}
     async with contextlib.AsyncExitStack() as stack:
-        up = [await stack.enter_async_context(opened(server, args)) for server in servers]
-        levels: dict[str, dict[str, dict]] = {server.name: {} for server in servers}
-        for level in sorted({level for server in servers for level in server.levels}):
+        up: list[Opened] = []
+        for server in servers:
+            try:
+                up.append(await stack.enter_async_context(opened(server, args)))
+            except (RuntimeError, OSError) as error:
+                print(f"--- {server.name} failed: {error}", flush=True)
+                entries[server.name] = {"setup": server.setup, "error": str(error)}
+        levels: dict[str, dict[str, dict]] = {s.server.name: {} for s in up}
+        for level in sorted({level for s in up for level in s.server.levels}):
             taking = [s for s in up if level in s.server.levels]
             prompts = level_prompts(args, level)
             rounds = [prompts[r :: args.rounds] for r in range(args.rounds)]
@@ -198,7 +206,8 @@ async def measure_interleaved(servers: list[Server], args) -> dict[str, dict]:
                     results[name] = (results[name][0] + got, results[name][1] + wall)
             for name, (got, wall) in results.items():
                 levels[name][str(level)] = reported_row(name, level, got, wall, args)
-        return {s.server.name: s.entry(levels[s.server.name]) for s in up}
+        entries |= {s.server.name: s.entry(levels[s.server.name]) for s in up}
+    return {server.name: entries[server.name] for server in servers}
 
 
 def maas_server(name: str, flags: list[str], levels: tuple[int, ...]) -> Server:

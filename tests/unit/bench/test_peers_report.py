@@ -141,13 +141,25 @@ def sse_peer(name: str, arrivals: list[tuple[str, dict]]) -> Server:
     return Server(name, (1,), open_peer, {"peer": name})
 
 
+def broken_peer() -> Server:
+    @contextlib.asynccontextmanager
+    async def open_peer():
+        raise RuntimeError("its binary is missing")
+        yield
+
+    return Server("broken", (1,), open_peer, {})
+
+
 async def test_interleaved_rounds_alternate_the_servers_order_and_rate_each_on_its_rounds():
     arrivals: list[tuple[str, dict]] = []
     args = build_parser().parse_args(
         ["--interleave", "--levels", "1", "--rounds", "4", "--min-requests", "4"]
         + ["--max-tokens", "3"]
     )
-    entries = await measure_interleaved([sse_peer("a", arrivals), sse_peer("b", arrivals)], args)
+    peers = [sse_peer("a", arrivals), broken_peer(), sse_peer("b", arrivals)]
+    entries = await measure_interleaved(peers, args)
+    # A peer that will not start costs its rows only.
+    assert entries["broken"] == {"setup": {}, "error": "its binary is missing"}
     # Both started and warmed (max_tokens 4) before the first measured round.
     assert [(name, body["max_tokens"]) for name, body in arrivals[:2]] == [("a", 4), ("b", 4)]
     measured = arrivals[2:]
