@@ -83,13 +83,6 @@ class Server:
     setup: dict
 
 
-async def measure_level(
-    client: ChatClient, prompts: list[str], level: int, max_tokens: int
-) -> tuple[dict, list[RequestResult]]:
-    results, wall = await run_level(client, prompts, level, max_tokens)
-    return summarize(results, wall), results
-
-
 async def run_level(
     client: ChatClient, prompts: list[str], level: int, max_tokens: int
 ) -> tuple[list[RequestResult], float]:

@@ -11,11 +11,12 @@ from benchmarks.peers_bench import (
     Server,
     build_parser,
     measure_interleaved,
-    measure_level,
+    run_level,
     servers_from,
     story_prompts,
 )
 from maas_tools.bench.client import ChatClient
+from maas_tools.bench.stats import summarize
 
 
 def row(tokens_per_s: float, succeeded: int = 2) -> dict:
@@ -74,12 +75,12 @@ async def test_a_level_counts_streamed_chunks_when_the_server_reports_no_usage()
         "http://peer/v1", "k", "m", 5.0, httpx.MockTransport(reply), extra_body={"min_tokens": 3}
     )
     prompts = story_prompts(0, 2, 4)
-    summary, results = await measure_level(client, prompts, level=2, max_tokens=3)
+    results, wall = await run_level(client, prompts, level=2, max_tokens=3)
     await client.close()
     assert [r.text for r in results] == ["abc"] * 4
     assert sorted(b["prompt"] for b in bodies) == sorted(prompts)
     assert all(b["ignore_eos"] and b["min_tokens"] == 3 and b["stream"] for b in bodies)
-    reported = peers_report.level_row(summary, max_tokens=3)
+    reported = peers_report.level_row(summarize(results, wall), max_tokens=3)
     assert reported["succeeded"] == 4 and reported["completion_tokens_mean"] == 3.0
     assert reported["ttft_ms"]["p50"] > 0 and set(reported["itl_ms"]) == {"p50", "p99"}
 
