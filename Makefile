@@ -154,7 +154,8 @@ bench-accel: $(STAMP) $(DRAFT)/model.safetensors
 	$(BIN)/python -m benchmarks.spec_bench --draft $(DRAFT) --output benchmarks/results/accel.json
 
 # maas against vLLM's CPU build and llama.cpp's server, each alone in turn on the same
-# workload (each peer's venv is built once, minutes). ARGS for a small run: --levels 1,8.
+# workload (each peer's venv is built once, minutes). ARGS for a small run: --levels 1,8;
+# ARGS=--interleave runs them all at once, their rounds alternated (docs/bench.md).
 bench-peers: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.peers_bench --output benchmarks/results/peers.json $(ARGS)
 
