@@ -10,6 +10,11 @@ def cpu_model() -> str:
     return machine_profile().cpu_model
 
 
+def load_average_1m() -> float:
+    """The 1-minute load average, as every result records it beside its figures."""
+    return round(os.getloadavg()[0], 2)
+
+
 def machine() -> dict:
     """The CPU a figure was measured on, as lscpu names it, and how busy the machine was."""
     profile = machine_profile()
@@ -20,6 +25,6 @@ def machine() -> dict:
         "simd_flags": profile.simd_flags,
         "flags": sorted(profile.flags),
         "gpu": profile.gpu,
-        "load_average_1m": round(os.getloadavg()[0], 2),
+        "load_average_1m": load_average_1m(),
         "platform": platform.platform(),
     }

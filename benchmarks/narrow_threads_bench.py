@@ -20,7 +20,6 @@ Wall time is what a stream sees; process CPU covers the whole OpenMP team.
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ use_core_omp()  # the core's OpenMP, before torch loads it
 
 import torch  # noqa: E402
 
-from benchmarks.machine import machine  # noqa: E402
+from benchmarks.machine import load_average_1m, machine  # noqa: E402
 from benchmarks.step_bench import decoding_engine  # noqa: E402
 from maas_services.common.model_files import default_model_path  # noqa: E402
 from maas_services.common.tokenizer_loader import load_tokenizer  # noqa: E402
@@ -44,10 +43,6 @@ LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]
 HEAD_SHAPE = (49152, 576)
 LAYERS = 30
 FORMATS = {"float32": ("none", 64), "int8": ("int8", 64), "int4-g32": ("int4", 32)}
-
-
-def _load() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 def _summary(n: int, walls: list[float], cpus: list[float]) -> dict:
@@ -116,7 +111,7 @@ def kernels(rows_list: list[int], counts: list[int], passes: int, activations: l
                 row[key] = _summary(n, walls[n, act], cpus[n, act])
                 row[key]["weight_gb_per_s"] = round(nbytes / row[key]["wall_ms_p50"] / 1e6, 2)
             key = f"{kind}_rows{rows}"
-            result[key] = row | {"load_average_1m": _load()}
+            result[key] = row | {"load_average_1m": load_average_1m()}
             print(json.dumps({"kernel": kind, "rows": rows} | result[key]), flush=True)
     return result
 
@@ -151,7 +146,7 @@ def steps(
         }
         walls: dict[tuple, list[float]] = {v: [] for v in variants}
         cpus: dict[tuple, list[float]] = {v: [] for v in variants}
-        loads = [_load()]
+        loads = [load_average_1m()]
         for i in range(total):
             n, act = variant = order[i % len(order)]
             torch.set_num_threads(n)
@@ -159,7 +154,7 @@ def steps(
             engines[act].step()
             cpus[variant].append(time.process_time() - cpu)
             walls[variant].append(time.perf_counter() - wall)
-        loads.append(_load())
+        loads.append(load_average_1m())
         row = {}
         for n, act in variants:
             key = _variant(n, act)
@@ -192,7 +187,7 @@ def main() -> None:
     result = {
         "machine": machine(),
         "args": vars(args) | {"output": str(args.output)},
-        "load_before": _load(),
+        "load_before": load_average_1m(),
     }
     if "kernels" in args.sections:
         result["kernels"] = kernels(args.kernel_rows, args.threads, args.passes, args.activations)
@@ -203,7 +198,7 @@ def main() -> None:
             )
             for fmt in args.formats
         }
-    result["load_after"] = _load()
+    result["load_after"] = load_average_1m()
     args.output.write_text(json.dumps(result, indent=2) + "\n")
 
 

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks import peers_report
-from benchmarks.machine import machine
+from benchmarks.machine import load_average_1m, machine
 from maas_services.common.machine_profile import machine_profile
 from maas_services.common.model_files import DEFAULT_MODEL_ID
 from maas_tools.bench.client import ChatClient, RequestResult
@@ -113,13 +113,9 @@ class Opened:
         return {
             "setup": self.server.setup,
             "ready_seconds": self.ready_seconds,
-            "load_average_1m": {"before": self.load_before, "after": load_average()},
+            "load_average_1m": {"before": self.load_before, "after": load_average_1m()},
             "levels": levels,
         }
-
-
-def load_average() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 @contextlib.asynccontextmanager
@@ -128,7 +124,7 @@ async def opened(server: Server, args) -> AsyncIterator[Opened]:
     shapes off the clock), then stopped on exit."""
     print(f"--- {server.name}: starting", flush=True)
     started = time.perf_counter()
-    load_before = load_average()
+    load_before = load_average_1m()
     async with server.open() as endpoint:
         ready_s = round(time.perf_counter() - started, 1)
         extra = endpoint.extra_body(args.max_tokens) | args.sampling
@@ -141,6 +137,16 @@ async def opened(server: Server, args) -> AsyncIterator[Opened]:
             yield Opened(server, client, ready_s, load_before)
         finally:
             await client.close()
+
+
+# A peer that will not build or start costs its rows, not the others' (a long run).
+PEER_FAILURES = (RuntimeError, OSError)
+
+
+def failed(server: Server, error: Exception) -> dict:
+    """The report entry of a server that failed: its setup and why."""
+    print(f"--- {server.name} failed: {error}", flush=True)
+    return {"setup": server.setup, "error": str(error)}
 
 
 def level_prompts(args, level: int) -> list[str]:
@@ -181,24 +187,25 @@ async def measure_interleaved(servers: list[Server], args) -> dict[str, dict]:
         for server in servers:
             try:
                 up.append(await stack.enter_async_context(opened(server, args)))
-            except (RuntimeError, OSError) as error:
-                print(f"--- {server.name} failed: {error}", flush=True)
-                entries[server.name] = {"setup": server.setup, "error": str(error)}
+            except PEER_FAILURES as error:
+                entries[server.name] = failed(server, error)
         levels: dict[str, dict[str, dict]] = {s.server.name: {} for s in up}
         for level in sorted({level for s in up for level in s.server.levels}):
             taking = [s for s in up if level in s.server.levels]
             prompts = level_prompts(args, level)
             rounds = [prompts[r :: args.rounds] for r in range(args.rounds)]
-            results = {s.server.name: ([], 0.0) for s in taking}
+            results: dict[str, list[RequestResult]] = {s.server.name: [] for s in taking}
+            walls = dict.fromkeys(results, 0.0)
             for index, round_prompts in enumerate(rounds):
                 for server_up in taking if index % 2 == 0 else taking[::-1]:
                     name = server_up.server.name
                     got, wall = await run_level(
                         server_up.client, round_prompts, level, args.max_tokens
                     )
-                    results[name] = (results[name][0] + got, results[name][1] + wall)
-            for name, (got, wall) in results.items():
-                levels[name][str(level)] = reported_row(name, level, got, wall, args)
+                    results[name] += got
+                    walls[name] += wall
+            for name, got in results.items():
+                levels[name][str(level)] = reported_row(name, level, got, walls[name], args)
         entries |= {s.server.name: s.entry(levels[s.server.name]) for s in up}
     return {server.name: entries[server.name] for server in servers}
 
@@ -410,10 +417,8 @@ async def run(args, argv: list[str]) -> dict:
     for server in servers:
         try:
             report["servers"][server.name] = await measure_server(server, args)
-        except (RuntimeError, OSError) as error:
-            # A peer that will not build or start costs its rows, not the others' (a long run).
-            print(f"--- {server.name} failed: {error}", flush=True)
-            report["servers"][server.name] = {"setup": server.setup, "error": str(error)}
+        except PEER_FAILURES as error:
+            report["servers"][server.name] = failed(server, error)
         # Written after every server: a run stopped later (it takes tens of minutes)
         # keeps what it measured.
         write_report(report, args)

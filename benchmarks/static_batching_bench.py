@@ -18,7 +18,6 @@ the drift under both sides alike. Each side's rate is then the mean of its runs
 import argparse
 import asyncio
 import json
-import os
 import random
 import shlex
 import sys
@@ -30,7 +29,7 @@ import torch
 
 from benchmarks.engine_bench import TOPICS, chat_prompt
 from benchmarks.hf_static import load_hf_model, static_tokens_per_s
-from benchmarks.machine import machine
+from benchmarks.machine import load_average_1m, machine
 from benchmarks.peers_bench import maas_server, maas_variant
 from maas_services.common.model_files import default_model_path
 from maas_services.common.tokenizer_loader import load_tokenizer
@@ -52,7 +51,7 @@ async def through_stack(
     name: str, flags: list[str], prompts: list[list[int]], lengths: list[int], timeout: float
 ) -> dict:
     print(f"--- {name}: starting", flush=True)
-    load_before = round(os.getloadavg()[0], 2)
+    load_before = load_average_1m()
     async with maas_server(name, flags, ()).open() as endpoint:
         client = ChatClient(endpoint.base_url, endpoint.api_key, endpoint.model, timeout)
         try:
@@ -73,7 +72,7 @@ async def through_stack(
         "output_tokens": tokens,
         "output_tokens_per_s": round(sum(lengths) / wall, 2),
         "errors": errors,
-        "load_average_1m": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
+        "load_average_1m": {"before": load_before, "after": load_average_1m()},
     }
     print(f"{name}: {row['output_tokens_per_s']} tok/s, errors {errors}", flush=True)
     if errors or tokens != sum(lengths):
@@ -88,13 +87,13 @@ def transformers_rows(
     rows = {}
     for name in dtypes:
         print(f"--- transformers {name}, static batches of {batch}", flush=True)
-        load_before = round(os.getloadavg()[0], 2)
+        load_before = load_average_1m()
         model = load_hf_model(default_model_path(), getattr(torch, name), device)
         rate = static_tokens_per_s(model, prompts, lengths, batch, device)
         rows[name] = {
             "output_tokens_per_s": round(rate, 2),
             "torch_threads": torch.get_num_threads(),
-            "load_average_1m": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
+            "load_average_1m": {"before": load_before, "after": load_average_1m()},
         }
         print(f"transformers {name}: {rows[name]['output_tokens_per_s']} tok/s", flush=True)
         del model

@@ -299,7 +299,7 @@ def _draw_top_p(
 ) -> list[int]:
     """Rows drawn from the tokens top-p keeps, found from one topk of them all."""
     probs = scaled.softmax(-1)
-    ranked, order = probs.topk(min(TOP_P_CANDIDATES, probs.shape[-1]))
+    ranked, order = _top_p_candidates(probs)
     return [
         _draw_kept(scaled[r], _top_p_kept(probs[r], ranked[r], order[r], p.top_p), p, g)
         for r, (p, g) in enumerate(zip(params, generators, strict=True))
@@ -323,8 +323,14 @@ def _kept(scaled: torch.Tensor, params: SamplingParams) -> torch.Tensor | None:
         return _top_k_kept(scaled, params)
     if params.top_p < 1:
         probs = scaled.softmax(-1)
-        return _top_p_kept(probs, *probs.topk(min(TOP_P_CANDIDATES, probs.numel())), params.top_p)
+        return _top_p_kept(probs, *_top_p_candidates(probs), params.top_p)
     return None
+
+
+def _top_p_candidates(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(probabilities, ids) of each row's TOP_P_CANDIDATES most likely tokens, most likely
+    first: what _top_p_kept ranks first."""
+    return probs.topk(min(TOP_P_CANDIDATES, probs.shape[-1]))
 
 
 def _top_k_kept(scaled: torch.Tensor, params: SamplingParams) -> torch.Tensor:
