@@ -421,7 +421,9 @@ async def test_an_embeddings_line_run_again_after_its_worker_stopped_bills_each_
     with_serves(monkeypatch)
     app = await api()
     engine = app.cluster.engines[0]
-    engine.embed_delay = 0.2
+    # Each input's time: the window, after the first is billed, in which the worker must be
+    # seen stopping before the third starts (0.2 s was missed once on a loaded 2-core CI).
+    engine.embed_delay = 1.0
     inputs = ["one", "two", "three"]
     file = (await app.upload(jsonl([embedding_line("e", MODEL, inputs)]))).json()
     batch = (await app.create_batch(input_file_id=file["id"], endpoint="/v1/embeddings")).json()
