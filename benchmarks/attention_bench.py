@@ -30,7 +30,8 @@ use_core_omp()  # the core's OpenMP, before torch loads it
 
 import torch  # noqa: E402
 
-from benchmarks.machine import machine  # noqa: E402
+from benchmarks.machine import load_average_1m, machine  # noqa: E402
+from benchmarks.order import in_turn  # noqa: E402
 from benchmarks.results_file import update_results  # noqa: E402
 from benchmarks.step_bench import decoding_engine  # noqa: E402
 from maas_kernels.native import bindings  # noqa: E402
@@ -83,14 +84,14 @@ def layer(batches, threads_list, rounds: int, calls: int) -> list[dict]:
                 per_call = {name: [] for name in PATHS}
                 loads = []
                 for round_ in range(rounds):
-                    for name in PATHS if round_ % 2 == 0 else PATHS[::-1]:
+                    for name in in_turn(PATHS, round_):
                         with _path(name), torch.inference_mode():
                             paged_attention(*tensors, meta)  # warm
                             started = clock()
                             for _ in range(calls):
                                 paged_attention(*tensors, meta)
                             per_call[name].append((clock() - started) / calls)
-                    loads.append(round(os.getloadavg()[0], 2))
+                    loads.append(load_average_1m())
                 us = {name: round(1e6 * statistics.median(v), 1) for name, v in per_call.items()}
                 metadata = metadata_us(build, clock, rounds, calls)
                 row = {"threads": threads, "batch": batch, "contexts": label, "cpu_us": us}
@@ -105,7 +106,7 @@ def metadata_us(build, clock, rounds: int, calls: int) -> dict:
     """A step's metadata build, without (native path) and with the decode groups (torch)."""
     times = {"native": [], "torch": []}
     for round_ in range(rounds):
-        for name in PATHS if round_ % 2 == 0 else PATHS[::-1]:
+        for name in in_turn(PATHS, round_):
             started = clock()
             for _ in range(calls):
                 meta = AttentionMetadata.build(*build)
@@ -136,13 +137,13 @@ def step(batches, prompt_len: int, steps: int, threads: int) -> list[dict]:
         cpu = {name: [] for name in PATHS}
         loads = []
         for i in range(2 * steps):
-            name = PATHS[(i + i // 2) % 2]  # ABBA
+            name = in_turn(PATHS, i // 2)[i % 2]
             with _path(name):
                 started = clock()
                 engine.step()
                 cpu[name].append(clock() - started)
             if i % 8 == 0:
-                loads.append(round(os.getloadavg()[0], 2))
+                loads.append(load_average_1m())
         ms = {name: round(1e3 * statistics.median(v), 2) for name, v in cpu.items()}
         row = {"threads": threads, "batch": batch, "prompt_len": prompt_len, "cpu_ms": ms}
         row |= {"native_over_torch": round(ms["native"] / ms["torch"], 3)}
@@ -172,12 +173,12 @@ def pool(batches, prompt_len: int, steps: int, threads: int) -> list[dict]:
         walls = {name: [] for name in pools}
         loads = []
         for i in range(2 * steps):
-            name = list(pools)[(i + i // 2) % 2]  # ABBA
+            name = in_turn(pools, i // 2)[i % 2]
             started = time.perf_counter()
             engines[name].step()
             walls[name].append(time.perf_counter() - started)
             if i % 8 == 0:
-                loads.append(round(os.getloadavg()[0], 2))
+                loads.append(load_average_1m())
         ms = {name: round(1e3 * statistics.median(v), 2) for name, v in walls.items()}
         row = {"threads": threads, "batch": batch, "prompt_len": prompt_len, "wide_gemm": wide_gemm}
         row |= {"wall_ms": ms, "float32_over_bf16": round(ms["float32"] / ms["bf16"], 3)}

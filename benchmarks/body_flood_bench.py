@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.gateway_bench import Processes, ms, pct, start_stack, tenant_key
-from benchmarks.machine import cpu_model
+from benchmarks.machine import cpu_model, load_average_1m
 
 MiB = 1024 * 1024
 CHAT = {"model": "stub-fast", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
@@ -137,7 +137,7 @@ async def run(args) -> dict:
             "cpus": os.cpu_count(),
             "cpu_model": cpu_model(),
             "python": platform.python_version(),
-            "load_average_1m": round(os.getloadavg()[0], 2),
+            "load_average_1m": load_average_1m(),
         },
         "flood": {
             "connections": args.connections,

@@ -32,7 +32,6 @@ import ctypes
 import functools
 import gc
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -43,7 +42,8 @@ use_core_omp()  # the core's OpenMP, before torch loads it
 
 import torch  # noqa: E402
 
-from benchmarks.machine import machine  # noqa: E402
+from benchmarks.machine import load_average_1m, machine  # noqa: E402
+from benchmarks.order import in_turn  # noqa: E402
 from benchmarks.results_file import report  # noqa: E402
 from benchmarks.step_bench import decoding_engine  # noqa: E402
 from maas_kernels.native import bindings  # noqa: E402
@@ -155,8 +155,8 @@ def decode_steps(engine, config, peak: Peak, rounds: int, steps: int, paths: dic
     loads = []
     for round_ in range(rounds):
         peak.sample()
-        loads.append(round(os.getloadavg()[0], 2))
-        for side in sides if round_ % 2 == 0 else sides[::-1]:
+        loads.append(load_average_1m())
+        for side in in_turn(sides, round_):
             engine.runner.path = paths[side]
             for _ in range(steps):
                 contexts = [seq.num_computed_tokens + 1 for seq in engine.scheduler.running]
@@ -219,7 +219,7 @@ def gemm_ab(model, args: argparse.Namespace) -> dict:
             torch.set_num_threads(threads)
             best = dict.fromkeys(halves, float("inf"))
             for round_ in range(args.repeats):
-                for side in list(halves) if round_ % 2 == 0 else list(halves)[::-1]:
+                for side in in_turn(halves, round_):
                     call = functools.partial(run_projections, projections[side], threads)
                     best[side] = min(best[side], best_seconds(call, 1, clock))
             for side in halves:

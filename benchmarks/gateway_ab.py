@@ -11,7 +11,6 @@ round trip saved shows there, not only in CPU), and the medians.
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -27,6 +26,8 @@ from benchmarks.gateway_bench import (
     tenant_key,
     through_gateway,
 )
+from benchmarks.machine import load_average_1m
+from benchmarks.order import in_turn
 
 
 async def run(args) -> dict:
@@ -45,8 +46,7 @@ async def run(args) -> dict:
             cpu = {name: [] for name in sides}
             ttft = {name: [] for name in sides}
             for turn in range(args.rounds + 1):
-                order = list(sides) if turn % 2 else list(reversed(sides))
-                for name in order:
+                for name in in_turn(sides, turn):
                     address, pid = sides[name]
                     async with httpx.AsyncClient(base_url=address, headers=headers) as client:
                         if turn == 0:  # warm-up
@@ -62,7 +62,7 @@ async def run(args) -> dict:
             procs.stop()
     return {
         "base": args.base,
-        "load_average_1m": round(os.getloadavg()[0], 2),
+        "load_average_1m": load_average_1m(),
         "runs_per_round": args.runs,
         "tokens": args.tokens,
         **{f"{name}_cpu_ms_median": round(statistics.median(v), 2) for name, v in cpu.items()},

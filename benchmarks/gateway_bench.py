@@ -33,7 +33,7 @@ from pathlib import Path
 import grpc
 import httpx
 
-from benchmarks.machine import cpu_model
+from benchmarks.machine import cpu_model, load_average_1m
 from benchmarks.results_file import report
 from maas.v1 import (
     engine_pb2,
@@ -396,7 +396,7 @@ async def run(args) -> dict:
             "cpus": os.cpu_count(),
             "cpu_model": cpu_model(),
             "python": platform.python_version(),
-            "load_average_1m": round(os.getloadavg()[0], 2),
+            "load_average_1m": load_average_1m(),
         },
         "added_latency_ms": {
             **added((gw_first, gw_total), (d_first, d_total)),

@@ -22,6 +22,7 @@ from benchmarks.base_gateway import export, start_base_gateway
 from benchmarks.gateway_bench import Processes, start_stack, tenant_key
 from benchmarks.gateway_stream_bench import ENGINES, level
 from benchmarks.machine import machine
+from benchmarks.order import in_turn
 from benchmarks.results_file import report
 
 
@@ -41,8 +42,7 @@ async def run(args) -> dict:
             sides = {"new": stack, "base": {**stack, "url": url, "gateway_pid": pid}}
             cpu: dict[str, list[float]] = {name: [] for name in sides}
             for turn in range(args.rounds + 1):
-                order = list(sides) if turn % 2 else list(reversed(sides))
-                for name in order:
+                for name in in_turn(sides, turn):
                     result = await level(sides[name], key, args.streams, args.tokens, 1)
                     if turn:  # the first turn warms both up
                         cpu[name].append(result["gateway_cpu_ms_per_token"])

@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import save_file
 
 from benchmarks.machine import machine
+from benchmarks.order import in_turn
 from benchmarks.results_file import report
 from maas_services.common.model_files import default_model_path
 from maas_services.common.tokenizer_loader import load_tokenizer
@@ -144,7 +145,7 @@ def main() -> None:
             run_kind(kind)
         runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
         for round_ in range(args.rounds):
-            for kind in kinds if round_ % 2 == 0 else kinds[::-1]:
+            for kind in in_turn(kinds, round_):
                 runs[kind].append(run_kind(kind))
         engine.runner.path = native_path
 

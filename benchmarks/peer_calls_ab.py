@@ -21,6 +21,8 @@ from pathlib import Path
 
 from benchmarks.base_gateway import export
 from benchmarks.gateway_bench import RENDER, Processes, cpu_seconds, pin, prompt_ids, start_stack
+from benchmarks.machine import load_average_1m
+from benchmarks.order import in_turn
 from maas.v1 import router_pb2, router_pb2_grpc, tokenizer_pb2_grpc
 from maas_services.common.grpc_client import open_channel
 from maas_tools.local.ports import free_port
@@ -111,8 +113,7 @@ async def run(args) -> dict:
             os.sched_setaffinity(0, others)
             ids = await prompt_ids(stack)
             for turn in range(args.rounds + 1):
-                order = list(sides) if turn % 2 else list(reversed(sides))
-                for name in order:
+                for name in in_turn(sides, turn):
                     await one_round(sides[name], ids, 30 if turn == 0 else args.runs, turn)
                     if turn == 0:  # warm-up
                         for values in (*sides[name].latency.values(), *sides[name].cpu.values()):
@@ -123,7 +124,7 @@ async def run(args) -> dict:
             procs.stop()
     result: dict = {
         "base": args.base,
-        "load_average_1m": round(os.getloadavg()[0], 2),
+        "load_average_1m": load_average_1m(),
         "rounds": args.rounds,
         "runs_per_round": args.runs,
     }

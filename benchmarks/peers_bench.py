@@ -31,6 +31,7 @@ from pathlib import Path
 
 from benchmarks import peers_report
 from benchmarks.machine import load_average_1m, machine
+from benchmarks.order import in_turn
 from maas_services.common.machine_profile import machine_profile
 from maas_services.common.model_files import DEFAULT_MODEL_ID
 from maas_tools.bench.client import ChatClient, RequestResult
@@ -197,7 +198,7 @@ async def measure_interleaved(servers: list[Server], args) -> dict[str, dict]:
             results: dict[str, list[RequestResult]] = {s.server.name: [] for s in taking}
             walls = dict.fromkeys(results, 0.0)
             for index, round_prompts in enumerate(rounds):
-                for server_up in taking if index % 2 == 0 else taking[::-1]:
+                for server_up in in_turn(taking, index):
                     name = server_up.server.name
                     got, wall = await run_level(
                         server_up.client, round_prompts, level, args.max_tokens

@@ -33,6 +33,7 @@ import torch
 from benchmarks.engine_bench import TOPICS, chat_prompt
 from benchmarks.hf_static import left_padded, load_hf_model
 from benchmarks.machine import machine
+from benchmarks.order import in_turn
 from benchmarks.results_file import report
 from maas_services.common.model_files import default_model_path
 from maas_services.common.tokenizer_loader import load_tokenizer
@@ -138,8 +139,7 @@ def time_beside(sampler, baseline, steps: list[torch.Tensor], params: SamplingPa
     same = 0
     for i, logits in enumerate(steps):
         tokens = {}
-        order = ("sampler", "baseline") if i % 2 == 0 else ("baseline", "sampler")
-        for name in order:
+        for name in in_turn(("sampler", "baseline"), i):
             sample = sampler if name == "sampler" else baseline
             requests = seeded()
             for request in requests:

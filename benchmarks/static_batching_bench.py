@@ -30,6 +30,7 @@ import torch
 from benchmarks.engine_bench import TOPICS, chat_prompt
 from benchmarks.hf_static import load_hf_model, static_tokens_per_s
 from benchmarks.machine import load_average_1m, machine
+from benchmarks.order import in_turn
 from benchmarks.peers_bench import maas_server, maas_variant
 from maas_services.common.model_files import default_model_path
 from maas_services.common.tokenizer_loader import load_tokenizer
@@ -161,10 +162,7 @@ async def run(args, argv: list[str]) -> dict:
             hf_runs.setdefault(dtype, []).append(row)
 
     for repeat in range(args.repeats):
-        sides = (
-            (maas_side, transformers_side) if repeat % 2 == 0 else (transformers_side, maas_side)
-        )
-        for side in sides:
+        for side in in_turn((maas_side, transformers_side), repeat):
             await side()
     maas, hf = mean_of_runs(maas_runs), mean_of_runs(hf_runs)
     baseline = max(row["output_tokens_per_s"] for row in hf.values())

@@ -37,7 +37,8 @@ use_core_omp()  # the core's OpenMP, before torch loads it
 
 import torch  # noqa: E402
 
-from benchmarks.machine import machine  # noqa: E402
+from benchmarks.machine import load_average_1m, machine  # noqa: E402
+from benchmarks.order import in_turn  # noqa: E402
 from maas_services.common.model_files import default_model_path  # noqa: E402
 from maas_services.common.quantization_methods import QUANTIZATION_METHODS  # noqa: E402
 from maas_services.common.tokenizer_loader import load_tokenizer  # noqa: E402
@@ -139,14 +140,14 @@ def threads_ab(engine, counts: list[int], rounds: int, steps: int) -> dict:
     cpus: dict[int, list[float]] = {n: [] for n in counts}
     loads = []
     for round_ in range(rounds):
-        for n in counts if round_ % 2 == 0 else counts[::-1]:
+        for n in in_turn(counts, round_):
             torch.set_num_threads(n)
             for _ in range(steps):
                 wall, cpu = time.perf_counter(), time.process_time()
                 engine.step()
                 cpus[n].append(time.process_time() - cpu)
                 walls[n].append(time.perf_counter() - wall)
-        loads.append(round(os.getloadavg()[0], 2))
+        loads.append(load_average_1m())
     rows = {}
     for n in counts:
         wall = statistics.median(walls[n])
@@ -213,7 +214,7 @@ def swapped_ab(engine, steps: int, sides: dict) -> dict:
         cpus[side].append(time.thread_time() - cpu)
         walls[side].append(time.perf_counter() - wall)
         if i % 16 == 0:
-            loads.append(round(os.getloadavg()[0], 2))
+            loads.append(load_average_1m())
     sides[first]()
     rows = {
         side: {

@@ -17,7 +17,6 @@
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.engine_bench import chat_prompt, drain, make_engine
-from benchmarks.machine import cpu_model
+from benchmarks.machine import cpu_model, load_average_1m
 from benchmarks.structured_schemas import SCHEMAS
 from maas_services.common.grammar.compiler import GrammarCompiler
 from maas_services.common.grammar.spec import GrammarSpec
@@ -128,7 +127,7 @@ def main() -> None:
             "device": str(device),
             "dtype": str(dtype),
             # Shared machines: a load above the core count makes the ratio noisy.
-            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+            "load_average_1m_at_end": load_average_1m(),
         },
         "batch": {
             "streams": args.streams,

@@ -33,6 +33,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.machine import cpu_model
+from benchmarks.order import in_turn
 from maas_services.common.model_files import DEFAULT_MODEL_ID
 from maas_tools.bench import engine_metrics
 from maas_tools.bench.client import ChatClient, RequestResult
@@ -138,8 +139,7 @@ async def overhead(args) -> tuple[dict, dict, dict]:
             gathered = {name: [] for name in paths}
             wall = dict.fromkeys(paths, 0.0)
             for round_ in range(args.rounds):
-                order = list(paths) if round_ % 2 == 0 else list(paths)[::-1]
-                for name in order:
+                for name in in_turn(paths, round_):
                     started = time.perf_counter()
                     gathered[name] += await _streams(
                         paths[name], streams, args.requests_per_stream, prompts, args.max_tokens
