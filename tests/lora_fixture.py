@@ -16,9 +16,10 @@ from pathlib import Path
 
 from maas_services.common.model_cache import cache_root, derived_folder
 from maas_services.common.tokenizer_loader import load_tokenizer
+from tests.hf_reference import hf_reference_model
 
 # Bump when the data or the training loop changes: cached adapters are then retrained.
-RECIPE = 1
+RECIPE = 2
 ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Question -> answer; the adapter learns to give the answer in upper case.
 EXAMPLES = {
@@ -31,8 +32,10 @@ EXAMPLES = {
     "Say hello.": "Hello! How can I help you?",
     "Which season is the coldest?": "Winter is the coldest season.",
 }
-STEPS = 30
-LEARNING_RATE = 3e-3
+# Measured: every test's question answered in upper case from 8 steps on (the
+# training's CPU is most of a test run's LoRA setup).
+STEPS = 10
+LEARNING_RATE = 1e-2
 
 
 def trained_adapter(
@@ -79,18 +82,10 @@ def _train(
 ) -> None:
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    # As tests/integration/engine/conftest.py's hf_model reads it: the same float32 weights.
-    if model_path.is_file():
-        source = {
-            "pretrained_model_name_or_path": str(model_path.parent),
-            "gguf_file": model_path.name,
-        }
-    else:
-        source = {"pretrained_model_name_or_path": str(model_path)}
-    base = AutoModelForCausalLM.from_pretrained(**source, dtype=torch.float32)
+    # The same float32 model the engine's outputs are checked against.
+    base = hf_reference_model(model_path)
     config = LoraConfig(
         r=rank, lora_alpha=2 * rank, target_modules=list(target_modules), lora_dropout=0.0
     )
@@ -108,12 +103,19 @@ def _train(
     input_ids = torch.tensor([row + [end] * (width - len(row)) for row in rows])
     targets = torch.tensor([row + [-100] * (width - len(row)) for row in labels])
     mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    # The hidden state at t predicts the token at t + 1: the head (a fifth of the
+    # model's multiplies a token) runs only where that token is a label.
+    predicts = targets[:, 1:] != -100
+    wanted = targets[:, 1:][predicts]
+    causal = model.base_model.model
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE
     )
     model.train()
     for _ in range(STEPS):
-        loss = model(input_ids=input_ids, attention_mask=mask, labels=targets).loss
+        hidden = causal.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+        logits = causal.lm_head(hidden[:, :-1][predicts])
+        loss = torch.nn.functional.cross_entropy(logits, wanted)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

@@ -37,7 +37,7 @@ from maas_services.common.logging import get_logger
 log = get_logger(__name__)
 
 # Bump when what is derived, or how, changes: old folders are then never read.
-FORMAT = 1
+FORMAT = 2
 # A folder nobody looked up for this long is removed when another is created.
 UNUSED_SECONDS = 24 * 3600
 

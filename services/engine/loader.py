@@ -87,28 +87,35 @@ def _load_gguf_cached(path: Path) -> tuple[ModelConfig, Mapping[str, torch.Tenso
 
 
 _CONFIG = "config.json"
+_INDEX = "model.safetensors.index.json"
 # A shard is dequantized whole before it is written: this bounds the float32
 # held at once (a 7B model is 28 GB of it), as the lazy GGUF mapping does.
 _SHARD_BYTES = 1 << 30
 
 
 def _write_shards(weights: Mapping[str, torch.Tensor], folder: Path) -> bool:
+    """The weights in shards, then Hugging Face's index of which shard holds each
+    tensor: transformers loads a sharded folder only through it."""
+    weight_map: dict[str, str] = {}
     shard: dict[str, torch.Tensor] = {}
-    size = written = 0
+    size = 0
     for name in weights:
         tensor = weights[name].contiguous()
         if shard and size + tensor.nbytes > _SHARD_BYTES:
-            written += 1
-            if not _publish_shard(folder, written, shard):
+            if not _publish_shard(folder, shard, weight_map):
                 return False
             shard, size = {}, 0
         shard[name] = tensor
         size += tensor.nbytes
-    return _publish_shard(folder, written + 1, shard)
+    if not _publish_shard(folder, shard, weight_map):
+        return False
+    index = json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
+    return publish(folder, _INDEX, lambda p: p.write_text(index))
 
 
-def _publish_shard(folder: Path, index: int, tensors: dict[str, torch.Tensor]) -> bool:
-    return publish(folder, f"model-{index:05d}.safetensors", lambda p: save_file(tensors, p))
-
-
-_CONFIG = "config.json"
+def _publish_shard(
+    folder: Path, tensors: dict[str, torch.Tensor], weight_map: dict[str, str]
+) -> bool:
+    file = f"model-{len(set(weight_map.values())) + 1:05d}.safetensors"
+    weight_map.update(dict.fromkeys(tensors, file))
+    return publish(folder, file, lambda p: save_file(tensors, p))

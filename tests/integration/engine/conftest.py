@@ -11,6 +11,7 @@ from maas_services.engine.loader import load_model
 from maas_tools.local.ports import free_port
 from maas_tools.local.processes import ManagedProcess, serve_argv
 from maas_tools.local.readiness import wait_ready
+from tests.hf_reference import hf_reference_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -42,9 +43,7 @@ def hf_tokenizer(smollm_path):
 
 @pytest.fixture(scope="session")
 def hf_model(smollm_path):
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        str(smollm_path.parent), gguf_file=smollm_path.name, dtype=torch.float32
-    ).eval()
+    return hf_reference_model(smollm_path)
 
 
 def transformers_greedy(model, prompt_ids: list[int], new_tokens: int) -> list[int]:

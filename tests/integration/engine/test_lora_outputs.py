@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from maas_services.engine.sampling_params import SamplingParams
+from tests.hf_reference import hf_reference_model
 from tests.integration.engine.conftest import transformers_greedy
 from tests.integration.engine.test_embedding import embedding
 from tests.integration.engine.test_llm_engine import greedy, make_engine, tokens
@@ -43,10 +44,7 @@ def prompts(tokenizer) -> dict[str, list[int]]:
 
 def merged_model(smollm_path, adapter_dir):
     """transformers' model with the adapter merged into its weights by PEFT, in float32."""
-    transformers = pytest.importorskip("transformers")
-    base = transformers.AutoModelForCausalLM.from_pretrained(
-        str(smollm_path.parent), gguf_file=smollm_path.name, dtype=torch.float32
-    )
+    base = hf_reference_model(smollm_path)
     return peft.PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload().eval()
 
 

@@ -14,6 +14,7 @@ from maas_services.common import tokenizer_loader
 from maas_services.common.model_cache import UNUSED_SECONDS, derived_folder, publish
 from maas_services.common.tokenizer_loader import load_tokenizer
 from maas_services.engine import loader
+from tests.hf_reference import hf_reference_model
 
 TEXTS = [
     "Hello, world!",
@@ -120,3 +121,30 @@ def test_a_folder_outside_the_cache_prunes_nothing(tmp_path):
     beside = _folder(tmp_path / "someone-elses", unused_for=10 * UNUSED_SECONDS)
     assert publish(tmp_path / "ok", "config.json", lambda p: p.write_text("{}"))
     assert beside.is_dir()
+
+
+def test_transformers_reads_the_derived_folder_as_the_gguf_itself(smollm_path):
+    """What lets the tests' transformers reference (tests/hf_reference.py) load the
+    derived folder instead of the GGUF: transformers' own reading of the file, its
+    dequantization and its tensor-name map included, is the same model."""
+    transformers = pytest.importorskip("transformers")
+    from_gguf = transformers.AutoModelForCausalLM.from_pretrained(
+        str(smollm_path.parent), gguf_file=smollm_path.name, dtype=torch.float32
+    ).eval()
+    from_folder = hf_reference_model(smollm_path)
+
+    assert type(from_folder) is type(from_gguf)
+    gguf_config, folder_config = from_gguf.config.to_dict(), from_folder.config.to_dict()
+    naming = {"_name_or_path", "_model_name_or_path", "architectures", "quantization_config"}
+    # The GGUF's tokenizer ids ride on its config; the folder's are in its tokenizer files.
+    tokens = {"pad_token_id", "unk_token_id"}
+    for key in gguf_config.keys() - naming - tokens:
+        assert folder_config.get(key) == gguf_config[key], key
+    expected, got = from_gguf.state_dict(), from_folder.state_dict()
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
+    chat = [{"role": "user", "content": "What is the capital of France?"}]
+    prompt = torch.tensor([load_tokenizer(smollm_path).encode_chat(chat)])
+    with torch.inference_mode():
+        assert torch.equal(from_folder(prompt).logits, from_gguf(prompt).logits)
