@@ -34,7 +34,8 @@ class GrammarCompiler:
             cache_bytes, tenant_cache_bytes
         )
         # Started now, off any request's deadline: callers build this on a thread
-        # of its own (the engine core at start, the tokenizer on first use).
+        # of their own, with the first grammar (the engine core's compile thread,
+        # the tokenizer's).
         self.worker.start()
         # A compiler dropped (a tokenizer deployment unloaded) takes its child with it.
         weakref.finalize(self, self.worker.close)

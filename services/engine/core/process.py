@@ -15,7 +15,6 @@ finished.
 
 import signal
 import sys
-import threading
 
 from maas_services.common.logging import configure_logging, get_logger
 from maas_services.engine import metrics
@@ -42,8 +41,6 @@ def main() -> None:
     load_lora_modules(engine, settings.lora_module_sources)
     # Before Ready: a model this machine computes wrongly must never serve.
     known_answer_failure = check_native(engine, settings)
-    # Off the start path: the first request with a grammar would wait seconds for it.
-    threading.Thread(target=engine.grammar_compiler, name="grammar-compiler", daemon=True).start()
     log.info("engine_core_started")
     threads = ComputeThreads(settings.torch_threads, settings.compute_wide_rows)
     EngineCore(engine, addresses.inputs, addresses.outputs, threads, known_answer_failure).run()
