@@ -39,7 +39,7 @@ from maas_services.engine.lora.errors import (
     AdapterSlotsFull,
     LoraDisabled,
 )
-from maas_services.engine.lora.registry import LoadedAdapter
+from maas_services.engine.lora.loaded import LoadedAdapter
 from maas_services.engine.request import SeqOutput
 from maas_services.engine.sampling_params import SamplingParams
 from maas_services.engine.span_events import record_timeline

@@ -51,7 +51,8 @@ from maas_services.engine.grammar.matcher import GrammarState
 from maas_services.engine.isolation import bisect_failures
 from maas_services.engine.logprobs import token_logprob
 from maas_services.engine.lora.adapter import AdapterWeights
-from maas_services.engine.lora.registry import AdapterRegistry, LoadedAdapter
+from maas_services.engine.lora.loaded import LoadedAdapter
+from maas_services.engine.lora.registry import AdapterRegistry
 from maas_services.engine.model_config import ModelConfig
 from maas_services.engine.model_runner import Forward
 from maas_services.engine.request import Request, SampleText, SeqOutput

@@ -5,8 +5,10 @@ temperature, top-p or penalties, so they are comparable across requests.
 """
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # TokenLogprob crosses to the serving process, which imports no torch
+    import torch
 
 
 @dataclass
@@ -16,7 +18,7 @@ class TokenLogprob:
     top: list[tuple[int, float]] = field(default_factory=list)
 
 
-def token_logprob(logits: torch.Tensor, token_id: int, top_n: int) -> TokenLogprob:
+def token_logprob(logits: "torch.Tensor", token_id: int, top_n: int) -> TokenLogprob:
     logprobs = logits.float().log_softmax(-1)
     top: list[tuple[int, float]] = []
     if top_n > 0:

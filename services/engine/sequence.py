@@ -9,11 +9,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import torch
-
 from maas_services.engine.sampling_params import SamplingParams
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the serving process imports this module (request.py), and no torch
+    import torch
+
     from maas_services.engine.grammar.matcher import GrammarState
 
 
@@ -32,7 +32,7 @@ class Sequence:
     token_ids: list[int]  # prompt, then generated tokens
     num_prompt_tokens: int
     params: SamplingParams
-    generator: torch.Generator
+    generator: "torch.Generator"
     priority: int = 0
     arrival_time: float = field(default_factory=time.monotonic)
     status: SequenceStatus = SequenceStatus.WAITING

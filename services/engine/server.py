@@ -14,7 +14,6 @@ pick.
 import asyncio
 import tempfile
 
-import torch
 from prometheus_client import REGISTRY
 
 from maas.v1 import engine_pb2, engine_pb2_grpc
@@ -45,8 +44,6 @@ CORE_DEATH_GRACE_SECONDS = 2.0
 
 
 async def serve(settings: EngineSettings) -> None:
-    # The model computes in the core process; this one serves and does no model work.
-    torch.set_num_threads(1)
     relay = RelayedMetrics()
     REGISTRY.register(relay)
     with tempfile.TemporaryDirectory(prefix="maas-engine-") as directory:

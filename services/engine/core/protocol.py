@@ -14,7 +14,7 @@ before, so GetLoad reads it with no round trip to the core.
 
 import msgspec
 
-from maas_services.engine.lora.registry import LoadedAdapter
+from maas_services.engine.lora.loaded import LoadedAdapter
 from maas_services.engine.request import SeqOutput
 from maas_services.engine.sampling_params import SamplingParams
 

@@ -26,16 +26,8 @@ from maas_services.engine.lora.errors import (
     AdapterSlotsFull,
     LoraDisabled,
 )
+from maas_services.engine.lora.loaded import LoadedAdapter
 from maas_services.engine.model_config import ModelConfig
-
-
-@dataclass
-class LoadedAdapter:
-    """What a load answers (engine.proto's AdapterStatus)."""
-
-    name: str
-    rank: int
-    source: str
 
 
 @dataclass
