@@ -111,24 +111,26 @@ def _write_shards(weights: Mapping[str, torch.Tensor], folder: Path) -> bool:
     tensor: transformers loads a sharded folder only through it."""
     weight_map: dict[str, str] = {}
     shard: dict[str, torch.Tensor] = {}
-    size = 0
+    size = written = 0
     for name in weights:
         tensor = weights[name].contiguous()
         if shard and size + tensor.nbytes > _SHARD_BYTES:
-            if not _publish_shard(folder, shard, weight_map):
+            written += 1
+            if not _publish_shard(folder, written, shard, weight_map):
                 return False
             shard, size = {}, 0
         shard[name] = tensor
         size += tensor.nbytes
-    if not _publish_shard(folder, shard, weight_map):
+    if not _publish_shard(folder, written + 1, shard, weight_map):
         return False
     index = json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
     return publish(folder, _INDEX, lambda p: p.write_text(index))
 
 
 def _publish_shard(
-    folder: Path, tensors: dict[str, torch.Tensor], weight_map: dict[str, str]
+    folder: Path, index: int, tensors: dict[str, torch.Tensor], weight_map: dict[str, str]
 ) -> bool:
-    file = f"model-{len(set(weight_map.values())) + 1:05d}.safetensors"
+    """Shard number index, its tensors entered in weight_map."""
+    file = f"model-{index:05d}.safetensors"
     weight_map.update(dict.fromkeys(tensors, file))
     return publish(folder, file, lambda p: save_file(tensors, p))

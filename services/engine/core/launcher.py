@@ -1,13 +1,12 @@
 """Start the engine-core process and stop it (process.py says what it runs)."""
 
 import asyncio
-import glob
 import os
 import sys
 from dataclasses import dataclass
 
 from maas_services.common.logging import get_logger
-from maas_services.common.machine_profile import machine_profile
+from maas_services.common.machine_profile import MachineProfile, machine_profile
 from maas_services.engine.machine_defaults import Resolved, resolve
 from maas_services.engine.settings import EngineSettings
 
@@ -20,18 +19,18 @@ def resolve_for_core(settings: EngineSettings) -> Resolved:
     Resolved here, not in the core: OpenMP reads its wait policy when the
     core's torch loads, so the environment is decided before the core starts.
     """
-    on_cuda = _core_on_cuda(settings.device)
     machine = machine_profile()
+    on_cuda = _core_on_cuda(settings.device, machine)
     resolved = resolve(settings, machine, on_cuda, os.environ)
     log.info("engine_machine_defaults", **resolved.log_fields(machine))
     return resolved
 
 
-def _core_on_cuda(device: str) -> bool:
-    """Whether the core will compute on CUDA. Without torch where that cannot be (no
-    NVIDIA device node: CUDA needs one): this process computes nothing, and importing
-    torch cost every engine start ~3 s of CPU and ~150 MB here."""
-    if device == "cpu" or (device == "auto" and not glob.glob("/dev/nvidia[0-9]*")):
+def _core_on_cuda(device: str, machine: MachineProfile) -> bool:
+    """Whether the core will compute on CUDA. Without torch where that cannot be (the
+    machine profile sees no NVIDIA GPU): this process computes nothing, and importing
+    torch cost every engine start ~2 s of CPU and ~180 MB here."""
+    if device == "cpu" or (device == "auto" and not machine.gpu):
         return False
     from maas_services.engine.device import resolve_device
 

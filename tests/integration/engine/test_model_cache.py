@@ -4,6 +4,7 @@ Each test points the cache at its own folder, so the first load is the GGUF
 path (which writes the folder) and the second the cached one.
 """
 
+import json
 import os
 import time
 
@@ -58,7 +59,12 @@ def test_cached_weights_are_the_dequantized_gguf_tensors(cache_dir, smollm_path,
     # Small shards, so the folder is several files as a large model's would be.
     monkeypatch.setattr(loader, "_SHARD_BYTES", 64 << 20)
     cold_config, cold = loader._load_gguf_cached(smollm_path)
-    assert len(list(derived_folder(smollm_path).glob("model-*.safetensors"))) > 1
+    shards = {path.name for path in derived_folder(smollm_path).glob("model-*.safetensors")}
+    assert len(shards) > 1
+    # Hugging Face's index names every tensor's shard: transformers loads the folder by it.
+    index = json.loads((derived_folder(smollm_path) / "model.safetensors.index.json").read_text())
+    assert sorted(index["weight_map"]) == sorted(direct)
+    assert set(index["weight_map"].values()) == shards
     monkeypatch.setattr(loader, "load_gguf", _unread)
     warm_config, warm = loader._load_gguf_cached(smollm_path)
 

@@ -2,11 +2,12 @@
 cost every engine start ~2 s of CPU and ~180 MB in that process (measured, #32's
 session 28). Run in a fresh interpreter: this one has torch already."""
 
-import glob
 import subprocess
 import sys
 
 import pytest
+
+from maas_services.common.machine_profile import machine_profile
 
 PROBE = """
 import sys
@@ -18,9 +19,7 @@ print(sorted(name for name in sys.modules if name == "torch" or name.startswith(
 """
 
 
-@pytest.mark.skipif(
-    bool(glob.glob("/dev/nvidia[0-9]*")), reason="with an NVIDIA device, auto asks torch for CUDA"
-)
+@pytest.mark.skipif(bool(machine_profile().gpu), reason="with a GPU, auto asks torch for CUDA")
 def test_the_serving_process_resolves_its_core_without_importing_torch():
     out = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=120
