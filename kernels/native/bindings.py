@@ -47,6 +47,7 @@ class Weight(ctypes.Structure):
         ("blocks", ctypes.c_void_p),  # the address of another Weight, or null
         ("blocks_rows", ctypes.c_int64),
         ("blocks_row_rows", ctypes.c_int64),
+        ("integer16", ctypes.c_int64),
     ]
 
 
@@ -114,6 +115,8 @@ SIGNATURES: dict[str, tuple[list, type | None]] = {
     "int4_matmul_f32": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
     "int8_matmul_q8": ([PTR, INT, INT, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
     "int4_matmul_q8": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
+    "int8_matmul_q16": ([PTR, INT, INT, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
+    "int4_matmul_q16": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
     "int8_gemm_f32": ([PTR, INT, INT, PTR, PTR, INT, INT, INT, PTR, INT, THREADS], None),
     "int4_gemm_f32": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, INT, THREADS], None),
     "int8_dequantize_f32": ([PTR, PTR, INT, INT, INT, PTR, THREADS], None),

@@ -224,6 +224,7 @@ int64_t native_layout(int64_t* out, int64_t capacity) {
       offsetof(NativeWeight, blocks),
       offsetof(NativeWeight, blocks_rows),
       offsetof(NativeWeight, blocks_row_rows),
+      offsetof(NativeWeight, integer16),
       sizeof(NativeLayer),
       offsetof(NativeLayer, qkv),
       offsetof(NativeLayer, o),

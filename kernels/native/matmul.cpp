@@ -658,11 +658,11 @@ void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_s
   const int64_t k = w.k;
   bool integer_dot = m <= w.integer_rows && k % 32 == 0;
   if (integer_dot && w.format == WEIGHT_INT8) {
-    int8_qdot(static_cast<const int8_t*>(w.data), w.scales, w.group, w.n, k, x, m, x_stride, out,
-              threads);
+    int8_qdot(static_cast<const int8_t*>(w.data), w.scales, w.group, w.n, k, x, m, x_stride,
+              w.integer16, out, threads);
   } else if (integer_dot && w.format == WEIGHT_INT4) {
     int4_qdot(static_cast<const uint8_t*>(w.data), w.scales, w.mins, w.group, w.n, k, x, m,
-              x_stride, out, threads);
+              x_stride, w.integer16, out, threads);
 #ifdef __AVX512BF16__
   } else if (w.format == WEIGHT_FLOAT32 && w.wide_bf16 && w.bf16 && m <= row_kernel_rows) {
     // A weight computed in bf16 is so in every step, with the panel's sums (bf16.h): a

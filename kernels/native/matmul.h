@@ -17,8 +17,9 @@ struct NativeWeight {
                        // group (a GGUF file's Q8_0: 32); a multiple of 32
   const float* bias;   // [n] or null
   int64_t n, k;
-  // int8 and int4: up to this many rows the activations are rounded to int8 per block of
-  // 32 for qdot.cpp's integer row kernels (0: never, they stay float32).
+  // int8 and int4: up to this many rows the activations are rounded to int8 (int16 where
+  // integer16 is 1) per block of 32 for qdot.cpp's integer row kernels (0: never, they
+  // stay float32).
   int64_t integer_rows;
   // The panel GEMM in bf16 (bf16.h) instead of float32: 1 asks for it where the library
   // has it (wide_bf16_kernel()), 0 keeps float32's. bf16: a float32 weight's copy rounded
@@ -35,11 +36,13 @@ struct NativeWeight {
   // into float32 in L2 where the float32 weight's would come from memory. Both hold the
   // same weights (the blocks' scales are float16 values: level * scale + min is exact in
   // float32), so a panel step's sums are the float32 weight's bit for bit; a row-kernel
-  // step's differ only in their order, as between float32's own row kernel and panel.
+  // step's differ only in their order, as between float32's own row kernel and panel
+  // (unless the blocks' integer_rows round the activations to int16 for that kernel).
   // Wider steps than blocks_rows read this weight. null: every step reads this weight.
   const NativeWeight* blocks;
   int64_t blocks_rows;
   int64_t blocks_row_rows;
+  int64_t integer16;
 };
 
 // out [m, n] (contiguous) = x [m, k] (row stride x_stride) @ W^T + bias: through w.blocks
@@ -50,9 +53,11 @@ struct NativeWeight {
 void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                    float* out, int64_t row_kernel_rows, int64_t panel_bytes, int threads);
 
-// qdot.cpp's row kernels: out [m, n] = x [m, k] (k a multiple of 32) @ W^T, no bias.
+// qdot.cpp's row kernels: out [m, n] = x [m, k] (k a multiple of 32) @ W^T, no bias; the
+// activations rounded to int8, or to int16 where int16.
 void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, int64_t k,
-               const float* x, int64_t m, int64_t x_stride, float* out, int threads);
-void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, int64_t group,
-               int64_t n, int64_t k, const float* x, int64_t m, int64_t x_stride, float* out,
+               const float* x, int64_t m, int64_t x_stride, bool int16, float* out,
                int threads);
+void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, int64_t group,
+               int64_t n, int64_t k, const float* x, int64_t m, int64_t x_stride, bool int16,
+               float* out, int threads);

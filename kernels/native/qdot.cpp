@@ -9,6 +9,13 @@
 // at most, averaging out over a dot product): EngineSettings' quantized_activations
 // chooses it, the perplexity gate measured it (docs/quantization.md).
 //
+// Or the activations are rounded to int16 per block of 32 (d_b = amax / 32767: each moves
+// by at most 1/65534 of its block's largest, finer than bf16's rounding of every element),
+// and every 32 weights cost one _mm256_madd_epi16 pair per row (int4 levels or int8
+// weights widened to int16): the float row kernel's conversions and FMAs go, the float
+// activations' precision nearly stays (EngineSettings' kernel_activations, for a GGUF's
+// own blocks).
+//
 // Per block b of 32 inputs, with x ~ d_b * q (q in -127..127):
 //   int8 weights (w in -127..127, one scale s per row):  s * sum_b d_b * <w, q>_b
 //     or a scale s_g per group g of 32-128 (a GGUF file's Q8_0): sum_b s_g(b) * d_b * <w, q>_b
@@ -34,8 +41,10 @@ constexpr int ROWS = 4;  // activation rows a weight row is unpacked for at once
 // levels' magnitudes |q| [m, k], and for int4 each group's sum of the rounded activations
 // times their scales, [m, k/group], and each pair of blocks' scales as Int4Pair's
 // products need them, [m, k/64, 8].
+// Rounded to int16 instead, q16 [m, k] holds the levels (magnitude and pair_d are unused).
 struct Quantized {
   const int8_t* q;
+  const int16_t* q16;
   const uint8_t* magnitude;
   const float* d;
   const float* group_sums;
@@ -43,27 +52,31 @@ struct Quantized {
   int64_t k, blocks, groups;
 };
 
-// 32 floats -> 32 int8 levels, their scale (amax / 127) and the levels' sum. Rounded half
-// to even (the default MXCSR mode), as torch.round does. The levels' first 16 (with
-// even_odd: the 16 even elements) go to low, the other 16 to high.
-inline void quantize_block(const float* in, bool even_odd, int8_t* low, int8_t* high,
-                           uint8_t* magnitude, float* scale, float* sum) {
+// 32 floats -> 32 levels in -top..top as int32, in order, 8 a vector: the scale (amax /
+// top) is returned, the levels' sum (|sum| <= 32 * 32767: exact in float) goes to *sum.
+// Rounded half to even (the default MXCSR mode), as torch.round does.
+inline float round_block(const float* in, float top, __m256i level[4], float* sum) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 v[4], amax = _mm256_setzero_ps();
   for (int i = 0; i < 4; i++) {
     v[i] = _mm256_loadu_ps(in + 8 * i);
     amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
   }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  float top = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-  *scale = top / 127.0f;
-  __m256 inverse = _mm256_set1_ps(*scale > 0.0f ? 1.0f / *scale : 0.0f);
-  __m256i level[4];
+  float scale = vec::max8(amax) / top;
+  __m256 inverse = _mm256_set1_ps(scale > 0.0f ? 1.0f / scale : 0.0f);
   for (int i = 0; i < 4; i++) level[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inverse));
   __m256i total = _mm256_add_epi32(_mm256_add_epi32(level[0], level[1]),
                                    _mm256_add_epi32(level[2], level[3]));
-  *sum = vec::sum8(_mm256_cvtepi32_ps(total));  // |sum| <= 32 * 127: exact in float
+  *sum = vec::sum8(_mm256_cvtepi32_ps(total));
+  return scale;
+}
+
+// 32 floats -> 32 int8 levels, their scale (amax / 127) and the levels' sum. The levels'
+// first 16 (with even_odd: the 16 even elements) go to low, the other 16 to high.
+inline void quantize_block(const float* in, bool even_odd, int8_t* low, int8_t* high,
+                           uint8_t* magnitude, float* scale, float* sum) {
+  __m256i level[4];
+  *scale = round_block(in, 127.0f, level, sum);
   // The packs work within 128-bit lanes: the permute puts the 32 bytes back in order.
   __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(level[0], level[1]),
                                      _mm256_packs_epi32(level[2], level[3]));
@@ -118,8 +131,57 @@ Quantized quantize_rows(const float* x, int64_t m, int64_t x_stride, int64_t k, 
         group_sum = b * BLOCK % group ? group_sum + scale * sum : scale * sum;
       }
     }
-  return {q.data(), magnitudes.data(), d.data(), group_sums.data(), pair_d.data(),
-          k,        blocks,            groups};
+  return {q.data(), nullptr, magnitudes.data(), d.data(), group_sums.data(), pair_d.data(),
+          k,        blocks,  groups};
+}
+
+// 32 floats -> 32 int16 levels (their scale amax / 32767), stored as 16 and 16: with
+// even_odd the block's even elements then its odd ones (an int4 weight's low and high
+// nibbles, in byte order), else in order. Returns the scale; *sum is the levels' sum.
+inline float quantize_block16(const float* in, bool even_odd, int16_t* out, float* sum) {
+  __m256i level[4];
+  float scale = round_block(in, 32767.0f, level, sum);
+  __m256i first, second;
+  if (even_odd) {
+    // Each vector of 8 as its 4 evens then 4 odds; packs then interleaves the 128-bit
+    // lanes as [evens of 0-15 | odds of 0-15], and the permutes gather the evens.
+    const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    for (int i = 0; i < 4; i++) level[i] = _mm256_permutevar8x32_epi32(level[i], split);
+    __m256i low = _mm256_packs_epi32(level[0], level[1]);
+    __m256i high = _mm256_packs_epi32(level[2], level[3]);
+    first = _mm256_permute2x128_si256(low, high, 0x20);
+    second = _mm256_permute2x128_si256(low, high, 0x31);
+  } else {
+    // packs works within 128-bit lanes: the permute puts the 64-bit quarters in order.
+    first = _mm256_permute4x64_epi64(_mm256_packs_epi32(level[0], level[1]), 0xD8);
+    second = _mm256_permute4x64_epi64(_mm256_packs_epi32(level[2], level[3]), 0xD8);
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), first);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16), second);
+  return scale;
+}
+
+// The rows rounded to int16: q16, d, and for int4 (group > 0) the groups' sums as
+// quantize_rows gives them.
+Quantized quantize_rows16(const float* x, int64_t m, int64_t x_stride, int64_t k,
+                          int64_t group) {
+  static thread_local std::vector<int16_t> q;
+  static thread_local std::vector<float> d, group_sums;
+  int64_t blocks = k / BLOCK, groups = group ? k / group : 0;
+  if (static_cast<int64_t>(q.size()) < m * k) q.resize(m * k);
+  if (static_cast<int64_t>(d.size()) < m * blocks) d.resize(m * blocks);
+  if (static_cast<int64_t>(group_sums.size()) < m * groups) group_sums.resize(m * groups);
+  for (int64_t r = 0; r < m; r++)
+    for (int64_t b = 0; b < blocks; b++) {
+      float sum, scale = quantize_block16(x + r * x_stride + b * BLOCK, group > 0,
+                                          q.data() + r * k + b * BLOCK, &sum);
+      d[r * blocks + b] = scale;
+      if (groups) {
+        float& group_sum = group_sums[r * groups + b * BLOCK / group];
+        group_sum = b * BLOCK % group ? group_sum + scale * sum : scale * sum;
+      }
+    }
+  return {nullptr, q.data(), nullptr, d.data(), group_sums.data(), nullptr, k, blocks, groups};
 }
 
 // 8 int32 sums of 4 products each: maddubs multiplies unsigned bytes by signed ones and
@@ -249,6 +311,61 @@ struct Int4Block {
   }
 };
 
+// int16 activations (quantize_rows16). int8 weights: a block's 32 widened to int16.
+struct Int8Block16 {
+  const int8_t* w;
+  struct Weights {
+    __m256i low, high;
+  };
+  Weights weights(int64_t b) const {
+    const __m128i* at = reinterpret_cast<const __m128i*>(w + b * BLOCK);
+    return {_mm256_cvtepi8_epi16(_mm_loadu_si128(at)), _mm256_cvtepi8_epi16(_mm_loadu_si128(at + 1))};
+  }
+  // 8 int32 sums of 4 products each: at most 4 * 128 * 32767, no overflow.
+  __m256 dot(const Weights& v, const Quantized& x, int64_t b, int r) const {
+    const int16_t* q = x.q16 + r * x.k + b * BLOCK;
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(v.low, load32(q)),
+                                               _mm256_madd_epi16(v.high, load32(q + 16))));
+  }
+  __m256 factor(const Weights&, const Quantized& x, int64_t b, int r) const {
+    return _mm256_broadcast_ss(x.d + r * x.blocks + b);
+  }
+};
+
+struct Int8GroupBlock16 : Int8Block16 {
+  const float* scales;
+  int group_shift;
+  __m256 factor(const Weights&, const Quantized& x, int64_t b, int r) const {
+    return _mm256_set1_ps(x.d[r * x.blocks + b] * scales[b >> group_shift]);
+  }
+};
+
+// int4: a block's 16 bytes widened to int16, its low nibbles are the even elements and its
+// high ones the odd, the order quantize_block16 stores the activations in.
+struct Int4Block16 {
+  const uint8_t* packed;
+  const float* scales;
+  int group_shift;
+  struct Weights {
+    __m256i evens, odds;
+    float scale;
+  };
+  Weights weights(int64_t b) const {
+    __m256i bytes = _mm256_cvtepu8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + b * BLOCK / 2)));
+    return {_mm256_and_si256(bytes, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16(bytes, 4),
+            scales[b >> group_shift]};
+  }
+  __m256 dot(const Weights& v, const Quantized& x, int64_t b, int r) const {
+    const int16_t* q = x.q16 + r * x.k + b * BLOCK;
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(v.evens, load32(q)),
+                                               _mm256_madd_epi16(v.odds, load32(q + 16))));
+  }
+  __m256 factor(const Weights& v, const Quantized& x, int64_t b, int r) const {
+    return _mm256_set1_ps(v.scale * x.d[r * x.blocks + b]);
+  }
+};
+
 template <int M, class Unit>
 void int8_dot_rows(const Unit& unit, float scale, const Quantized& x, float* out,
                    int64_t out_stride) {
@@ -262,8 +379,12 @@ void int4_dot_rows(const uint8_t* packed, const float* scales, const float* mins
                    const Quantized& x, float* out, int64_t out_stride) {
   int shift = __builtin_ctzll(group / BLOCK);
   __m256 acc[M];
-  dot_units<M>(Int4Pair{packed, scales, shift}, x, x.blocks / 2, acc);
-  if (x.blocks & 1) add_unit<M>(Int4Block{packed, scales, shift}, x, x.blocks - 1, acc);
+  if (x.q16) {
+    dot_units<M>(Int4Block16{packed, scales, shift}, x, x.blocks, acc);
+  } else {
+    dot_units<M>(Int4Pair{packed, scales, shift}, x, x.blocks / 2, acc);
+    if (x.blocks & 1) add_unit<M>(Int4Block{packed, scales, shift}, x, x.blocks - 1, acc);
+  }
   for (int r = 0; r < M; r++) {
     // The minimums' term, 8 groups a vector: a scalar loop here cost as much as the
     // levels' dot products at group 32.
@@ -284,7 +405,10 @@ struct Int8Dot {
   int64_t k;
   template <int M>
   void run(int64_t col, const Quantized& x, float* out, int64_t stride) const {
-    int8_dot_rows<M>(Int8Block{q + col * k}, scale[col], x, out, stride);
+    if (x.q16)
+      int8_dot_rows<M>(Int8Block16{q + col * k}, scale[col], x, out, stride);
+    else
+      int8_dot_rows<M>(Int8Block{q + col * k}, scale[col], x, out, stride);
   }
 };
 
@@ -294,8 +418,12 @@ struct Int8GroupDot {
   int64_t group, k;
   template <int M>
   void run(int64_t col, const Quantized& x, float* out, int64_t stride) const {
-    Int8GroupBlock unit{{q + col * k}, scales + col * (k / group), __builtin_ctzll(group / BLOCK)};
-    int8_dot_rows<M>(unit, 1.0f, x, out, stride);
+    const float* row_scales = scales + col * (k / group);
+    int shift = __builtin_ctzll(group / BLOCK);
+    if (x.q16)
+      int8_dot_rows<M>(Int8GroupBlock16{{q + col * k}, row_scales, shift}, 1.0f, x, out, stride);
+    else
+      int8_dot_rows<M>(Int8GroupBlock{{q + col * k}, row_scales, shift}, 1.0f, x, out, stride);
   }
 };
 
@@ -318,11 +446,13 @@ void over_outputs(const Dot& dot, const Quantized& x, int64_t m, int64_t n, floa
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t col = 0; col < n; col++)
     for (int64_t r = 0; r < m; r += ROWS) {
-      Quantized rows{x.q + r * x.k,
-                     x.magnitude + r * x.k,
+      // (Offsets of the arrays this rounding has; the others stay null.)
+      Quantized rows{x.q ? x.q + r * x.k : nullptr,
+                     x.q16 ? x.q16 + r * x.k : nullptr,
+                     x.magnitude ? x.magnitude + r * x.k : nullptr,
                      x.d + r * x.blocks,
                      x.group_sums + r * x.groups,
-                     x.pair_d + r * (x.blocks / 2) * 8,
+                     x.pair_d ? x.pair_d + r * (x.blocks / 2) * 8 : nullptr,
                      x.k,
                      x.blocks,
                      x.groups};
@@ -339,8 +469,10 @@ void over_outputs(const Dot& dot, const Quantized& x, int64_t m, int64_t n, floa
 }  // namespace
 
 void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, int64_t k,
-               const float* x, int64_t m, int64_t x_stride, float* out, int threads) {
-  Quantized rows = quantize_rows(x, m, x_stride, k, false, 0);
+               const float* x, int64_t m, int64_t x_stride, bool int16, float* out,
+               int threads) {
+  Quantized rows =
+      int16 ? quantize_rows16(x, m, x_stride, k, 0) : quantize_rows(x, m, x_stride, k, false, 0);
   if (group)
     over_outputs(Int8GroupDot{q, scales, group, k}, rows, m, n, out, threads);
   else
@@ -348,26 +480,39 @@ void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, i
 }
 
 void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, int64_t group,
-               int64_t n, int64_t k, const float* x, int64_t m, int64_t x_stride, float* out,
-               int threads) {
-  Quantized rows = quantize_rows(x, m, x_stride, k, true, group);
+               int64_t n, int64_t k, const float* x, int64_t m, int64_t x_stride, bool int16,
+               float* out, int threads) {
+  Quantized rows = int16 ? quantize_rows16(x, m, x_stride, k, group)
+                         : quantize_rows(x, m, x_stride, k, true, group);
   over_outputs(Int4Dot{packed, scales, mins, group, k}, rows, m, n, out, threads);
 }
 
 extern "C" {
 
 // cpu_kernel.py's entries, int8_matmul_f32's and int4_matmul_f32's arguments (k a
-// multiple of 32).
+// multiple of 32); _q16 rounds the activations to int16.
 void int8_matmul_q8(const float* x, int64_t m, int64_t x_stride, const int8_t* q,
                     const float* scales, int64_t group, int64_t n, int64_t k, float* out,
                     int threads) {
-  int8_qdot(q, scales, group, n, k, x, m, x_stride, out, threads);
+  int8_qdot(q, scales, group, n, k, x, m, x_stride, false, out, threads);
 }
 
 void int4_matmul_q8(const float* x, int64_t m, int64_t x_stride, const uint8_t* packed,
                     const float* scales, const float* mins, int64_t group, int64_t n,
                     int64_t k, float* out, int threads) {
-  int4_qdot(packed, scales, mins, group, n, k, x, m, x_stride, out, threads);
+  int4_qdot(packed, scales, mins, group, n, k, x, m, x_stride, false, out, threads);
+}
+
+void int8_matmul_q16(const float* x, int64_t m, int64_t x_stride, const int8_t* q,
+                     const float* scales, int64_t group, int64_t n, int64_t k, float* out,
+                     int threads) {
+  int8_qdot(q, scales, group, n, k, x, m, x_stride, true, out, threads);
+}
+
+void int4_matmul_q16(const float* x, int64_t m, int64_t x_stride, const uint8_t* packed,
+                     const float* scales, const float* mins, int64_t group, int64_t n,
+                     int64_t k, float* out, int threads) {
+  int4_qdot(packed, scales, mins, group, n, k, x, m, x_stride, true, out, threads);
 }
 
 }  // extern "C"

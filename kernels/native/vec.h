@@ -13,6 +13,13 @@ inline float sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// The largest of the 8 lanes.
+inline float max8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
 // e^x for 8 floats to about an ulp, x clamped to [-87, 88] (float32's normal range):
 // x = n ln2 + r with |r| <= ln2/2, e^r by Cephes' expf polynomial, 2^n written into the
 // exponent bits.

@@ -139,6 +139,23 @@ KERNEL_WEIGHTS_BY_CPU_CLASS = {
 }
 
 
+# How the checkpoint blocks' row kernel takes the activations (--kernel-activations), per
+# CPU class: as they are, or rounded to int16 per block of 32 for integer dot products.
+KERNEL_ACTIVATIONS_BY_CPU_CLASS = {
+    "amx": Measured("float32", "not measured on an AMX CPU yet (its blocks are not the default)"),
+    "avx512_bf16": Measured("float32", "not measured on this class yet (nor its blocks)"),
+    "avx512": Measured("float32", "not measured on an AVX-512 CPU without bf16 yet"),
+    "avx2": Measured(
+        "int16",
+        "AMD EPYC family 25 model 1 (Zen 3, avx2; session 29): whole decode steps from "
+        "SmolLM2's Q4_1 and Q8_0 blocks 1.12x / 1.18x / 1.16x faster at 1 / 4 / 8 rows, "
+        "ABBA in one process; greedy tokens as float32's but at one near-tie in 3,072 "
+        "(transformers' top two 1.5e-4 apart at 19.87); each activation within 1/65534 "
+        "of its block's largest (bf16 rounds each to 1/512 of itself)",
+    ),
+}
+
+
 # The KV pool's entries (--kv-cache-dtype), per CPU class: bf16 halves the bytes a
 # decode's attention reads (memory-bound: native/attention.cpp widens them with AVX2, so
 # any class could), but a class takes it only once measured there.
@@ -190,7 +207,8 @@ def machine_dtype(machine: MachineProfile, on_cuda: bool) -> Choice:
 
 
 def _native_layers(table: dict[str, "Measured"], machine: MachineProfile, on_cuda: bool) -> Choice:
-    """A native-layer table's row (--wide-gemm, --kernel-weights); float32 on CUDA."""
+    """A native-layer table's row (--wide-gemm, --kernel-weights, --kernel-activations);
+    float32 on CUDA."""
     if on_cuda:
         return Choice("float32", "CUDA: the native layers do not run")
     return _measured(table, machine)
@@ -291,6 +309,7 @@ def derive(
         "dtype": machine_dtype(machine, on_cuda),
         "wide_gemm": _native_layers(WIDE_GEMM_BY_CPU_CLASS, machine, on_cuda),
         "kernel_weights": _native_layers(KERNEL_WEIGHTS_BY_CPU_CLASS, machine, on_cuda),
+        "kernel_activations": _native_layers(KERNEL_ACTIVATIONS_BY_CPU_CLASS, machine, on_cuda),
         "kv_cache_dtype": machine_kv_cache_dtype(machine, on_cuda),
         "torch_threads": _threads(machine),
         "compute_wide_rows": _wide_rows(on_cuda),
@@ -326,6 +345,7 @@ _AUTO = {
     "dtype": "auto",
     "wide_gemm": "auto",
     "kernel_weights": "auto",
+    "kernel_activations": "auto",
     "kv_cache_dtype": "auto",
     "torch_threads": 0,
     "compute_wide_rows": 0,

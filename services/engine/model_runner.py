@@ -144,10 +144,11 @@ def choose_path(
     native: bool,
     wide_gemm: str = "float32",
     blocks: dict[nn.Module, CheckpointBlock] | None = None,
+    blocks_int16: bool = False,
 ) -> ComputePath:
     """The model's compute path, with why: compiled if asked; else native where its halves
-    apply to some layer (blocks: checkpoint_blocks' blocks for its steps); else
-    eager."""
+    apply to some layer (blocks: checkpoint_blocks' blocks for its steps, their row kernel
+    on int16 activations where blocks_int16); else eager."""
     if compiled:
         return Compiled(model, "--no-enforce-eager")
     if not native:
@@ -156,7 +157,7 @@ def choose_path(
     if missing is not None:
         return ComputePath(f"no native halves: {missing}")
     why = "a float32 CPU model and the native library built"
-    path = Native(model, why, wide_gemm=wide_gemm, blocks=blocks)
+    path = Native(model, why, wide_gemm=wide_gemm, blocks=blocks, blocks_int16=blocks_int16)
     if path.native_layers == 0:
         return ComputePath("no layer's projections are in a native format")
     return path

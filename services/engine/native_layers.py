@@ -33,7 +33,9 @@ With --kernel-weights checkpoint a float32 projection or head loaded from a GGUF
 file also keeps the file's own blocks (quantization/checkpoint_blocks.py), and steps
 of up to BLOCKS_ROWS rows multiply by them (matmul.h's NativeWeight.blocks): the same
 weights in an eighth or a quarter of the bytes, float32 activations; their row
-kernel up to BLOCKS_ROW_KERNEL_ROWS rows, their panel GEMM above.
+kernel up to BLOCKS_ROW_KERNEL_ROWS rows, their panel GEMM above. With
+--kernel-activations int16 that row kernel is qdot.cpp's instead, the activations
+rounded to int16 per block of 32 (docs/quantization.md has the measured speed and error).
 """
 
 import ctypes
@@ -89,7 +91,8 @@ class Native(ComputePath):
     """The native halves for every layer that takes them, and the one-call decode step
     where every layer does (one_call False: three calls a layer, the benchmark's A/B;
     wide_gemm: WIDE_GEMMS' choice for wide steps, float32 where the library has no bf16;
-    blocks: checkpoint_blocks' blocks for steps of up to BLOCKS_ROWS rows, by module)."""
+    blocks: checkpoint_blocks' blocks for steps of up to BLOCKS_ROWS rows, by module;
+    blocks_int16: their row kernel on activations rounded to int16)."""
 
     name = "native"
 
@@ -100,6 +103,7 @@ class Native(ComputePath):
         one_call: bool = True,
         wide_gemm: str = "float32",
         blocks: dict[nn.Module, CheckpointBlock] | None = None,
+        blocks_int16: bool = False,
     ):
         super().__init__(reason)
         blocks = blocks or {}
@@ -114,7 +118,7 @@ class Native(ComputePath):
         self._halves: dict[DecoderLayer, NativeHalves] = {}
         if unavailable(model) is None:
             for layer in model.model.layers:
-                halves = NativeHalves.of(layer, bool(kernel), blocks)
+                halves = NativeHalves.of(layer, bool(kernel), blocks, blocks_int16)
                 if halves is not None:
                     self._halves[layer] = halves
         self.native_layers = len(self._halves)
@@ -127,14 +131,15 @@ class Native(ComputePath):
         # The LM head in bf16 too where the layers' matmuls are, and from its blocks
         # where it has them (NativeHead).
         bf16 = self.wide_gemm == "bf16"
-        self._head = NativeHead.of(model, bf16, blocks) if bf16 or blocks else None
+        self._head = NativeHead.of(model, bf16, blocks, blocks_int16) if bf16 or blocks else None
         self.extra_bytes = sum(h.copy_bytes for h in self._halves.values())
         self.extra_bytes += 0 if self._head is None else self._head.copy_bytes
         with_blocks = sum(h.with_blocks for h in self._halves.values())
         with_blocks += 0 if self._head is None else self._head.with_blocks
+        activations = "int16" if blocks_int16 else "float32"
         self._kernel_weights = (
             f"checkpoint: {with_blocks} weights' blocks up to {BLOCKS_ROWS} rows (their row "
-            f"kernel up to {BLOCKS_ROW_KERNEL_ROWS})"
+            f"kernel up to {BLOCKS_ROW_KERNEL_ROWS}, {activations} activations)"
             if with_blocks
             else "float32"
         )
@@ -235,13 +240,18 @@ def _quantized(weight: Int8Weight | Int4Weight, kept: list) -> tuple:
     )
 
 
-def _keep_blocks(weight: bindings.Weight, block: CheckpointBlock, kept: list) -> int:
-    """Points weight's steps at the checkpoint's block (a Weight of its own, kept);
-    returns the block's bytes, or 0 where no native format takes it."""
+def _keep_blocks(
+    weight: bindings.Weight, block: CheckpointBlock, kept: list, int16: bool = False
+) -> int:
+    """Points weight's steps at the checkpoint's block (a Weight of its own, kept; int16:
+    its row kernel on activations rounded to int16); returns the block's bytes, or 0 where
+    no native format takes it."""
     parts = _quantized(block, kept)
     if None in parts or parts[4] % _GROUP_MULTIPLE:
         return 0
     described = bindings.Weight(*parts, weight.bias, weight.n, weight.k)
+    if int16:
+        described.integer_rows, described.integer16 = BLOCKS_ROW_KERNEL_ROWS, 1
     kept.append(described)
     weight.blocks = ctypes.addressof(described)
     weight.blocks_rows, weight.blocks_row_rows = BLOCKS_ROWS, BLOCKS_ROW_KERNEL_ROWS
@@ -281,10 +291,13 @@ def _weight(module: nn.Module, kept: list, wide_bf16: bool) -> tuple[bindings.We
 
 
 def _describe(
-    layer: DecoderLayer, wide_bf16: bool, blocks: dict[nn.Module, CheckpointBlock]
+    layer: DecoderLayer,
+    wide_bf16: bool,
+    blocks: dict[nn.Module, CheckpointBlock],
+    blocks_int16: bool,
 ) -> "NativeHalves | None":
     """The layer in layer.cpp's terms, or None where a projection or norm is in no native
-    format; blocks: the checkpoint's blocks, by module."""
+    format; blocks: the checkpoint's blocks, by module (blocks_int16: _keep_blocks' int16)."""
     attn, mlp, kept = layer.self_attn, layer.mlp, []
     projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
     described = [_weight(m, kept, wide_bf16) for m in projections]
@@ -301,7 +314,7 @@ def _describe(
     copy_bytes, with_blocks = sum(copy for _, copy in described), 0
     for module, weight in zip(projections, weights, strict=True):
         block = blocks.get(module)
-        block_bytes = 0 if block is None else _keep_blocks(weight, block, kept)
+        block_bytes = 0 if block is None else _keep_blocks(weight, block, kept, blocks_int16)
         copy_bytes, with_blocks = copy_bytes + block_bytes, with_blocks + bool(block_bytes)
     structure = bindings.Layer(
         *weights,
@@ -350,11 +363,13 @@ class NativeHalves:
         layer: DecoderLayer,
         wide_bf16: bool = False,
         blocks: dict[nn.Module, CheckpointBlock] | None = None,
+        blocks_int16: bool = False,
     ) -> "NativeHalves | None":
         """The layer's halves (wide steps in bf16 if asked: the library must have it; steps
-        of up to BLOCKS_ROWS rows from the checkpoint's blocks where blocks has them), or
-        None where they do not apply to it."""
-        return _describe(layer, wide_bf16, blocks or {})
+        of up to BLOCKS_ROWS rows from the checkpoint's blocks where blocks has them, their
+        row kernel on int16 activations where blocks_int16), or None where they do not
+        apply to it."""
+        return _describe(layer, wide_bf16, blocks or {}, blocks_int16)
 
     def inputs(
         self,
@@ -499,7 +514,9 @@ class NativeHead:
 
     __slots__ = ("weight", "copy_bytes", "with_blocks", "_kept", "_address", "_rows")
 
-    def __init__(self, weight: torch.Tensor, bf16: bool, block: CheckpointBlock | None):
+    def __init__(
+        self, weight: torch.Tensor, bf16: bool, block: CheckpointBlock | None, int16: bool = False
+    ):
         n, k = weight.shape
         self._kept: list = [weight]
         self.copy_bytes, copy = 0, 0
@@ -509,7 +526,7 @@ class NativeHead:
         self.weight = bindings.Weight(
             bindings.FLOAT32, weight.data_ptr(), 0, 0, 0, 0, n, k, 0, int(bf16), copy
         )
-        block_bytes = 0 if block is None else _keep_blocks(self.weight, block, self._kept)
+        block_bytes = 0 if block is None else _keep_blocks(self.weight, block, self._kept, int16)
         self.copy_bytes += block_bytes
         self.with_blocks = int(bool(block_bytes))
         self._address = ctypes.addressof(self.weight)
@@ -517,10 +534,15 @@ class NativeHead:
 
     @classmethod
     def of(
-        cls, model: LlamaForCausalLM, bf16: bool, blocks: dict[nn.Module, CheckpointBlock]
+        cls,
+        model: LlamaForCausalLM,
+        bf16: bool,
+        blocks: dict[nn.Module, CheckpointBlock],
+        blocks_int16: bool = False,
     ) -> "NativeHead | None":
-        """The model's head in bf16 and/or with its blocks, or None where neither applies
-        or it is not a float32 weight (a quantized head keeps its own kernels)."""
+        """The model's head in bf16 and/or with its blocks (blocks_int16: _keep_blocks'),
+        or None where neither applies or it is not a float32 weight (a quantized head keeps
+        its own kernels)."""
         tied = model.lm_head is None
         module = model.model.embed_tokens if tied else model.lm_head
         if not tied and type(module) is not nn.Linear:
@@ -531,7 +553,7 @@ class NativeHead:
         block = blocks.get(module)
         if not bf16 and block is None:
             return None
-        return cls(weight, bf16, block)
+        return cls(weight, bf16, block, blocks_int16)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden.contiguous()

@@ -73,11 +73,19 @@ class EngineSettings(ServiceSettings):
         description="the weights the native layers and LM head multiply by: float32, or "
         "checkpoint: a float32 model loaded from a GGUF file also keeps the file's own "
         "Q4_0/Q4_1 and Q8_0 blocks, the same weights in an eighth or a quarter of the bytes, "
-        "and multiplies decode steps of up to 32 rows by them with float32 activations (up "
-        "to 8 rows through their row kernel, wider through the panel GEMM dequantizing "
-        "them; wider steps read the float32 weights; the blocks' bytes count in the KV "
-        "budget); auto = per CPU class, from a measured table "
+        "and multiplies decode steps of up to 32 rows by them (up to 8 rows through their "
+        "row kernel, its activations as --kernel-activations says, wider through the panel "
+        "GEMM dequantizing them, float32 activations; wider steps read the float32 weights; "
+        "the blocks' bytes count in the KV budget); auto = per CPU class, from a measured table "
         "(services/engine/machine_defaults.py)",
+    )
+    kernel_activations: Literal["auto", "float32", "int16"] = Field(
+        "auto",
+        description="the activations the checkpoint's blocks (--kernel-weights checkpoint) "
+        "multiply in their row kernel, up to 8 rows: float32, or int16: rounded per block "
+        "of 32 (each moves by at most 1/65534 of its block's largest, finer than bf16) for "
+        "integer dot products (kernels/native/qdot.cpp); auto = per CPU class, from a "
+        "measured table (services/engine/machine_defaults.py)",
     )
     kv_cache_dtype: Literal["auto", "model", "bf16"] = Field(
         "auto",

@@ -58,6 +58,7 @@ def build_engine(settings: EngineSettings) -> LLMEngine:
         native=settings.native_layers,
         wide_gemm=settings.wide_gemm,
         blocks=blocks,
+        blocks_int16=settings.kernel_activations == "int16",
     )
     weight_bytes = model_bytes(model) + compute_path.extra_bytes
     memory = kv_cache_bytes(settings, device, weight_bytes)

@@ -131,7 +131,7 @@ def test_steps_from_the_blocks_answer_as_float32(model, blocks, tokenizer):
     with_blocks = choose_path(llama, compiled=False, native=True, blocks=blocks)
     assert with_blocks.describe()["kernel_weights"] == (
         f"checkpoint: {len(blocks)} weights' blocks up to {BLOCKS_ROWS} rows (their row "
-        f"kernel up to {BLOCKS_ROW_KERNEL_ROWS})"
+        f"kernel up to {BLOCKS_ROW_KERNEL_ROWS}, float32 activations)"
     )
     float32 = choose_path(llama, compiled=False, native=True)
     assert float32.describe()["kernel_weights"] == "float32"
@@ -142,9 +142,16 @@ def test_steps_from_the_blocks_answer_as_float32(model, blocks, tokenizer):
     # A wider step dequantizes the blocks to exactly the float32 weights, summed alike.
     wide = torch.randn(BLOCKS_ROWS, config.hidden_size)
     assert torch.equal(with_blocks.logits(llama, wide), float32.logits(llama, wide))
-    assert greedy_answers(llama, config, tokenizer, with_blocks) == greedy_answers(
-        llama, config, tokenizer, float32
-    )
+    answers = greedy_answers(llama, config, tokenizer, float32)
+    assert greedy_answers(llama, config, tokenizer, with_blocks) == answers
+    # Their row kernel on int16 activations (--kernel-activations int16): each moves by at
+    # most 1/65534 of its block's largest, and the answers stay float32's.
+    int16 = choose_path(llama, compiled=False, native=True, blocks=blocks, blocks_int16=True)
+    assert int16.describe()["kernel_weights"].endswith("int16 activations)")
+    int16_logits = int16.logits(llama, narrow)
+    assert not torch.equal(int16_logits, with_blocks.logits(llama, narrow))
+    torch.testing.assert_close(int16_logits, float32.logits(llama, narrow), rtol=1e-4, atol=1e-3)
+    assert greedy_answers(llama, config, tokenizer, int16) == answers
 
 
 def test_the_engine_keeps_the_blocks_when_asked_and_counts_their_bytes(smollm_path, tokenizer):

@@ -88,8 +88,8 @@ def test_steps_read_the_blocks_up_to_their_rows_with_the_float32_weights_sums(ki
     torch.testing.assert_close(got, x @ weight.T, rtol=1e-5, atol=ATOL)
 
 
-@pytest.mark.parametrize("tokens", (1, 5, BLOCKS_ROW_KERNEL_ROWS, BLOCKS_ROW_KERNEL_ROWS + 3))
-def test_a_layer_with_its_projections_blocks_computes_its_float32_halves(tokens):
+def layer_with_blocks() -> tuple:
+    """A float32 layer whose projections hold Q4_1 blocks' weights, and those blocks."""
     built = layer("float32", attention_bias=True)
     blocks = {}
     for name in PROJECTIONS:
@@ -97,6 +97,12 @@ def test_a_layer_with_its_projections_blocks_computes_its_float32_halves(tokens)
         block = int4_block(module.out_features, module.in_features)
         module.weight.copy_(dense(block))  # the float32 model holds the blocks' weights
         blocks[module] = block
+    return built, blocks
+
+
+@pytest.mark.parametrize("tokens", (1, 5, BLOCKS_ROW_KERNEL_ROWS, BLOCKS_ROW_KERNEL_ROWS + 3))
+def test_a_layer_with_its_projections_blocks_computes_its_float32_halves(tokens):
+    built, blocks = layer_with_blocks()
     halves = NativeHalves.of(built, blocks=blocks)
     float32 = NativeHalves.of(built)
     assert halves.with_blocks == 4 and float32.with_blocks == 0

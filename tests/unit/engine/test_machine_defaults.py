@@ -65,6 +65,8 @@ def test_an_avx2_epyc_computes_every_step_in_float32_on_both_cores():
         "wide_gemm": "float32",
         # A GGUF's own blocks in every step: the same weights, an eighth of the bytes.
         "kernel_weights": "checkpoint",
+        # Their row kernel on activations rounded to int16: integer dot products.
+        "kernel_activations": "int16",
         # Measured faster here, but its float32 kernels' sums depend on a step's width,
         # which rounding to bf16 would turn into different tokens: the model's dtype.
         "kv_cache_dtype": "model",
@@ -149,7 +151,7 @@ def test_engine_settings_resolve_auto_through_the_machine():
 def test_explicit_flags_and_openmp_environment_win():
     flags = ["--dtype", "float32", "--torch-threads", "3", "--quantization", "int8"]
     flags += ["--compute-wide-rows", "1", "--wide-gemm", "float32", "--kv-cache-dtype", "bf16"]
-    flags += ["--kernel-weights", "float32"]
+    flags += ["--kernel-weights", "float32", "--kernel-activations", "float32"]
     settings = parse_settings(EngineSettings, [*flags, "--speculative-max-batch", "2"], "engine")
     resolved = resolve(settings, XEON, on_cuda=False, environ={"GOMP_SPINCOUNT": "1000"})
     chosen = resolved.settings

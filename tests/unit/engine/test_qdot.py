@@ -1,8 +1,10 @@
-"""native/qdot.cpp: int8 and int4 weights against activations rounded to int8 per block of 32.
+"""native/qdot.cpp: int8 and int4 weights against activations rounded to int8 per block of 32
+(or to int16: the _q16 entries, --kernel-activations int16).
 
 Against a float64 twin of the same arithmetic (tight: only float32 sums differ), and
 against dequantize + matmul on the float activations (loose: each activation moves by
-at most half its block's step, amax / 254, which bounds the error of every output).
+at most half its block's step, amax / 254 (int16: amax / 65534), which bounds the error
+of every output).
 """
 
 import copy
@@ -39,20 +41,24 @@ OUTPUTS = 37
 TIGHT = 1e-5
 
 
-def quantized_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [M, K] -> levels [M, K/32, 32] in -127..127 and scales [M, K/32], as qdot.cpp
-    rounds them: in float32, scale amax / 127, half to even."""
+# The largest level of each rounding: int8's, int16's.
+INT8_TOP, INT16_TOP = 127, 32767
+
+
+def quantized_activations(x: torch.Tensor, top: int = INT8_TOP) -> tuple:
+    """x [M, K] -> levels [M, K/32, 32] in -top..top and scales [M, K/32], as qdot.cpp
+    rounds them: in float32, scale amax / top, half to even."""
     blocks = x.reshape(x.shape[0], -1, BLOCK)
-    scale = blocks.abs().amax(-1) / 127
+    scale = blocks.abs().amax(-1) / top
     inverse = torch.where(scale > 0, 1 / scale, torch.zeros_like(scale))
     return torch.round(blocks * inverse[..., None]), scale
 
 
 def int8_reference(
-    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group: int = 0
+    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group: int = 0, top: int = INT8_TOP
 ) -> torch.Tensor:
     """scale: a row's [N] (group 0) or a group's [N, K / group]."""
-    levels, d = (t.double() for t in quantized_activations(x))
+    levels, d = (t.double() for t in quantized_activations(x, top))
     w = q.double().reshape(q.shape[0], -1, BLOCK)
     per_block = torch.einsum("mbi,nbi->mnb", levels, w)  # exact integers
     blocks = torch.arange(w.shape[1])
@@ -67,8 +73,8 @@ def int8_group_weight(k: int, group: int, seed: int = 0, outputs: int = OUTPUTS)
     return Int8Weight(q, torch.rand(outputs, k // group, generator=g) * 0.01 + 1e-4, group)
 
 
-def int4_reference(x, packed, scales, mins, group) -> torch.Tensor:
-    levels, d = (t.double() for t in quantized_activations(x))
+def int4_reference(x, packed, scales, mins, group, top: int = INT8_TOP) -> torch.Tensor:
+    levels, d = (t.double() for t in quantized_activations(x, top))
     w = unpack_int4(packed).double().reshape(packed.shape[0], -1, BLOCK)
     per_block = torch.einsum("mbi,nbi->mnb", levels, w)
     group_of = torch.arange(w.shape[1]) * BLOCK // group
@@ -77,9 +83,9 @@ def int4_reference(x, packed, scales, mins, group) -> torch.Tensor:
     return (per_block * d[:, None, :] * s).sum(-1) + (block_sums[:, None, :] * m).sum(-1)
 
 
-def rounding_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def rounding_bound(x: torch.Tensor, w: torch.Tensor, top: int = INT8_TOP) -> torch.Tensor:
     """Per output, the most that rounding the activations can move x @ w^T."""
-    step = x.reshape(x.shape[0], -1, BLOCK).abs().amax(-1, keepdim=True) / 254
+    step = x.reshape(x.shape[0], -1, BLOCK).abs().amax(-1, keepdim=True) / (2 * top)
     return step.expand(-1, -1, BLOCK).reshape(x.shape).double() @ w.abs().double().T
 
 
@@ -102,19 +108,26 @@ def int4_weight(k: int, group: int, seed: int = 0) -> tuple:
     return quantize_int4(weight, group)
 
 
-def call_int8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """The library's entry on x as it lies in memory (row stride and all)."""
+def call_int8(x, q, scale, group: int = 0, top: int = INT8_TOP) -> torch.Tensor:
+    """The library's entry (int8 or, top INT16_TOP, int16 activations) on x as it lies
+    in memory (row stride and all)."""
     out = torch.empty(x.shape[0], q.shape[0])
-    bindings.library().int8_matmul_q8(
-        x.data_ptr(), x.shape[0], x.stride(0), q.data_ptr(), scale.data_ptr(), 0, q.shape[0],
+    entry = (
+        bindings.library().int8_matmul_q8 if top == INT8_TOP else bindings.library().int8_matmul_q16
+    )
+    entry(
+        x.data_ptr(), x.shape[0], x.stride(0), q.data_ptr(), scale.data_ptr(), group, q.shape[0],
         q.shape[1], out.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
     return out
 
 
-def call_int4(x, packed, scales, mins, group) -> torch.Tensor:
+def call_int4(x, packed, scales, mins, group, top: int = INT8_TOP) -> torch.Tensor:
     out = torch.empty(x.shape[0], packed.shape[0])
-    bindings.library().int4_matmul_q8(
+    entry = (
+        bindings.library().int4_matmul_q8 if top == INT8_TOP else bindings.library().int4_matmul_q16
+    )
+    entry(
         x.data_ptr(), x.shape[0], x.stride(0), packed.data_ptr(), scales.data_ptr(),
         mins.data_ptr(), group, packed.shape[0], packed.shape[1] * 2, out.data_ptr(),
         torch.get_num_threads(),
@@ -144,11 +157,7 @@ def test_int8_weights_equal_the_float64_twin_and_stay_in_the_rounding_bound(rows
 def test_int8_weights_with_group_scales_equal_the_float64_twin(rows, group, k):
     weight = int8_group_weight(k, group, seed=k)
     x = strided(rows, k, seed=rows)
-    out = torch.empty(rows, OUTPUTS)
-    bindings.library().int8_matmul_q8(
-        x.data_ptr(), rows, x.stride(0), weight.q.data_ptr(), weight.scale.data_ptr(), group,
-        OUTPUTS, k, out.data_ptr(), torch.get_num_threads(),
-    )  # fmt: skip
+    out = call_int8(x, weight.q, weight.scale, group)
     assert_tight(out, int8_reference(x, weight.q, weight.scale, group))
     w = weight.dequantize()
     exact = x.double() @ w.double().T
@@ -208,15 +217,16 @@ def test_int4_pairs_of_extreme_blocks_do_not_saturate(k):
 
 
 @needs_kernels
+@pytest.mark.parametrize("top", [INT8_TOP, INT16_TOP])
 @pytest.mark.parametrize("fmt", ["int8", "int4-g64"])
-def test_two_threads_give_the_bits_one_does(fmt):
+def test_two_threads_give_the_bits_one_does(fmt, top):
     k, x = 576, torch.randn(3, 576)
     if fmt == "int8":
         q, scale = quantize_int8(torch.randn(1000, k))
-        run = lambda: call_int8(x, q, scale)  # noqa: E731
+        run = lambda: call_int8(x, q, scale, top=top)  # noqa: E731
     else:
         weight = quantize_int4(torch.randn(1000, k), 64)
-        run = lambda: call_int4(x, *weight, 64)  # noqa: E731
+        run = lambda: call_int4(x, *weight, 64, top=top)  # noqa: E731
     before = torch.get_num_threads()
     try:
         results = []
