@@ -146,8 +146,10 @@ class ServerCalls:
 
     def _observe(self, method: _Method, span, ctx, error, started: float) -> None:
         code = ctx.code() or grpc.StatusCode.OK
-        if isinstance(error, asyncio.CancelledError):
-            # The caller went away (a client disconnect, a timeout): not our failure.
+        if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
+            # The caller went away (a client disconnect, a timeout): not our failure. A
+            # streaming handler learns it either way: its task cancelled, or, when grpc
+            # closes the stream first, its generator closed at the yield.
             code = grpc.StatusCode.CANCELLED
         elif error is not None and not isinstance(error, grpc.aio.AbortError):
             code = grpc.StatusCode.UNKNOWN
