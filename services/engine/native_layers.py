@@ -35,7 +35,7 @@ of up to BLOCKS_ROWS rows multiply by them (matmul.h's NativeWeight.blocks): the
 weights in an eighth or a quarter of the bytes, float32 activations; their row
 kernel up to BLOCKS_ROW_KERNEL_ROWS rows, their panel GEMM above. With
 --kernel-activations int16 that row kernel is qdot.cpp's instead, the activations
-rounded to int16 per block of 32 (docs/quantization.md has the measured speed and error).
+rounded to int16 per block of 32 (docs/engine.md has the measured speed and error).
 """
 
 import ctypes
