@@ -115,8 +115,6 @@ SIGNATURES: dict[str, tuple[list, type | None]] = {
     "int4_matmul_f32": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
     "int8_matmul_q8": ([PTR, INT, INT, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
     "int4_matmul_q8": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
-    "int8_matmul_q16": ([PTR, INT, INT, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
-    "int4_matmul_q16": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, THREADS], None),
     "int8_gemm_f32": ([PTR, INT, INT, PTR, PTR, INT, INT, INT, PTR, INT, THREADS], None),
     "int4_gemm_f32": ([PTR, INT, INT, PTR, PTR, PTR, INT, INT, INT, PTR, INT, THREADS], None),
     "int8_dequantize_f32": ([PTR, PTR, INT, INT, INT, PTR, THREADS], None),

@@ -50,7 +50,27 @@ struct Quantized {
   const float* group_sums;
   const float* pair_d;
   int64_t k, blocks, groups;
+
+  // The same from activation row r on (the arrays this rounding has; the others stay null).
+  Quantized from_row(int64_t r) const {
+    return {q ? q + r * k : nullptr,
+            q16 ? q16 + r * k : nullptr,
+            magnitude ? magnitude + r * k : nullptr,
+            d + r * blocks,
+            group_sums + r * groups,
+            pair_d ? pair_d + r * (blocks / 2) * 8 : nullptr,
+            k,
+            blocks,
+            groups};
+  }
 };
+
+// Block b's scale times its levels' sum into its group's sum (the first block of a group
+// starts it): what the minimums of int4 weights multiply.
+inline void add_to_group(float* group_sums, int64_t b, int64_t group, float scale, float sum) {
+  float& group_sum = group_sums[b * BLOCK / group];
+  group_sum = b * BLOCK % group ? group_sum + scale * sum : scale * sum;
+}
 
 // 32 floats -> 32 levels in -top..top as int32, in order, 8 a vector: the scale (amax /
 // top) is returned, the levels' sum (|sum| <= 32 * 32767: exact in float) goes to *sum.
@@ -126,10 +146,7 @@ Quantized quantize_rows(const float* x, int64_t m, int64_t x_stride, int64_t k, 
         for (int i = 0; i < 4; i++) lanes[i] = scale;
       }
       d[r * blocks + b] = scale;
-      if (groups) {
-        float& group_sum = group_sums[r * groups + b * BLOCK / group];
-        group_sum = b * BLOCK % group ? group_sum + scale * sum : scale * sum;
-      }
+      if (groups) add_to_group(group_sums.data() + r * groups, b, group, scale, sum);
     }
   return {q.data(), nullptr, magnitudes.data(), d.data(), group_sums.data(), pair_d.data(),
           k,        blocks,  groups};
@@ -176,10 +193,7 @@ Quantized quantize_rows16(const float* x, int64_t m, int64_t x_stride, int64_t k
       float sum, scale = quantize_block16(x + r * x_stride + b * BLOCK, group > 0,
                                           q.data() + r * k + b * BLOCK, &sum);
       d[r * blocks + b] = scale;
-      if (groups) {
-        float& group_sum = group_sums[r * groups + b * BLOCK / group];
-        group_sum = b * BLOCK % group ? group_sum + scale * sum : scale * sum;
-      }
+      if (groups) add_to_group(group_sums.data() + r * groups, b, group, scale, sum);
     }
   return {nullptr, q.data(), nullptr, d.data(), group_sums.data(), nullptr, k, blocks, groups};
 }
@@ -443,19 +457,13 @@ struct Int4Dot {
 template <class Dot>
 void over_outputs(const Dot& dot, const Quantized& x, int64_t m, int64_t n, float* out,
                   int threads) {
+  // Each group of ROWS rows' view, made once per call rather than once per output row.
+  std::vector<Quantized> views;
+  for (int64_t r = 0; r < m; r += ROWS) views.push_back(x.from_row(r));
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t col = 0; col < n; col++)
     for (int64_t r = 0; r < m; r += ROWS) {
-      // (Offsets of the arrays this rounding has; the others stay null.)
-      Quantized rows{x.q ? x.q + r * x.k : nullptr,
-                     x.q16 ? x.q16 + r * x.k : nullptr,
-                     x.magnitude ? x.magnitude + r * x.k : nullptr,
-                     x.d + r * x.blocks,
-                     x.group_sums + r * x.groups,
-                     x.pair_d ? x.pair_d + r * (x.blocks / 2) * 8 : nullptr,
-                     x.k,
-                     x.blocks,
-                     x.groups};
+      const Quantized& rows = views[r / ROWS];
       float* o = out + r * n + col;
       switch (m - r < ROWS ? m - r : ROWS) {
         case 4: dot.template run<4>(col, rows, o, n); break;
@@ -490,7 +498,7 @@ void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, in
 extern "C" {
 
 // cpu_kernel.py's entries, int8_matmul_f32's and int4_matmul_f32's arguments (k a
-// multiple of 32); _q16 rounds the activations to int16.
+// multiple of 32). The int16 rounding is reached through a NativeWeight's integer16.
 void int8_matmul_q8(const float* x, int64_t m, int64_t x_stride, const int8_t* q,
                     const float* scales, int64_t group, int64_t n, int64_t k, float* out,
                     int threads) {
@@ -503,16 +511,5 @@ void int4_matmul_q8(const float* x, int64_t m, int64_t x_stride, const uint8_t* 
   int4_qdot(packed, scales, mins, group, n, k, x, m, x_stride, false, out, threads);
 }
 
-void int8_matmul_q16(const float* x, int64_t m, int64_t x_stride, const int8_t* q,
-                     const float* scales, int64_t group, int64_t n, int64_t k, float* out,
-                     int threads) {
-  int8_qdot(q, scales, group, n, k, x, m, x_stride, true, out, threads);
-}
-
-void int4_matmul_q16(const float* x, int64_t m, int64_t x_stride, const uint8_t* packed,
-                     const float* scales, const float* mins, int64_t group, int64_t n,
-                     int64_t k, float* out, int threads) {
-  int4_qdot(packed, scales, mins, group, n, k, x, m, x_stride, true, out, threads);
-}
 
 }  // extern "C"

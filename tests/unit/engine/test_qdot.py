@@ -8,6 +8,7 @@ of every output).
 """
 
 import copy
+import ctypes
 
 import pytest
 import torch
@@ -109,13 +110,13 @@ def int4_weight(k: int, group: int, seed: int = 0) -> tuple:
 
 
 def call_int8(x, q, scale, group: int = 0, top: int = INT8_TOP) -> torch.Tensor:
-    """The library's entry (int8 or, top INT16_TOP, int16 activations) on x as it lies
-    in memory (row stride and all)."""
+    """The library on x as it lies in memory (row stride and all): its int8 entry, or with
+    top INT16_TOP the engine's own, a NativeWeight whose integer16 asks for int16."""
     out = torch.empty(x.shape[0], q.shape[0])
-    entry = (
-        bindings.library().int8_matmul_q8 if top == INT8_TOP else bindings.library().int8_matmul_q16
-    )
-    entry(
+    if top == INT16_TOP:
+        arrays = (bindings.INT8, q.data_ptr(), scale.data_ptr(), 0, group)
+        return through_weight(x, arrays, q.shape[0], q.shape[1])
+    bindings.library().int8_matmul_q8(
         x.data_ptr(), x.shape[0], x.stride(0), q.data_ptr(), scale.data_ptr(), group, q.shape[0],
         q.shape[1], out.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
@@ -123,14 +124,27 @@ def call_int8(x, q, scale, group: int = 0, top: int = INT8_TOP) -> torch.Tensor:
 
 
 def call_int4(x, packed, scales, mins, group, top: int = INT8_TOP) -> torch.Tensor:
-    out = torch.empty(x.shape[0], packed.shape[0])
-    entry = (
-        bindings.library().int4_matmul_q8 if top == INT8_TOP else bindings.library().int4_matmul_q16
-    )
-    entry(
+    n, k = packed.shape[0], packed.shape[1] * 2
+    if top == INT16_TOP:
+        arrays = (bindings.INT4, packed.data_ptr(), scales.data_ptr(), mins.data_ptr(), group)
+        return through_weight(x, arrays, n, k)
+    out = torch.empty(x.shape[0], n)
+    bindings.library().int4_matmul_q8(
         x.data_ptr(), x.shape[0], x.stride(0), packed.data_ptr(), scales.data_ptr(),
-        mins.data_ptr(), group, packed.shape[0], packed.shape[1] * 2, out.data_ptr(),
-        torch.get_num_threads(),
+        mins.data_ptr(), group, n, k, out.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    return out
+
+
+def through_weight(x: torch.Tensor, arrays: tuple, n: int, k: int) -> torch.Tensor:
+    """x @ W^T through native_linear, W (format, data, scales, mins, group) rounding the
+    activations to int16 for its integer row kernel up to 8 rows."""
+    weight = bindings.Weight(*arrays, 0, n, k, cpu_kernel.MAX_INTEGER_ROW_KERNEL_ROWS)
+    weight.integer16 = 1
+    out = torch.empty(x.shape[0], n)
+    bindings.library().weight_linear(
+        ctypes.addressof(weight), x.data_ptr(), x.shape[0], x.stride(0), out.data_ptr(),
+        cpu_kernel.MAX_ROW_KERNEL_ROWS, cpu_kernel.PANEL_BYTES, torch.get_num_threads(),
     )  # fmt: skip
     return out
 
