@@ -1,5 +1,5 @@
 """native/qdot.cpp: int8 and int4 weights against activations rounded to int8 per block of 32
-(or to int16: the _q16 entries, --kernel-activations int16).
+(or to int16: a NativeWeight's integer16, --kernel-activations int16).
 
 Against a float64 twin of the same arithmetic (tight: only float32 sums differ), and
 against dequantize + matmul on the float activations (loose: each activation moves by
