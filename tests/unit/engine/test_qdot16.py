@@ -1,7 +1,8 @@
 """native/qdot.cpp's int16 rounding (--kernel-activations int16): int8 and int4 weights
 against activations rounded to int16 per block of 32, through a NativeWeight whose
-integer16 asks for it (weight_linear) and through a checkpoint's blocks. The twins and bounds are test_qdot.py's, at int16's top
-level: the bound is 258 times tighter than int8's, and the twin as tight as before."""
+integer16 asks for it (weight_linear) and through a checkpoint's blocks. The twins and
+bounds are test_qdot.py's, at int16's top level: the bound is 258 times tighter than
+int8's, and the twin as tight as before."""
 
 import pytest
 import torch
