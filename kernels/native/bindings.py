@@ -24,7 +24,7 @@ THREADS = ctypes.c_int
 FLOAT = ctypes.c_float
 
 # matmul.h's WEIGHT_* formats.
-FLOAT32, INT8, INT4 = 0, 1, 2
+FLOAT32, INT8, INT4, INT4_COLS8, INT8_COLS8 = 0, 1, 2, 3, 4
 # wide_bf16_kernel()'s answers, by name.
 WIDE_BF16_KERNELS = {0: "", 1: "avx512_bf16", 2: "amx"}
 

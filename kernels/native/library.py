@@ -66,6 +66,11 @@ ISA_FLAGS = (
 )
 
 
+# Whatever the levels above: AVX512-VNNI's int16 dot products (vpdpwssd, in 256-bit
+# vectors) for qdot.cpp's interleaved kernels.
+VNNI = (frozenset({"avx512f", "avx512vl", "avx512_vnni"}), ("-mavx512vl", "-mavx512vnni"))
+
+
 def build_flags(cpu_flags: frozenset[str]) -> tuple[str, ...]:
     """The flags of the build for a CPU with these /proc/cpuinfo flags."""
     flags = FLAGS
@@ -73,7 +78,8 @@ def build_flags(cpu_flags: frozenset[str]) -> tuple[str, ...]:
         if not needs <= cpu_flags:
             break
         flags = (*flags, *adds)
-    return flags
+    needs, adds = VNNI
+    return (*flags, *adds) if needs <= cpu_flags else flags
 
 
 def _build(target: Path, compiler: str, flags: tuple[str, ...] = FLAGS) -> None:

@@ -6,7 +6,23 @@
 
 #include <stdint.h>
 
-enum : int64_t { WEIGHT_FLOAT32 = 0, WEIGHT_INT8 = 1, WEIGHT_INT4 = 2 };
+enum : int64_t {
+  WEIGHT_FLOAT32 = 0,
+  WEIGHT_INT8 = 1,
+  WEIGHT_INT4 = 2,
+  WEIGHT_INT4_COLS8 = 3,
+  WEIGHT_INT8_COLS8 = 4,
+};
+
+// The interleaved formats: a checkpoint's int4 or int8 blocks of 32 inputs, 8 output rows
+// a vector for qdot.cpp's int16 row kernel (cols8_qdot; every step, whatever integer_rows
+// says), n a multiple of 8. For output rows 8g..8g+7, block b and quad p (inputs i = 32b +
+// 4p .. 32b + 4p + 3), c < 8, e < 2, data [n/8][k/32][8]:
+// - WEIGHT_INT4_COLS8: 16 bytes, byte 2c + e holding row 8g + c's level of input i + e in
+//   its low nibble and of input i + 2 + e in its high one;
+// - WEIGHT_INT8_COLS8: 32 bytes, byte 2c + e row 8g + c's input i + e, byte 16 + 2c + e
+//   its input i + 2 + e.
+// scales (and int4's mins) [n/8][k/32][8].
 
 struct NativeWeight {
   int64_t format;      // WEIGHT_*
@@ -58,6 +74,9 @@ void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_s
 void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, int64_t k,
                const float* x, int64_t m, int64_t x_stride, bool int16, float* out,
                int threads);
+// The same for an interleaved weight (WEIGHT_*_COLS8), on activations rounded to int16.
+void cols8_qdot(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
+                float* out, int threads);
 void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, int64_t group,
                int64_t n, int64_t k, const float* x, int64_t m, int64_t x_stride, bool int16,
                float* out, int threads);

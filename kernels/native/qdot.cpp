@@ -26,6 +26,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <vector>
 
@@ -178,10 +179,10 @@ inline float quantize_block16(const float* in, bool even_odd, int16_t* out, floa
   return scale;
 }
 
-// The rows rounded to int16: q16, d, and for int4 (group > 0) the groups' sums as
-// quantize_rows gives them.
+// The rows rounded to int16: q16 (each block's evens then odds where even_odd, else in
+// order), d, and for int4 (group > 0) the groups' sums as quantize_rows gives them.
 Quantized quantize_rows16(const float* x, int64_t m, int64_t x_stride, int64_t k,
-                          int64_t group) {
+                          int64_t group, bool even_odd) {
   static thread_local std::vector<int16_t> q;
   static thread_local std::vector<float> d, group_sums;
   int64_t blocks = k / BLOCK, groups = group ? k / group : 0;
@@ -190,7 +191,7 @@ Quantized quantize_rows16(const float* x, int64_t m, int64_t x_stride, int64_t k
   if (static_cast<int64_t>(group_sums.size()) < m * groups) group_sums.resize(m * groups);
   for (int64_t r = 0; r < m; r++)
     for (int64_t b = 0; b < blocks; b++) {
-      float sum, scale = quantize_block16(x + r * x_stride + b * BLOCK, group > 0,
+      float sum, scale = quantize_block16(x + r * x_stride + b * BLOCK, even_odd,
                                           q.data() + r * k + b * BLOCK, &sum);
       d[r * blocks + b] = scale;
       if (groups) add_to_group(group_sums.data() + r * groups, b, group, scale, sum);
@@ -474,13 +475,139 @@ void over_outputs(const Dot& dot, const Quantized& x, int64_t m, int64_t n, floa
     }
 }
 
+// The interleaved formats (WEIGHT_INT4_COLS8, WEIGHT_INT8_COLS8; matmul.h): 8 output rows
+// a vector, one int32 lane each, so an input pair costs one dot instruction per activation
+// row for 8 outputs (vpdpwssd, or madd and add without AVX512-VNNI), where the row-major
+// kernels above spend two madds, an add, a convert and an FMA per 32 inputs per output.
+// The activations are rounded as for Int4Block16 but kept in input order: an input pair
+// is a 32-bit word to broadcast.
+inline __m256i add_pair_dots(__m256i acc, __m256i levels, __m256i pairs) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpwssd_epi32(acc, levels, pairs);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(levels, pairs));
+#endif
+}
+
+inline __m256i broadcast_pair(const int16_t* q) {
+  int32_t pair;
+  memcpy(&pair, q, sizeof pair);
+  return _mm256_set1_epi32(pair);
+}
+
+// A block's 8 quads of inputs for 8 output rows, as two vectors of int16 pairs each: the
+// quad's first pair of inputs, then its second (a lane per output row).
+struct Int4Cols8 {
+  static constexpr int64_t BLOCK_BYTES = 128;
+  static constexpr bool MINS = true;
+  static void quad(const uint8_t* block, int quad, __m256i* first, __m256i* second) {
+    __m256i wide = _mm256_cvtepu8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * quad)));
+    *first = _mm256_and_si256(wide, _mm256_set1_epi16(0x0F));
+    *second = _mm256_srli_epi16(wide, 4);
+  }
+};
+
+struct Int8Cols8 {
+  static constexpr int64_t BLOCK_BYTES = 256;
+  static constexpr bool MINS = false;
+  static void quad(const uint8_t* block, int quad, __m256i* first, __m256i* second) {
+    const __m128i* at = reinterpret_cast<const __m128i*>(block + 32 * quad);
+    *first = _mm256_cvtepi8_epi16(_mm_loadu_si128(at));
+    *second = _mm256_cvtepi8_epi16(_mm_loadu_si128(at + 1));
+  }
+};
+
+// Activation rows a pass over the weights takes: two accumulators each, 16 of AVX-512's 32
+// vector registers at 8; AVX2's 16 hold 4.
+#ifdef __AVX512VL__
+constexpr int COLS8_ROWS = 8;
+#else
+constexpr int COLS8_ROWS = 4;
+#endif
+
+// out[r * out_stride + c] for the 8 output rows of `bytes`, M activation rows from x.
+// Each block's 32 products a lane are summed in int32 (at most 32 * 128 * 32767: no
+// overflow), then scaled once: the dots by scale * d_b, plus (int4) min * d_b * sum(q_b).
+template <int M, class Levels>
+void cols8_rows(const uint8_t* bytes, const float* scales, const float* mins,
+                const Quantized& x, float* out, int64_t out_stride) {
+  __m256 acc[M];
+  for (int r = 0; r < M; r++) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < x.blocks; b++) {
+    // Up to 4 rows, each quad's two pairs in two chains: one chain of 16 dot instructions
+    // a block waits on each one's latency at a row or two; 8 rows' two would spill.
+    __m256i dot[M], second_dot[M];
+    for (int r = 0; r < M; r++) dot[r] = second_dot[r] = _mm256_setzero_si256();
+    for (int quad = 0; quad < 8; quad++) {
+      __m256i first, second;
+      Levels::quad(bytes + b * Levels::BLOCK_BYTES, quad, &first, &second);
+      for (int r = 0; r < M; r++) {
+        const int16_t* q = x.q16 + r * x.k + b * BLOCK + 4 * quad;
+        dot[r] = add_pair_dots(dot[r], first, broadcast_pair(q));
+        if constexpr (M <= 4)
+          second_dot[r] = add_pair_dots(second_dot[r], second, broadcast_pair(q + 2));
+        else
+          dot[r] = add_pair_dots(dot[r], second, broadcast_pair(q + 2));
+      }
+    }
+    if constexpr (M <= 4)
+      for (int r = 0; r < M; r++) dot[r] = _mm256_add_epi32(dot[r], second_dot[r]);
+    __m256 scale = _mm256_loadu_ps(scales + b * 8);
+    for (int r = 0; r < M; r++) {
+      __m256 factor = _mm256_mul_ps(scale, _mm256_set1_ps(x.d[r * x.blocks + b]));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), factor, acc[r]);
+      if constexpr (Levels::MINS)
+        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(mins + b * 8),
+                                 _mm256_set1_ps(x.group_sums[r * x.groups + b]), acc[r]);
+    }
+  }
+  for (int r = 0; r < M; r++) _mm256_storeu_ps(out + r * out_stride, acc[r]);
+}
+
+template <int M, class Levels>
+void cols8_any(int64_t m, const uint8_t* bytes, const float* scales, const float* mins,
+               const Quantized& x, float* out, int64_t out_stride) {
+  if constexpr (M > 1)
+    if (m < M) return cols8_any<M - 1, Levels>(m, bytes, scales, mins, x, out, out_stride);
+  cols8_rows<M, Levels>(bytes, scales, mins, x, out, out_stride);
+}
+
+// out [m, n] from an interleaved weight's arrays (mins null for int8).
+template <class Levels>
+void cols8_qdot(const uint8_t* bytes, const float* scales, const float* mins, int64_t n,
+                int64_t k, const float* x, int64_t m, int64_t x_stride, float* out,
+                int threads) {
+  Quantized rows = quantize_rows16(x, m, x_stride, k, Levels::MINS ? BLOCK : 0, false);
+  std::vector<Quantized> views;
+  for (int64_t r = 0; r < m; r += COLS8_ROWS) views.push_back(rows.from_row(r));
+  const int64_t blocks = k / BLOCK;
+  // Each output is one thread's, summed in one order: the thread count changes nothing.
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t g = 0; g < n / 8; g++)
+    for (int64_t r = 0; r < m; r += COLS8_ROWS)
+      cols8_any<COLS8_ROWS, Levels>(m - r, bytes + g * blocks * Levels::BLOCK_BYTES,
+                                    scales + g * blocks * 8,
+                                    Levels::MINS ? mins + g * blocks * 8 : nullptr,
+                                    views[r / COLS8_ROWS], out + r * n + 8 * g, n);
+}
+
 }  // namespace
+
+void cols8_qdot(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
+                float* out, int threads) {
+  const uint8_t* bytes = static_cast<const uint8_t*>(w.data);
+  if (w.format == WEIGHT_INT4_COLS8)
+    cols8_qdot<Int4Cols8>(bytes, w.scales, w.mins, w.n, w.k, x, m, x_stride, out, threads);
+  else
+    cols8_qdot<Int8Cols8>(bytes, w.scales, nullptr, w.n, w.k, x, m, x_stride, out, threads);
+}
 
 void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, int64_t k,
                const float* x, int64_t m, int64_t x_stride, bool int16, float* out,
                int threads) {
   Quantized rows =
-      int16 ? quantize_rows16(x, m, x_stride, k, 0) : quantize_rows(x, m, x_stride, k, false, 0);
+      int16 ? quantize_rows16(x, m, x_stride, k, 0, false) : quantize_rows(x, m, x_stride, k, false, 0);
   if (group)
     over_outputs(Int8GroupDot{q, scales, group, k}, rows, m, n, out, threads);
   else
@@ -490,7 +617,7 @@ void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, i
 void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, int64_t group,
                int64_t n, int64_t k, const float* x, int64_t m, int64_t x_stride, bool int16,
                float* out, int threads) {
-  Quantized rows = int16 ? quantize_rows16(x, m, x_stride, k, group)
+  Quantized rows = int16 ? quantize_rows16(x, m, x_stride, k, group, true)
                          : quantize_rows(x, m, x_stride, k, true, group);
   over_outputs(Int4Dot{packed, scales, mins, group, k}, rows, m, n, out, threads);
 }

@@ -53,6 +53,7 @@ from maas_services.engine.lora.step_lora import AdapterStack, LayerLora, StepLor
 from maas_services.engine.model import DecoderLayer, FusedLinear, LlamaForCausalLM
 from maas_services.engine.quantization import cpu_kernel
 from maas_services.engine.quantization.checkpoint_blocks import (
+    BF16_BLOCKS_ROWS,
     BLOCKS_ROW_KERNEL_ROWS,
     BLOCKS_ROWS,
     CheckpointBlock,
@@ -136,10 +137,14 @@ class Native(ComputePath):
         self.extra_bytes += 0 if self._head is None else self._head.copy_bytes
         with_blocks = sum(h.with_blocks for h in self._halves.values())
         with_blocks += 0 if self._head is None else self._head.with_blocks
+        # _keep_blocks' reach: beside bf16 copies, int16 ones interleaved.
+        rows = BF16_BLOCKS_ROWS if bf16 else BLOCKS_ROWS
+        interleaved = bf16 and blocks_int16
+        kernel = f"{rows}, interleaved" if interleaved else min(rows, BLOCKS_ROW_KERNEL_ROWS)
         activations = "int16" if blocks_int16 else "float32"
         self._kernel_weights = (
-            f"checkpoint: {with_blocks} weights' blocks up to {BLOCKS_ROWS} rows (their row "
-            f"kernel up to {BLOCKS_ROW_KERNEL_ROWS}, {activations} activations)"
+            f"checkpoint: {with_blocks} weights' blocks up to {rows} rows (their row kernel "
+            f"up to {kernel}, {activations} activations)"
             if with_blocks
             else "float32"
         )
@@ -240,21 +245,54 @@ def _quantized(weight: Int8Weight | Int4Weight, kept: list) -> tuple:
     )
 
 
+def _cols8(block: CheckpointBlock, kept: list) -> tuple:
+    """A checkpoint's block of 32 inputs (int4 or int8) as matmul.h's interleaved format,
+    8 output rows a vector; its format, data, scales, mins and group. Made once at load."""
+    if isinstance(block, Int4Weight):
+        n, k = block.packed.shape[0], 2 * block.packed.shape[1]
+        levels = torch.stack((block.packed & 0x0F, block.packed >> 4), dim=-1).reshape(n, k)
+        # [row group, row, block, quad, input] -> [row group, block, quad, row, input]
+        quads = levels.view(n // 8, 8, k // 32, 8, 4).permute(0, 2, 3, 1, 4)
+        data, scales, mins = quads[..., :2] | (quads[..., 2:] << 4), block.scales, block.mins
+    else:
+        n, k = block.q.shape
+        # [row group, row, block, quad, pair, input] -> [.., block, quad, pair, row, input]
+        pairs = block.q.view(n // 8, 8, k // 32, 8, 2, 2).permute(0, 2, 3, 4, 1, 5)
+        data, scales, mins = pairs, block.scale, None
+    fmt = bindings.INT4_COLS8 if mins is not None else bindings.INT8_COLS8
+
+    def by_block(t: torch.Tensor) -> torch.Tensor:
+        return t.view(n // 8, 8, k // 32).transpose(1, 2).contiguous()
+
+    return (
+        fmt,
+        _tensor(data.contiguous(), data.dtype, kept),
+        _tensor(by_block(scales), torch.float32, kept),
+        0 if mins is None else _tensor(by_block(mins), torch.float32, kept),
+        32,
+    )
+
+
 def _keep_blocks(
     weight: bindings.Weight, block: CheckpointBlock, kept: list, int16: bool = False
 ) -> int:
     """Points weight's steps at the checkpoint's block (a Weight of its own, kept; int16:
     its row kernel on activations rounded to int16); returns the block's bytes, or 0 where
     no native format takes it."""
-    parts = _quantized(block, kept)
+    # Beside a bf16 copy (--wide-gemm bf16), the blocks serve only narrow steps, through
+    # the interleaved layout's int16 kernel where it takes them (no row-major panel).
+    rows = BF16_BLOCKS_ROWS if weight.bf16 else BLOCKS_ROWS
+    interleaved = weight.bf16 and int16 and block.group_size == 32 and weight.n % 8 == 0
+    row_kernel_rows = rows if interleaved else min(rows, BLOCKS_ROW_KERNEL_ROWS)
+    parts = _cols8(block, kept) if interleaved else _quantized(block, kept)
     if None in parts or parts[4] % _GROUP_MULTIPLE:
         return 0
     described = bindings.Weight(*parts, weight.bias, weight.n, weight.k)
     if int16:
-        described.integer_rows, described.integer16 = BLOCKS_ROW_KERNEL_ROWS, 1
+        described.integer_rows, described.integer16 = row_kernel_rows, 1
     kept.append(described)
     weight.blocks = ctypes.addressof(described)
-    weight.blocks_rows, weight.blocks_row_rows = BLOCKS_ROWS, BLOCKS_ROW_KERNEL_ROWS
+    weight.blocks_rows, weight.blocks_row_rows = rows, row_kernel_rows
     return sum(t.nbytes for t in vars(block).values() if isinstance(t, torch.Tensor))
 
 

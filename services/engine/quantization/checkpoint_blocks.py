@@ -41,6 +41,12 @@ from maas_services.engine.quantization.int8 import Int8Weight
 # it runs their row kernel (their panel GEMM above).
 BLOCKS_ROWS = 32
 BLOCKS_ROW_KERNEL_ROWS = 8
+# Beside a weight's bf16 copy (--wide-gemm bf16), rows up to which a step reads the blocks,
+# all through the row kernel (int16 activations: the interleaved layout's, matmul.h);
+# wider ones read the copy. Decode steps, the blocks over the copy (AMD EPYC family 25
+# model 17, Zen 4, avx512_bf16 + avx512_vnni; session 30, docs/engine.md): 2.15x / 2.18x /
+# 1.87x / 1.54x / 1.29x / 1.22x faster at 1 / 4 / 6 / 8 / 10 / 12 rows, 0.94x at 16.
+BF16_BLOCKS_ROWS = 12
 
 CheckpointBlock = Int4Weight | Int8Weight
 

@@ -15,8 +15,10 @@ from maas_services.engine.engine_config import build_configs
 from maas_services.engine.kv_cache import PagedKVCache
 from maas_services.engine.llm_engine import LLMEngine
 from maas_services.engine.model_runner import ModelRunner, choose_path
+from maas_services.engine.native_layers import wide_bf16_kernel
 from maas_services.engine.quantization import file_blocks as file_blocks_module
 from maas_services.engine.quantization.checkpoint_blocks import (
+    BF16_BLOCKS_ROWS,
     BLOCKS_ROW_KERNEL_ROWS,
     BLOCKS_ROWS,
     checkpoint_blocks,
@@ -154,14 +156,42 @@ def test_steps_from_the_blocks_answer_as_float32(model, blocks, tokenizer):
     assert greedy_answers(llama, config, tokenizer, int16) == answers
 
 
+@pytest.mark.skipif(not wide_bf16_kernel(), reason="the library has no bf16 panel GEMM here")
+def test_beside_bf16_copies_narrow_steps_read_the_interleaved_blocks(model, blocks, tokenizer):
+    """The avx512_bf16 class's default: steps of up to BF16_BLOCKS_ROWS rows from the
+    blocks (interleaved, int16 activations), wider ones from the bf16 copies."""
+    llama, config = model
+    both = choose_path(
+        llama, compiled=False, native=True, wide_gemm="bf16", blocks=blocks, blocks_int16=True
+    )
+    assert both.describe()["kernel_weights"] == (
+        f"checkpoint: {len(blocks)} weights' blocks up to {BF16_BLOCKS_ROWS} rows (their row "
+        f"kernel up to {BF16_BLOCKS_ROWS}, interleaved, int16 activations)"
+    )
+    bf16 = choose_path(llama, compiled=False, native=True, wide_gemm="bf16")
+    float32 = choose_path(llama, compiled=False, native=True)
+    narrow = torch.randn(BF16_BLOCKS_ROWS, config.hidden_size)
+    torch.testing.assert_close(
+        both.logits(llama, narrow), float32.logits(llama, narrow), rtol=1e-4, atol=1e-3
+    )
+    wide = torch.randn(BF16_BLOCKS_ROWS + 1, config.hidden_size)
+    assert torch.equal(both.logits(llama, wide), bf16.logits(llama, wide))
+    # One request at a time every step is narrow: float32's weights, float32's answers.
+    answers = greedy_answers(llama, config, tokenizer, float32)
+    assert greedy_answers(llama, config, tokenizer, both) == answers
+
+
 def test_the_engine_keeps_the_blocks_when_asked_and_counts_their_bytes(smollm_path, tokenizer):
     base = dict(model_path=str(smollm_path), kv_cache_memory=8 * 1024**2, max_model_len=512)
     engine = build_engine(EngineSettings(**base, kernel_weights="checkpoint"))
     path = engine.runner.path
     assert path.describe()["kernel_weights"].startswith("checkpoint: 121 weights' blocks")
+    off = build_engine(EngineSettings(**base, kernel_weights="float32"))
+    assert off.runner.path.describe()["kernel_weights"] == "float32"
     # 120 Q4_1 projections (half a byte a weight, a float32 scale and minimum per 32) and
-    # the Q8_0 head (a byte a weight, a float32 scale per 32), beside the float32 model.
-    assert 100e6 < path.extra_bytes < 120e6
+    # the Q8_0 head (a byte a weight, a float32 scale per 32), beside the float32 model
+    # (and its bf16 copies where the CPU class computes wide steps in bf16).
+    assert 100e6 < path.extra_bytes - off.runner.path.extra_bytes < 120e6
     engine.add_request(
         "r", chat_prompt(tokenizer, QUESTIONS[0]), SamplingParams(temperature=0, max_tokens=12)
     )
@@ -169,5 +199,3 @@ def test_the_engine_keeps_the_blocks_when_asked_and_counts_their_bytes(smollm_pa
     while engine.has_work:
         text += "".join(out.text for out in engine.step())
     assert "Paris" in text
-    off = build_engine(EngineSettings(**base, kernel_weights="float32"))
-    assert off.runner.path.describe()["kernel_weights"] == "float32"

@@ -237,8 +237,9 @@ async def test_full_engine_refuses_then_evicts_the_least_recently_used(
                 request_id=f"hold-{adapter}",
                 prompt_token_ids=prompt,
                 # Long enough to hold its adapter through the test, short enough for the
-                # KV pool of a 1 GiB budget beside bf16 weight copies (~3,400 slots).
-                sampling=engine_pb2.SamplingParams(max_tokens=3000, ignore_eos=True),
+                # KV pool of a 1 GiB budget beside bf16 weight copies and the checkpoint's
+                # blocks (~2,000 slots).
+                sampling=engine_pb2.SamplingParams(max_tokens=1800, ignore_eos=True),
                 adapter=adapter,
             )
         )

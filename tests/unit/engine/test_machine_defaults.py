@@ -89,7 +89,7 @@ def test_an_amx_xeon_serves_float32_native_layers_on_its_physical_cores():
     assert chosen["speculative_max_batch"].value > values(EPYC)["speculative_max_batch"]
 
 
-def test_avx512_bf16_without_amx_computes_float32_weights_in_bf16_at_every_width():
+def test_avx512_bf16_without_amx_computes_wide_steps_in_bf16_and_narrow_ones_from_blocks():
     chosen = derive(ZEN5, False, draft_tokens=4, max_num_seqs=64)
     assert chosen["dtype"].value == "float32"
     assert chosen["dtype"].why.startswith("avx512_bf16 CPU, measured:")
@@ -100,8 +100,13 @@ def test_avx512_bf16_without_amx_computes_float32_weights_in_bf16_at_every_width
     assert chosen["kv_cache_dtype"].value == "bf16"
     assert chosen["kv_cache_dtype"].why.startswith("avx512_bf16 CPU, measured:")
     assert values(XEON)["kv_cache_dtype"] == "model"
-    # Measured on the AVX2 class only; elsewhere steps read the float32 weights.
-    assert chosen["kernel_weights"].value == values(XEON)["kernel_weights"] == "float32"
+    # Narrow steps from the checkpoint's blocks (int16 activations), measured on this
+    # class and the AVX2 one; the AMX Xeon's read the float32 weights.
+    assert (chosen["kernel_weights"].value, chosen["kernel_activations"].value) == (
+        "checkpoint",
+        "int16",
+    )
+    assert values(XEON)["kernel_weights"] == "float32"
     # Wider FMAs than the AVX2 machine's, float32 weights as on the AMX Xeon.
     assert (
         values(EPYC)["speculative_max_batch"]
