@@ -16,6 +16,10 @@ in order, as between float32's own row kernel and panel GEMM. Steps wider than
 BLOCKS_ROWS (large decode batches, prefill) read the float32 weights: there the
 packed activations (64 rows x 1536 inputs: 393 KB) and the dequantized panel
 (128 KB) no longer fit a 512 KB L2 together, and the two measured even.
+Beside a weight's bf16 copy (--wide-gemm bf16) the blocks serve steps of up to
+BF16_BLOCKS_ROWS rows instead, all through an int16 kernel over a copy of them
+with 8 output rows interleaved (native_layers._cols8), and wider steps read the
+bf16 copy (docs/engine.md, "The blocks beside bf16 copies").
 
 Measured on SmolLM2 (AMD EPYC family 25 model 1, Zen 3, avx2, 2 threads), session
 25: all 121 weights (ad-hoc harness over native/matmul.cpp's C entries, the real
