@@ -128,7 +128,9 @@ KERNEL_WEIGHTS_BY_CPU_CLASS = {
         "up to 12 rows from SmolLM2's Q4_1 and Q8_0 blocks (int16 activations, the "
         "interleaved layout), wider ones from the bf16 copy: whole decode steps 2.15x / "
         "2.18x / 1.87x / 1.54x / 1.22x faster than the bf16 copy's at 1 / 4 / 6 / 8 / 12 "
-        "rows (ABBA in one process); the same weights, +111 MB",
+        "rows (ABBA in one process); through the stack 132.8 / 380.5 output tok/s at 1 / 8 "
+        "streams against session 22's 71.3 / 277.6 from the bf16 copies "
+        "(benchmarks/results/peers_zen4_s30.json); the same weights, +111 MB",
     ),
     "avx512": Measured("float32", "not measured on an AVX-512 CPU without bf16 yet"),
     "avx2": Measured(
