@@ -537,6 +537,48 @@ int64_t panel_rows(int64_t n, int64_t row_bytes, int64_t tile, int64_t panel_byt
   return (rows + tile - 1) / tile * tile;
 }
 
+// v[j] = row j of an 8 x 8 block -> v[j] = its column j.
+inline void transpose8(__m256 v[8]) {
+  __m256 t[8], u[8];
+  for (int j = 0; j < 8; j += 2) {
+    t[j] = _mm256_unpacklo_ps(v[j], v[j + 1]);
+    t[j + 1] = _mm256_unpackhi_ps(v[j], v[j + 1]);
+  }
+  // u[4h + c] (rows 4h..4h+3) holds, in its 128-bit lane L, column 4L + c.
+  for (int h = 0; h < 2; h++) {
+    const __m256* q = t + 4 * h;
+    u[4 * h] = _mm256_shuffle_ps(q[0], q[2], 0x44);
+    u[4 * h + 1] = _mm256_shuffle_ps(q[0], q[2], 0xEE);
+    u[4 * h + 2] = _mm256_shuffle_ps(q[1], q[3], 0x44);
+    u[4 * h + 3] = _mm256_shuffle_ps(q[1], q[3], 0xEE);
+  }
+  for (int c = 0; c < 4; c++) {
+    v[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    v[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
+// out[r * n + i] = sums[i * stride + r] for r < rows, i < count: a panel's sums (a lane
+// per activation row, the tiles' layout) into the output's rows, 8 x 8 at a time (a
+// scalar copy cost ~5% of a 64-row bf16 step on Zen 4).
+inline void store_sums(const float* sums, int64_t stride, int64_t rows, int64_t count,
+                       float* out, int64_t n) {
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8) {
+    int64_t i = 0;
+    for (; i + 8 <= count; i += 8) {
+      __m256 v[8];
+      for (int j = 0; j < 8; j++) v[j] = _mm256_loadu_ps(sums + (i + j) * stride + r);
+      transpose8(v);
+      for (int j = 0; j < 8; j++) _mm256_storeu_ps(out + (r + j) * n + i, v[j]);
+    }
+    for (; i < count; i++)
+      for (int j = 0; j < 8; j++) out[(r + j) * n + i] = sums[i * stride + r + j];
+  }
+  for (; r < rows; r++)
+    for (int64_t i = 0; i < count; i++) out[r * n + i] = sums[i * stride + r];
+}
+
 template <class MakeRow>
 void panel_matmul(MakeRow make_row, const float* x, int64_t m, int64_t x_stride, int64_t n,
                   int64_t k, int64_t panel_bytes, float* out, int threads) {
@@ -574,8 +616,7 @@ void panel_matmul(MakeRow make_row, const float* x, int64_t m, int64_t x_stride,
               any_tile<TILE_W>(count - i, vectors, w + i * k, k, xt + r * k,
                                sums + i * tiled + r, tiled);
           }
-          for (int64_t r = 0; r < rows && r < tiled; r++)
-            for (int64_t i = 0; i < count; i++) out_panel[r * n + i] = sums[i * tiled + r];
+          store_sums(sums, tiled, rows < tiled ? rows : tiled, count, out_panel, n);
         }
         // The panel's first pass over the weight (no tiles before it) prefetches its rows.
         for (int64_t r = tiled; r < rows; r += MR)
@@ -626,8 +667,7 @@ void bf16_panel_matmul(MakeRow make_row, const uint16_t* bf16, const float* x, i
         float* sums = scratch(sums_buffer, panel * padded);
         bf16_panel(w, count, k, xt, padded, sums);
         float* out_panel = out + block * n + first;
-        for (int64_t r = 0; r < rows; r++)
-          for (int64_t i = 0; i < count; i++) out_panel[r * n + i] = sums[i * padded + r];
+        store_sums(sums, padded, rows, count, out_panel, n);
       }
     }
   }
