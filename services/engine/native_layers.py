@@ -135,16 +135,11 @@ class Native(ComputePath):
         self._head = NativeHead.of(model, bf16, blocks, blocks_int16) if bf16 or blocks else None
         self.extra_bytes = sum(h.copy_bytes for h in self._halves.values())
         self.extra_bytes += 0 if self._head is None else self._head.copy_bytes
-        with_blocks = sum(h.with_blocks for h in self._halves.values())
-        with_blocks += 0 if self._head is None else self._head.with_blocks
-        # _keep_blocks' reach: beside bf16 copies, int16 ones interleaved.
-        rows = BF16_BLOCKS_ROWS if bf16 else BLOCKS_ROWS
-        interleaved = bf16 and blocks_int16
-        kernel = f"{rows}, interleaved" if interleaved else min(rows, BLOCKS_ROW_KERNEL_ROWS)
-        activations = "int16" if blocks_int16 else "float32"
+        weights = [w for h in self._halves.values() for w in h.weights()]
+        weights += [] if self._head is None else [self._head.weight]
+        with_blocks = [w for w in weights if w.blocks]
         self._kernel_weights = (
-            f"checkpoint: {with_blocks} weights' blocks up to {rows} rows (their row kernel "
-            f"up to {kernel}, {activations} activations)"
+            f"checkpoint: {len(with_blocks)} weights' blocks {_reach(with_blocks[0])}"
             if with_blocks
             else "float32"
         )
@@ -273,6 +268,17 @@ def _cols8(block: CheckpointBlock, kept: list) -> tuple:
     )
 
 
+def _reach(weight: bindings.Weight) -> str:
+    """Which steps read weight's checkpoint blocks, and how, as _keep_blocks set it up."""
+    blocks = bindings.Weight.from_address(weight.blocks)
+    layout = ", interleaved" if blocks.format in (bindings.INT4_COLS8, bindings.INT8_COLS8) else ""
+    activations = "int16" if blocks.integer16 else "float32"
+    return (
+        f"up to {weight.blocks_rows} rows (their row kernel up to {weight.blocks_row_rows}"
+        f"{layout}, {activations} activations)"
+    )
+
+
 def _keep_blocks(
     weight: bindings.Weight, block: CheckpointBlock, kept: list, int16: bool = False
 ) -> int:
@@ -349,11 +355,10 @@ def _describe(
         return None
     if mlp.down_proj.in_features % _K_MULTIPLE or attn.head_dim % 2:
         return None
-    copy_bytes, with_blocks = sum(copy for _, copy in described), 0
+    copy_bytes = sum(copy for _, copy in described)
     for module, weight in zip(projections, weights, strict=True):
         block = blocks.get(module)
-        block_bytes = 0 if block is None else _keep_blocks(weight, block, kept, blocks_int16)
-        copy_bytes, with_blocks = copy_bytes + block_bytes, with_blocks + bool(block_bytes)
+        copy_bytes += 0 if block is None else _keep_blocks(weight, block, kept, blocks_int16)
     structure = bindings.Layer(
         *weights,
         *norms,
@@ -366,7 +371,7 @@ def _describe(
         cpu_kernel.MAX_ROW_KERNEL_ROWS,
         cpu_kernel.PANEL_BYTES,
     )
-    return NativeHalves(structure, kept, copy_bytes, with_blocks)
+    return NativeHalves(structure, kept, copy_bytes)
 
 
 class NativeHalves:
@@ -375,7 +380,6 @@ class NativeHalves:
     __slots__ = (
         "described",
         "copy_bytes",
-        "with_blocks",
         "_kept",
         "_address",
         "_hidden",
@@ -384,16 +388,24 @@ class NativeHalves:
         "_dim",
     )
 
-    def __init__(self, described: bindings.Layer, kept: list, copy_bytes: int, with_blocks: int):
+    def __init__(self, described: bindings.Layer, kept: list, copy_bytes: int):
         """kept: the tensors and structures it points into; copy_bytes: those of them that
-        are copies (bf16 weights, checkpoint blocks); with_blocks: its projections with
-        blocks."""
+        are copies (bf16 weights, checkpoint blocks)."""
         # Kept alive: the calls pass the structure's address, and it the tensors'.
-        self.described, self._kept = described, kept
-        self.copy_bytes, self.with_blocks = copy_bytes, with_blocks
+        self.described, self._kept, self.copy_bytes = described, kept, copy_bytes
         self._hidden, self._dim = described.hidden, described.head_dim
         self._heads, self._kv_heads = described.heads, described.kv_heads
         self._address = ctypes.addressof(described)
+
+    def weights(self) -> tuple[bindings.Weight, ...]:
+        """The layer's four projections in matmul.h's terms."""
+        d = self.described
+        return d.qkv, d.o, d.gate_up, d.down
+
+    @property
+    def with_blocks(self) -> int:
+        """Its projections that keep their checkpoint's blocks."""
+        return sum(bool(w.blocks) for w in self.weights())
 
     @classmethod
     def of(
@@ -550,7 +562,7 @@ class NativeHead:
     panel GEMM, bf16_rows for a few rows); and from the checkpoint's Q8_0 blocks where
     it has them (--kernel-weights checkpoint)."""
 
-    __slots__ = ("weight", "copy_bytes", "with_blocks", "_kept", "_address", "_rows")
+    __slots__ = ("weight", "copy_bytes", "_kept", "_address", "_rows")
 
     def __init__(
         self, weight: torch.Tensor, bf16: bool, block: CheckpointBlock | None, int16: bool = False
@@ -564,11 +576,15 @@ class NativeHead:
         self.weight = bindings.Weight(
             bindings.FLOAT32, weight.data_ptr(), 0, 0, 0, 0, n, k, 0, int(bf16), copy
         )
-        block_bytes = 0 if block is None else _keep_blocks(self.weight, block, self._kept, int16)
-        self.copy_bytes += block_bytes
-        self.with_blocks = int(bool(block_bytes))
+        if block is not None:
+            self.copy_bytes += _keep_blocks(self.weight, block, self._kept, int16)
         self._address = ctypes.addressof(self.weight)
         self._rows = n
+
+    @property
+    def with_blocks(self) -> int:
+        """1 where the head keeps its checkpoint's blocks."""
+        return int(bool(self.weight.blocks))
 
     @classmethod
     def of(
