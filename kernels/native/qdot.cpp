@@ -455,12 +455,20 @@ struct Int4Dot {
 };
 
 // out [m, n]: each output row's weight against the activation rows, ROWS at a time.
+// x's view from every `rows`-th activation row on (each pass's rows), made once per call
+// rather than once per output row, in a buffer each calling thread keeps: a decode step
+// allocates nothing here once its widest call has run.
+const std::vector<Quantized>& row_views(const Quantized& x, int64_t m, int64_t rows) {
+  static thread_local std::vector<Quantized> views;
+  views.clear();
+  for (int64_t r = 0; r < m; r += rows) views.push_back(x.from_row(r));
+  return views;
+}
+
 template <class Dot>
 void over_outputs(const Dot& dot, const Quantized& x, int64_t m, int64_t n, float* out,
                   int threads) {
-  // Each group of ROWS rows' view, made once per call rather than once per output row.
-  std::vector<Quantized> views;
-  for (int64_t r = 0; r < m; r += ROWS) views.push_back(x.from_row(r));
+  const std::vector<Quantized>& views = row_views(x, m, ROWS);
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t col = 0; col < n; col++)
     for (int64_t r = 0; r < m; r += ROWS) {
@@ -579,8 +587,7 @@ void cols8_qdot(const uint8_t* bytes, const float* scales, const float* mins, in
                 int64_t k, const float* x, int64_t m, int64_t x_stride, float* out,
                 int threads) {
   Quantized rows = quantize_rows16(x, m, x_stride, k, Levels::MINS ? BLOCK : 0, false);
-  std::vector<Quantized> views;
-  for (int64_t r = 0; r < m; r += COLS8_ROWS) views.push_back(rows.from_row(r));
+  const std::vector<Quantized>& views = row_views(rows, m, COLS8_ROWS);
   const int64_t blocks = k / BLOCK;
   // Each output is one thread's, summed in one order: the thread count changes nothing.
 #pragma omp parallel for schedule(static) num_threads(threads)
