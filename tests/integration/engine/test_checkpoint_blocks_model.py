@@ -15,7 +15,6 @@ from maas_services.engine.engine_config import build_configs
 from maas_services.engine.kv_cache import PagedKVCache
 from maas_services.engine.llm_engine import LLMEngine
 from maas_services.engine.model_runner import ModelRunner, choose_path
-from maas_services.engine.native_layers import wide_bf16_kernel
 from maas_services.engine.quantization import file_blocks as file_blocks_module
 from maas_services.engine.quantization.checkpoint_blocks import (
     BF16_BLOCKS_ROWS,
@@ -29,6 +28,7 @@ from maas_services.engine.quantization.quantize import quantize_head
 from maas_services.engine.sampling_params import SamplingParams
 from maas_services.engine.settings import EngineSettings
 from tests.integration.engine.test_quantized_model import QUESTIONS, chat_prompt
+from tests.unit.kernels.test_bf16_panel import needs_bf16_panel
 
 pytestmark = [
     pytest.mark.slow,
@@ -156,7 +156,7 @@ def test_steps_from_the_blocks_answer_as_float32(model, blocks, tokenizer):
     assert greedy_answers(llama, config, tokenizer, int16) == answers
 
 
-@pytest.mark.skipif(not wide_bf16_kernel(), reason="the library has no bf16 panel GEMM here")
+@needs_bf16_panel
 def test_beside_bf16_copies_narrow_steps_read_the_interleaved_blocks(model, blocks, tokenizer):
     """The avx512_bf16 class's default: steps of up to BF16_BLOCKS_ROWS rows from the
     blocks (interleaved, int16 activations), wider ones from the bf16 copies."""

@@ -16,10 +16,9 @@ from maas_services.engine.offline import generate, offline_engine
 from maas_services.engine.quantization.cpu_kernel import MAX_ROW_KERNEL_ROWS
 from maas_services.engine.sampling_params import SamplingParams
 from maas_services.engine.settings import EngineSettings
+from tests.unit.kernels.test_bf16_panel import needs_bf16_panel
 
-pytestmark = pytest.mark.skipif(
-    not wide_bf16_kernel(), reason="the library has no bf16 panel GEMM on this CPU"
-)
+pytestmark = needs_bf16_panel
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import torch
 
 from maas_kernels.native import bindings
 from maas_kernels.quant_int4_ref import dequantize_int4, quantize_int4
-from maas_services.engine.native_layers import NativeHalves, NativeHead, _cols8, wide_bf16_kernel
+from maas_services.engine.native_layers import NativeHalves, NativeHead, _cols8
 from maas_services.engine.quantization.checkpoint_blocks import BF16_BLOCKS_ROWS
 from maas_services.engine.quantization.int4 import Int4Weight
 from tests.unit.engine.test_checkpoint_blocks import dense, layer_with_blocks
@@ -25,6 +25,7 @@ from tests.unit.engine.test_qdot import (
     through_weight,
 )
 from tests.unit.engine.test_qdot16 import assert_within_rounding
+from tests.unit.kernels.test_bf16_panel import needs_bf16_panel
 
 pytestmark = pytest.mark.skipif(
     bindings.library() is None, reason="no native library (not AVX2, or no compiler)"
@@ -87,12 +88,7 @@ def test_the_interleaved_extremes_do_not_overflow():
     assert torch.equal(got, torch.tensor([[-128.0 * k] * 8, [128.0 * k] * 8]))
 
 
-needs_bf16 = pytest.mark.skipif(
-    not wide_bf16_kernel(), reason="the library has no bf16 panel GEMM on this CPU"
-)
-
-
-@needs_bf16
+@needs_bf16_panel
 @pytest.mark.parametrize("tokens", (1, 5, BF16_BLOCKS_ROWS, BF16_BLOCKS_ROWS + 1))
 def test_beside_a_bf16_copy_only_narrow_steps_read_the_interleaved_blocks(tokens):
     built, blocks = layer_with_blocks()
@@ -117,7 +113,7 @@ def test_beside_a_bf16_copy_only_narrow_steps_read_the_interleaved_blocks(tokens
     )  # fmt: skip
 
 
-@needs_bf16
+@needs_bf16_panel
 @pytest.mark.parametrize("rows", (1, BF16_BLOCKS_ROWS, BF16_BLOCKS_ROWS + 1))
 def test_a_bf16_head_reads_its_interleaved_q8_0_blocks_in_narrow_steps(rows):
     k = 256

@@ -17,9 +17,11 @@ from maas_kernels.quant_int8_ref import quantize_int8
 from maas_services.engine.native_layers import wide_bf16_kernel
 from maas_services.engine.quantization import cpu_kernel
 
-pytestmark = pytest.mark.skipif(
+# The bf16 tests' one condition: a library with the bf16 panel GEMM (an AVX512-BF16 CPU).
+needs_bf16_panel = pytest.mark.skipif(
     not wide_bf16_kernel(), reason="the library has no bf16 panel GEMM on this CPU"
 )
+pytestmark = needs_bf16_panel
 
 ROW_KERNEL_ROWS = 4  # above this the panel GEMM runs
 # Rows: 8 (one ymm block), 24 (a pair of blocks' tail), 40 and 64 (pairs of 16 and a last
