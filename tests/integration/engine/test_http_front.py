@@ -246,7 +246,8 @@ async def test_protocol_metrics_are_exported_and_follow_the_load(front):
             assert families[name].type == "gauge", name
         [config] = families["vllm:cache_config_info"].samples
         assert config.labels["block_size"] == str(BLOCK_SIZE)
-        assert int(config.labels["num_gpu_blocks"]) > 0
+        slots = int(config.labels["num_gpu_blocks"]) * BLOCK_SIZE
+        assert slots > 0
         [lora] = families["vllm:lora_requests_info"].samples
         assert lora.labels == {
             "max_lora": "8",  # --max-loras' default; no adapter loaded
@@ -260,9 +261,9 @@ async def test_protocol_metrics_are_exported_and_follow_the_load(front):
         # Three long requests on a batch of two: two run, one waits, blocks fill;
         # too long to end by themselves within the polls below. One streams, one
         # waits for its whole answer, one for either.
-        # Each fits the KV pool of a 1 GiB budget beside bf16 weight copies and the
-        # checkpoint's blocks (~2,000 slots); two do not.
-        long = chat_body(max_tokens=1500, ignore_eos=True)
+        # Each fits the KV pool (whatever the CPU class's weight copies leave of the
+        # tests' 1 GiB budget), two do not.
+        long = chat_body(max_tokens=slots * 3 // 4, ignore_eos=True)
         streams = [
             asyncio.create_task(
                 client.post("/v1/chat/completions", json={**long, "stream": stream}, headers=AUTH)
