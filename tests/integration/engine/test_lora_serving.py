@@ -229,7 +229,10 @@ async def test_full_engine_refuses_then_evicts_the_least_recently_used(
     await load(stub, "first", lora_adapter_dir)
     await load(stub, "second", lora_adapter_dir)  # the pinned one, first, second: all three slots
     # The core's metrics come with the batch before each load's answer.
-    evictions_before = (await scrape(metrics_url))["maas_engine_lora_adapter_evictions"]
+    families = await scrape(metrics_url)
+    evictions_before = families["maas_engine_lora_adapter_evictions"]
+    [cache] = families["vllm:cache_config_info"].samples
+    slots = int(cache.labels["num_gpu_blocks"]) * int(cache.labels["block_size"])
 
     async def hold(adapter):
         call = stub.Generate(
@@ -237,9 +240,10 @@ async def test_full_engine_refuses_then_evicts_the_least_recently_used(
                 request_id=f"hold-{adapter}",
                 prompt_token_ids=prompt,
                 # Long enough to hold its adapter through the test, short enough for the
-                # KV pool of a 1 GiB budget beside bf16 weight copies and the checkpoint's
-                # blocks (~2,000 slots).
-                sampling=engine_pb2.SamplingParams(max_tokens=1800, ignore_eos=True),
+                # KV pool (whatever the CPU class's weight copies leave of the budget).
+                sampling=engine_pb2.SamplingParams(
+                    max_tokens=slots - len(prompt) - 16, ignore_eos=True
+                ),
                 adapter=adapter,
             )
         )
