@@ -7,7 +7,6 @@ int8's, and the twin as tight as before."""
 import pytest
 import torch
 
-from maas_kernels.native import bindings
 from maas_kernels.quant_int4_ref import dequantize_int4
 from maas_services.engine.native_layers import NativeHalves, NativeHead
 from maas_services.engine.quantization.checkpoint_blocks import BLOCKS_ROW_KERNEL_ROWS
@@ -26,13 +25,12 @@ from tests.unit.engine.test_qdot import (
     int8_group_weight,
     int8_reference,
     int8_weight,
+    needs_kernels,
     rounding_bound,
     strided,
 )
 
-pytestmark = pytest.mark.skipif(
-    bindings.library() is None, reason="no native library (not AVX2, or no compiler)"
-)
+pytestmark = needs_kernels
 
 
 def assert_within_rounding(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:

@@ -8,7 +8,6 @@ does, at any width (above 8 rows, each group of output rows is dotted in passes)
 import pytest
 import torch
 
-from maas_kernels.native import bindings
 from maas_kernels.quant_int4_ref import dequantize_int4, quantize_int4
 from maas_services.engine.native_layers import NativeHalves, NativeHead, _cols8
 from maas_services.engine.quantization.checkpoint_blocks import BF16_BLOCKS_ROWS
@@ -21,15 +20,14 @@ from tests.unit.engine.test_qdot import (
     int4_reference,
     int8_group_weight,
     int8_reference,
+    needs_kernels,
     strided,
     through_weight,
 )
 from tests.unit.engine.test_qdot16 import assert_within_rounding
 from tests.unit.kernels.test_bf16_panel import needs_bf16_panel
 
-pytestmark = pytest.mark.skipif(
-    bindings.library() is None, reason="no native library (not AVX2, or no compiler)"
-)
+pytestmark = needs_kernels
 
 ROWS = (1, 2, 4, 5, 8, 9, 13)
 INPUTS = (96, 576, 1536)
