@@ -84,12 +84,17 @@ def test_the_extremes_do_not_overflow():
     )
 
 
+def head_case(rows: int, outputs: int = OUTPUTS) -> tuple:
+    """A head's Q8_0 blocks, the float32 weight they dequantize to, and rows of hidden
+    states for it."""
+    k = 256
+    block = int8_group_weight(k, 32, 3, outputs)
+    return block, dense(block), torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
+
+
 @pytest.mark.parametrize("rows", (1, 4, BLOCKS_ROW_KERNEL_ROWS, BLOCKS_ROW_KERNEL_ROWS + 1))
 def test_a_checkpoint_head_rounds_to_int16_only_in_its_row_kernel(rows):
-    k = 256
-    block = int8_group_weight(k, 32, 3, OUTPUTS)
-    weight = dense(block)
-    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
+    block, weight, x = head_case(rows)
     got = NativeHead(weight, bf16=False, block=block, int16=True)(x)
     floats = NativeHead(weight, bf16=False, block=block)(x)
     if rows <= BLOCKS_ROW_KERNEL_ROWS:

@@ -12,7 +12,7 @@ from maas_kernels.quant_int4_ref import dequantize_int4, quantize_int4
 from maas_services.engine.native_layers import NativeHalves, NativeHead, _cols8
 from maas_services.engine.quantization.checkpoint_blocks import BF16_BLOCKS_ROWS
 from maas_services.engine.quantization.int4 import Int4Weight
-from tests.unit.engine.test_checkpoint_blocks import dense, layer_with_blocks
+from tests.unit.engine.test_checkpoint_blocks import layer_with_blocks
 from tests.unit.engine.test_native_layers import rotary
 from tests.unit.engine.test_qdot import (
     INT16_TOP,
@@ -24,7 +24,7 @@ from tests.unit.engine.test_qdot import (
     strided,
     through_weight,
 )
-from tests.unit.engine.test_qdot16 import assert_within_rounding
+from tests.unit.engine.test_qdot16 import assert_within_rounding, head_case
 from tests.unit.kernels.test_bf16_panel import needs_bf16_panel
 
 pytestmark = needs_kernels
@@ -114,10 +114,7 @@ def test_beside_a_bf16_copy_only_narrow_steps_read_the_interleaved_blocks(tokens
 @needs_bf16_panel
 @pytest.mark.parametrize("rows", (1, BF16_BLOCKS_ROWS, BF16_BLOCKS_ROWS + 1))
 def test_a_bf16_head_reads_its_interleaved_q8_0_blocks_in_narrow_steps(rows):
-    k = 256
-    block = int8_group_weight(k, 32, 3, OUTPUTS)
-    weight = dense(block)
-    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
+    block, weight, x = head_case(rows, OUTPUTS)
     got = NativeHead(weight, bf16=True, block=block, int16=True)(x)
     copy = NativeHead(weight, bf16=True, block=None)(x)
     if rows <= BF16_BLOCKS_ROWS:
