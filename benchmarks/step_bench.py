@@ -16,8 +16,11 @@ With --native-ab it swaps every layer's dense halves between the native ones
 engine, and reports thread CPU and wall ms per step for each; --one-call-ab
 likewise swaps a decode step's layers between one native call for all of them
 and three a layer (the halves and attention); --blocks-ab between steps from
-the GGUF's own blocks (--kernel-weights checkpoint) and from the float32
-weights.
+the GGUF's own blocks (--kernel-weights checkpoint; --kernel-activations int16
+for their int16 row kernel) and from the weights --wide-gemm computes from
+(float32, or bf16 copies: then the blocks serve up to BF16_BLOCKS_ROWS rows,
+interleaved). --kv-cache-dtype bf16 gives the engine a bf16 pool, as the
+avx512_bf16 class's default.
 
 For an A/B of code, run it from two trees in turn (`--label`), e.g. a base revision
 exported with `git archive REV | tar -x -C /tmp/base`, and compare the medians.
@@ -182,15 +185,19 @@ def one_call_ab(engine, steps: int) -> dict:
     return swapped_ab(engine, steps, sides)
 
 
-def blocks_ab(engine, steps: int, source: Path) -> dict:
-    """Decode steps reading the checkpoint's blocks and the float32 weights (ABBA)."""
+def blocks_ab(engine, steps: int, source: Path, wide_gemm: str, int16: bool) -> dict:
+    """Decode steps reading the checkpoint's blocks (their row kernel on int16 activations
+    where int16) and the weights wide_gemm computes from (float32, or their bf16 copies),
+    ABBA."""
     runner = engine.runner
     blocks = checkpoint_blocks(runner.model, source)
-    checkpoint = native_layers.Native(runner.model, "A", blocks=blocks)
-    float32 = native_layers.Native(runner.model, "B")
+    checkpoint = native_layers.Native(
+        runner.model, "A", wide_gemm=wide_gemm, blocks=blocks, blocks_int16=int16
+    )
+    weights = native_layers.Native(runner.model, "B", wide_gemm=wide_gemm)
     sides = {
         "checkpoint": lambda: setattr(runner, "path", checkpoint),
-        "float32": lambda: setattr(runner, "path", float32),
+        wide_gemm: lambda: setattr(runner, "path", weights),
     }
     return swapped_ab(engine, steps, sides)
 
@@ -289,8 +296,11 @@ def main() -> None:
     parser.add_argument(
         "--blocks-ab",
         action="store_true",
-        help="steps from the GGUF's own blocks vs from the float32 weights",
+        help="steps from the GGUF's own blocks vs from the weights --wide-gemm reads",
     )
+    parser.add_argument("--wide-gemm", choices=native_layers.WIDE_GEMMS, default="float32")
+    parser.add_argument("--kernel-activations", choices=("float32", "int16"), default="float32")
+    parser.add_argument("--kv-cache-dtype", choices=("model", "bf16"), default="model")
     parser.add_argument("--quantization", choices=QUANTIZATION_METHODS, default="none")
     parser.add_argument("--group-size", type=int, default=64, help="int4: 32 = the GGUF's blocks")
     parser.add_argument(
@@ -324,7 +334,10 @@ def main() -> None:
             steps = args.steps * args.rounds * len(args.threads_ab)
         if args.native_ab or args.one_call_ab or args.blocks_ab:
             steps = 2 * args.steps
-        engine = decoding_engine(model, config, tokenizer, batch, args.prompt_len, steps)
+        kv_dtype = torch.bfloat16 if args.kv_cache_dtype == "bf16" else None
+        engine = decoding_engine(
+            model, config, tokenizer, batch, args.prompt_len, steps, kv_dtype=kv_dtype
+        )
         if args.threads_ab:
             row = threads_ab(engine, args.threads_ab, args.rounds, args.steps)
         elif args.native_ab:
@@ -332,7 +345,8 @@ def main() -> None:
         elif args.one_call_ab:
             row = one_call_ab(engine, 2 * args.steps)
         elif args.blocks_ab:
-            row = blocks_ab(engine, 2 * args.steps, path)
+            int16 = args.kernel_activations == "int16"
+            row = blocks_ab(engine, 2 * args.steps, path, args.wide_gemm, int16)
         else:
             row = measure(engine, args.steps)
         if args.profile:
