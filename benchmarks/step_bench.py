@@ -19,8 +19,10 @@ and three a layer (the halves and attention); --blocks-ab between steps from
 the GGUF's own blocks (--kernel-weights checkpoint; --kernel-activations int16
 for their int16 row kernel) and from the weights --wide-gemm computes from
 (float32, or bf16 copies: then the blocks serve up to BF16_BLOCKS_ROWS rows,
-interleaved). --kv-cache-dtype bf16 gives the engine a bf16 pool, as the
-avx512_bf16 class's default.
+interleaved); --wide-gemm-ab A B between two --wide-gemm choices, both with the
+GGUF's blocks (--kernel-activations as given), e.g. int8 against bf16.
+--kv-cache-dtype bf16 gives the engine a bf16 pool, as the avx512_bf16 class's
+default.
 
 For an A/B of code, run it from two trees in turn (`--label`), e.g. a base revision
 exported with `git archive REV | tar -x -C /tmp/base`, and compare the medians.
@@ -202,6 +204,20 @@ def blocks_ab(engine, steps: int, source: Path, wide_gemm: str, int16: bool) -> 
     return swapped_ab(engine, steps, sides)
 
 
+def wide_gemm_ab(engine, steps: int, source: Path, choices: list[str], int16: bool) -> dict:
+    """Decode steps under two --wide-gemm choices, both with the checkpoint's blocks, ABBA."""
+    runner = engine.runner
+    blocks = checkpoint_blocks(runner.model, source)
+    paths = {
+        choice: native_layers.Native(
+            runner.model, choice, wide_gemm=choice, blocks=blocks, blocks_int16=int16
+        )
+        for choice in choices
+    }
+    sides = {choice: (lambda p=path: setattr(runner, "path", p)) for choice, path in paths.items()}
+    return swapped_ab(engine, steps, sides)
+
+
 def swapped_ab(engine, steps: int, sides: dict) -> dict:
     """Decode steps on two sides (name -> what sets the engine up for it), swapped per
     step in ABBA order; the first side stays set up after.
@@ -299,6 +315,13 @@ def main() -> None:
         help="steps from the GGUF's own blocks vs from the weights --wide-gemm reads",
     )
     parser.add_argument("--wide-gemm", choices=native_layers.WIDE_GEMMS, default="float32")
+    parser.add_argument(
+        "--wide-gemm-ab",
+        nargs=2,
+        choices=native_layers.WIDE_GEMMS,
+        metavar=("A", "B"),
+        help="steps under --wide-gemm A vs B, both from the GGUF's blocks",
+    )
     parser.add_argument("--kernel-activations", choices=("float32", "int16"), default="float32")
     parser.add_argument("--kv-cache-dtype", choices=("model", "bf16"), default="model")
     parser.add_argument("--quantization", choices=QUANTIZATION_METHODS, default="none")
@@ -332,7 +355,7 @@ def main() -> None:
         steps = 2 * args.steps if args.profile else args.steps
         if args.threads_ab:
             steps = args.steps * args.rounds * len(args.threads_ab)
-        if args.native_ab or args.one_call_ab or args.blocks_ab:
+        if args.native_ab or args.one_call_ab or args.blocks_ab or args.wide_gemm_ab:
             steps = 2 * args.steps
         kv_dtype = torch.bfloat16 if args.kv_cache_dtype == "bf16" else None
         engine = decoding_engine(
@@ -347,6 +370,9 @@ def main() -> None:
         elif args.blocks_ab:
             int16 = args.kernel_activations == "int16"
             row = blocks_ab(engine, 2 * args.steps, path, args.wide_gemm, int16)
+        elif args.wide_gemm_ab:
+            int16 = args.kernel_activations == "int16"
+            row = wide_gemm_ab(engine, 2 * args.steps, path, args.wide_gemm_ab, int16)
         else:
             row = measure(engine, args.steps)
         if args.profile:

@@ -24,7 +24,7 @@ THREADS = ctypes.c_int
 FLOAT = ctypes.c_float
 
 # matmul.h's WEIGHT_* formats.
-FLOAT32, INT8, INT4, INT4_COLS8, INT8_COLS8 = 0, 1, 2, 3, 4
+FLOAT32, INT8, INT4, INT4_COLS8, INT8_COLS8, INT4_COLS16, INT8_COLS16 = 0, 1, 2, 3, 4, 5, 6
 # wide_bf16_kernel()'s answers, by name.
 WIDE_BF16_KERNELS = {0: "", 1: "avx512_bf16", 2: "amx"}
 
@@ -137,6 +137,7 @@ SIGNATURES: dict[str, tuple[list, type | None]] = {
     "native_layout": ([PTR, INT], ctypes.c_int64),
     # bf16_panel.cpp: 0 no bf16 panel GEMM in this build, 1 vdpbf16ps, 2 AMX tiles.
     "wide_bf16_kernel": ([], ctypes.c_int64),
+    "cols16_kernel": ([], ctypes.c_int64),
 }
 
 

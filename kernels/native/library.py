@@ -67,8 +67,12 @@ ISA_FLAGS = (
 
 
 # Whatever the levels above: AVX512-VNNI's int16 dot products (vpdpwssd, in 256-bit
-# vectors) for qdot.cpp's interleaved kernels.
-VNNI = (frozenset({"avx512f", "avx512vl", "avx512_vnni"}), ("-mavx512vl", "-mavx512vnni"))
+# vectors) for qdot.cpp's interleaved kernels, and its int8 ones (vpdpbusd, in 512-bit
+# vectors, with AVX512BW's byte operations) for its wide interleaved kernel.
+VNNI = (
+    frozenset({"avx512f", "avx512vl", "avx512bw", "avx512_vnni"}),
+    ("-mavx512vl", "-mavx512bw", "-mavx512vnni"),
+)
 
 
 def build_flags(cpu_flags: frozenset[str]) -> tuple[str, ...]:

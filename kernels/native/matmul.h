@@ -12,6 +12,8 @@ enum : int64_t {
   WEIGHT_INT4 = 2,
   WEIGHT_INT4_COLS8 = 3,
   WEIGHT_INT8_COLS8 = 4,
+  WEIGHT_INT4_COLS16 = 5,
+  WEIGHT_INT8_COLS16 = 6,
 };
 
 // The interleaved formats: a checkpoint's int4 or int8 blocks of 32 inputs, 8 output rows
@@ -23,6 +25,17 @@ enum : int64_t {
 // - WEIGHT_INT8_COLS8: 32 bytes, byte 2c + e row 8g + c's input i + e, byte 16 + 2c + e
 //   its input i + 2 + e.
 // scales (and int4's mins) [n/8][k/32][8].
+//
+// The int8 interleaved formats: the same blocks, 16 output rows a vector for qdot.cpp's
+// int8 kernel (cols16_qdot; every step of a weight with --wide-gemm int8, activations
+// rounded to int8 per block of 32), n a multiple of 16. For output rows 16g..16g+15 and block b, c < 16, e < 4, data
+// [n/16][k/32][...][64]:
+// - WEIGHT_INT4_COLS16: 4 octets of 64 bytes, octet o's byte 4c + e holding row 16g + c's
+//   level of input 32b + 8o + e in its low nibble and of input 32b + 8o + 4 + e in its
+//   high one;
+// - WEIGHT_INT8_COLS16: 8 quads of 64 bytes, quad p's byte 4c + e row 16g + c's level of
+//   input 32b + 4p + e plus 128 (unsigned, as vpdpbusd takes its first operand).
+// scales and mins [n/16][k/32][16]; int8's mins are -128 * scale (the offset's share).
 
 struct NativeWeight {
   int64_t format;      // WEIGHT_*
@@ -77,6 +90,11 @@ void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, i
 // The same for an interleaved weight (WEIGHT_*_COLS8), on activations rounded to int16.
 void cols8_qdot(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                 float* out, int threads);
+// The same for an int8 interleaved weight (WEIGHT_*_COLS16), on activations rounded to
+// int8; only where cols16_built() (AVX512-VNNI).
+bool cols16_built();
+void cols16_qdot(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
+                 float* out, int threads);
 void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, int64_t group,
                int64_t n, int64_t k, const float* x, int64_t m, int64_t x_stride, bool int16,
                float* out, int threads);

@@ -37,6 +37,10 @@ namespace {
 
 constexpr int64_t BLOCK = 32;
 constexpr int ROWS = 4;  // activation rows a weight row is unpacked for at once
+// Rows from which the activations are rounded by the kernel's threads together (each row
+// by one, so the thread count changes nothing): a wide step's rounding alone on one
+// thread left the others waiting.
+constexpr int64_t PARALLEL_ROUNDING_ROWS = 16;
 
 // The activation rows rounded to int8: q [m, k], d [m, k/32], for int8 weights also the
 // levels' magnitudes |q| [m, k], and for int4 each group's sum of the rounded activations
@@ -121,7 +125,7 @@ inline void quantize_block(const float* in, bool even_odd, int8_t* low, int8_t* 
 // shuffle; a last unpaired block is stored as its evens then its odds. int8 callers (no
 // group) get the magnitudes.
 Quantized quantize_rows(const float* x, int64_t m, int64_t x_stride, int64_t k, bool pairs,
-                        int64_t group) {
+                        int64_t group, int threads) {
   static thread_local std::vector<int8_t> q;
   static thread_local std::vector<uint8_t> magnitudes;
   static thread_local std::vector<float> d, group_sums, pair_d;
@@ -132,25 +136,30 @@ Quantized quantize_rows(const float* x, int64_t m, int64_t x_stride, int64_t k, 
   if (static_cast<int64_t>(group_sums.size()) < m * groups) group_sums.resize(m * groups);
   if (pairs && static_cast<int64_t>(pair_d.size()) < m * pair_count * 8)
     pair_d.resize(m * pair_count * 8);
+  // Plain pointers into this thread's buffers: in the loop's other threads the names
+  // would be theirs.
+  int8_t* levels = q.data();
+  uint8_t* magnitude = group ? nullptr : magnitudes.data();
+  float *scales = d.data(), *sums = group_sums.data(), *pair_scales = pair_d.data();
+#pragma omp parallel for schedule(static) num_threads(threads) if (m >= PARALLEL_ROUNDING_ROWS)
   for (int64_t r = 0; r < m; r++)
     for (int64_t b = 0; b < blocks; b++) {
       float scale, sum;
-      int8_t* at = q.data() + r * k + b * BLOCK;
+      int8_t* at = levels + r * k + b * BLOCK;
       bool paired = pairs && b < 2 * pair_count;
       // A paired block's evens and odds go to its half of the pair's evens and odds.
       int8_t* low = paired ? at - (b & 1) * (BLOCK / 2) : at;
       int8_t* high = low + (paired ? BLOCK : BLOCK / 2);
       quantize_block(x + r * x_stride + b * BLOCK, pairs, low, high,
-                     group ? nullptr : magnitudes.data() + r * k + b * BLOCK, &scale, &sum);
+                     magnitude ? magnitude + r * k + b * BLOCK : nullptr, &scale, &sum);
       if (paired) {
-        float* lanes = pair_d.data() + (r * pair_count + b / 2) * 8 + (b & 1) * 4;
+        float* lanes = pair_scales + (r * pair_count + b / 2) * 8 + (b & 1) * 4;
         for (int i = 0; i < 4; i++) lanes[i] = scale;
       }
-      d[r * blocks + b] = scale;
-      if (groups) add_to_group(group_sums.data() + r * groups, b, group, scale, sum);
+      scales[r * blocks + b] = scale;
+      if (groups) add_to_group(sums + r * groups, b, group, scale, sum);
     }
-  return {q.data(), nullptr, magnitudes.data(), d.data(), group_sums.data(), pair_d.data(),
-          k,        blocks,  groups};
+  return {levels, nullptr, magnitudes.data(), scales, sums, pair_scales, k, blocks, groups};
 }
 
 // 32 floats -> 32 int16 levels (their scale amax / 32767), stored as 16 and 16: with
@@ -182,21 +191,25 @@ inline float quantize_block16(const float* in, bool even_odd, int16_t* out, floa
 // The rows rounded to int16: q16 (each block's evens then odds where even_odd, else in
 // order), d, and for int4 (group > 0) the groups' sums as quantize_rows gives them.
 Quantized quantize_rows16(const float* x, int64_t m, int64_t x_stride, int64_t k,
-                          int64_t group, bool even_odd) {
+                          int64_t group, bool even_odd, int threads) {
   static thread_local std::vector<int16_t> q;
   static thread_local std::vector<float> d, group_sums;
   int64_t blocks = k / BLOCK, groups = group ? k / group : 0;
   if (static_cast<int64_t>(q.size()) < m * k) q.resize(m * k);
   if (static_cast<int64_t>(d.size()) < m * blocks) d.resize(m * blocks);
   if (static_cast<int64_t>(group_sums.size()) < m * groups) group_sums.resize(m * groups);
+  // Plain pointers, as quantize_rows takes them.
+  int16_t* levels = q.data();
+  float *scales = d.data(), *sums = group_sums.data();
+#pragma omp parallel for schedule(static) num_threads(threads) if (m >= PARALLEL_ROUNDING_ROWS)
   for (int64_t r = 0; r < m; r++)
     for (int64_t b = 0; b < blocks; b++) {
       float sum, scale = quantize_block16(x + r * x_stride + b * BLOCK, even_odd,
-                                          q.data() + r * k + b * BLOCK, &sum);
-      d[r * blocks + b] = scale;
-      if (groups) add_to_group(group_sums.data() + r * groups, b, group, scale, sum);
+                                          levels + r * k + b * BLOCK, &sum);
+      scales[r * blocks + b] = scale;
+      if (groups) add_to_group(sums + r * groups, b, group, scale, sum);
     }
-  return {nullptr, q.data(), nullptr, d.data(), group_sums.data(), nullptr, k, blocks, groups};
+  return {nullptr, levels, nullptr, scales, sums, nullptr, k, blocks, groups};
 }
 
 // 8 int32 sums of 4 products each: maddubs multiplies unsigned bytes by signed ones and
@@ -586,7 +599,7 @@ template <class Levels>
 void cols8_qdot(const uint8_t* bytes, const float* scales, const float* mins, int64_t n,
                 int64_t k, const float* x, int64_t m, int64_t x_stride, float* out,
                 int threads) {
-  Quantized rows = quantize_rows16(x, m, x_stride, k, Levels::MINS ? BLOCK : 0, false);
+  Quantized rows = quantize_rows16(x, m, x_stride, k, Levels::MINS ? BLOCK : 0, false, threads);
   const std::vector<Quantized>& views = row_views(rows, m, COLS8_ROWS);
   const int64_t blocks = k / BLOCK;
   // Each output is one thread's, summed in one order: the thread count changes nothing.
@@ -599,7 +612,131 @@ void cols8_qdot(const uint8_t* bytes, const float* scales, const float* mins, in
                                     views[r / COLS8_ROWS], out + r * n + 8 * g, n);
 }
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// The int8 interleaved formats (WEIGHT_INT4_COLS16, WEIGHT_INT8_COLS16; matmul.h): 16
+// output rows a zmm, each 32-bit lane an output row's 4 levels of 4 inputs as unsigned
+// bytes, so vpdpbusd adds 4 products of an activation row's int8 levels a lane: 64 an
+// instruction, twice vdpbf16ps's 32 (wide steps, where the bf16 panel is bound by its
+// products), from the blocks' own bytes (narrow ones, bound by reading them). Each
+// block's dots are summed in int32 (at most 32 * 255 * 127: exact in float too), then
+// scaled once as cols8_rows scales (int8 weights hold level + 128, their "mins" -128 *
+// scale take the offset back out). One kernel at every width, each output's operations
+// the same whatever the rows beside it: --wide-gemm int8 is batch-invariant.
+struct Int4Cols16 {
+  static constexpr int64_t BLOCK_BYTES = 256;
+  // Octet o's 64 bytes: the low nibbles hold inputs 8o..8o+3, the high ones 8o+4..8o+7.
+  static void quads(const uint8_t* block, int o, __m512i* first, __m512i* second) {
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    __m512i bytes = _mm512_loadu_si512(block + 64 * o);
+    *first = _mm512_and_si512(bytes, nibble);
+    *second = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+  }
+};
+
+struct Int8Cols16 {
+  static constexpr int64_t BLOCK_BYTES = 512;
+  static void quads(const uint8_t* block, int o, __m512i* first, __m512i* second) {
+    *first = _mm512_loadu_si512(block + 128 * o);
+    *second = _mm512_loadu_si512(block + 128 * o + 64);
+  }
+};
+
+// Activation rows a pass over 16 output rows' weights takes: an int32 and a float32
+// accumulator each, 24 of AVX-512's 32 registers. On SmolLM2's shapes, 64 rows, one
+// thread, ~1.4x the bf16 panel's wide tile (AMD EPYC family 25 model 17, Zen 4; an ad-hoc
+// loop of both tiles, session 31; 6 rows by 2 blocks of 16 in the panel's orientation
+// measured the same).
+constexpr int COLS16_ROWS = 12;
+constexpr int64_t COLS16_STRETCH = 8 * COLS16_ROWS;
+
+inline __m512i broadcast_quad(const int8_t* q) {
+  int32_t quad;
+  memcpy(&quad, q, sizeof quad);
+  return _mm512_set1_epi32(quad);
+}
+
+template <int M, class Levels>
+void cols16_rows(const uint8_t* bytes, const float* scales, const float* mins,
+                 const Quantized& x, float* out, int64_t out_stride) {
+  __m512 acc[M];
+  for (int r = 0; r < M; r++) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < x.blocks; b++) {
+    __m512i dot[M];
+    for (int r = 0; r < M; r++) dot[r] = _mm512_setzero_si512();
+    for (int o = 0; o < 4; o++) {
+      __m512i first, second;
+      Levels::quads(bytes + b * Levels::BLOCK_BYTES, o, &first, &second);
+      for (int r = 0; r < M; r++) {
+        const int8_t* q = x.q + r * x.k + b * BLOCK + 8 * o;
+        dot[r] = _mm512_dpbusd_epi32(dot[r], first, broadcast_quad(q));
+        dot[r] = _mm512_dpbusd_epi32(dot[r], second, broadcast_quad(q + 4));
+      }
+    }
+    __m512 scale = _mm512_loadu_ps(scales + b * 16), min = _mm512_loadu_ps(mins + b * 16);
+    for (int r = 0; r < M; r++) {
+      __m512 factor = _mm512_mul_ps(scale, _mm512_set1_ps(x.d[r * x.blocks + b]));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), factor, acc[r]);
+      acc[r] = _mm512_fmadd_ps(min, _mm512_set1_ps(x.group_sums[r * x.groups + b]), acc[r]);
+    }
+  }
+  for (int r = 0; r < M; r++) _mm512_storeu_ps(out + r * out_stride, acc[r]);
+}
+
+template <int M, class Levels>
+void cols16_any(int64_t m, const uint8_t* bytes, const float* scales, const float* mins,
+                const Quantized& x, float* out, int64_t out_stride) {
+  if constexpr (M > 1)
+    if (m < M) return cols16_any<M - 1, Levels>(m, bytes, scales, mins, x, out, out_stride);
+  cols16_rows<M, Levels>(bytes, scales, mins, x, out, out_stride);
+}
+
+template <class Levels>
+void cols16_qdot(const uint8_t* bytes, const float* scales, const float* mins, int64_t n,
+                 int64_t k, const float* x, int64_t m, int64_t x_stride, float* out,
+                 int threads) {
+  // In input order, each block's scale times its levels' sum as its "group" sum.
+  Quantized rows = quantize_rows(x, m, x_stride, k, false, BLOCK, threads);
+  const std::vector<Quantized>& views = row_views(rows, m, COLS16_ROWS);
+  const int64_t blocks = k / BLOCK;
+  // Each output is one thread's, summed in one order: the thread count changes nothing.
+  // A thread's 16 output rows stay in L1 while a stretch of activation rows passes over
+  // them, the stretch (COLS16_STRETCH rows: 144 KB at k = 1536) in L2: a prefill's rows
+  // all at once would be read from memory for every 16 outputs.
+  for (int64_t first = 0; first < m; first += COLS16_STRETCH) {
+    const int64_t last = first + COLS16_STRETCH < m ? first + COLS16_STRETCH : m;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t g = 0; g < n / 16; g++)
+      for (int64_t r = first; r < last; r += COLS16_ROWS)
+        cols16_any<COLS16_ROWS, Levels>(last - r, bytes + g * blocks * Levels::BLOCK_BYTES,
+                                        scales + g * blocks * 16, mins + g * blocks * 16,
+                                        views[r / COLS16_ROWS], out + r * n + 16 * g, n);
+  }
+}
+#endif
+
 }  // namespace
+
+bool cols16_built() {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+void cols16_qdot(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
+                 float* out, int threads) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  const uint8_t* bytes = static_cast<const uint8_t*>(w.data);
+  if (w.format == WEIGHT_INT4_COLS16)
+    cols16_qdot<Int4Cols16>(bytes, w.scales, w.mins, w.n, w.k, x, m, x_stride, out, threads);
+  else
+    cols16_qdot<Int8Cols16>(bytes, w.scales, w.mins, w.n, w.k, x, m, x_stride, out, threads);
+#else
+  // native_layers.py makes these formats only where cols16_kernel() says the build has them.
+  (void)w, (void)x, (void)m, (void)x_stride, (void)out, (void)threads;
+#endif
+}
 
 void cols8_qdot(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                 float* out, int threads) {
@@ -614,7 +751,8 @@ void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, i
                const float* x, int64_t m, int64_t x_stride, bool int16, float* out,
                int threads) {
   Quantized rows =
-      int16 ? quantize_rows16(x, m, x_stride, k, 0, false) : quantize_rows(x, m, x_stride, k, false, 0);
+      int16 ? quantize_rows16(x, m, x_stride, k, 0, false, threads)
+            : quantize_rows(x, m, x_stride, k, false, 0, threads);
   if (group)
     over_outputs(Int8GroupDot{q, scales, group, k}, rows, m, n, out, threads);
   else
@@ -624,8 +762,8 @@ void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, i
 void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, int64_t group,
                int64_t n, int64_t k, const float* x, int64_t m, int64_t x_stride, bool int16,
                float* out, int threads) {
-  Quantized rows = int16 ? quantize_rows16(x, m, x_stride, k, group, true)
-                         : quantize_rows(x, m, x_stride, k, true, group);
+  Quantized rows = int16 ? quantize_rows16(x, m, x_stride, k, group, true, threads)
+                         : quantize_rows(x, m, x_stride, k, true, group, threads);
   over_outputs(Int4Dot{packed, scales, mins, group, k}, rows, m, n, out, threads);
 }
 
@@ -645,5 +783,8 @@ void int4_matmul_q8(const float* x, int64_t m, int64_t x_stride, const uint8_t* 
   int4_qdot(packed, scales, mins, group, n, k, x, m, x_stride, false, out, threads);
 }
 
+
+// 1 where this build has the int8 interleaved kernel (cols16_qdot), else 0.
+int64_t cols16_kernel() { return cols16_built() ? 1 : 0; }
 
 }  // extern "C"

@@ -96,7 +96,9 @@ DTYPE_BY_CPU_CLASS = {
 # (native/bf16.h) where the CPU has bf16 dot products and every width sums alike: the
 # panel GEMM for wide steps, bf16_rows for narrow ones, the same sums for every output,
 # so a request's tokens do not depend on how many others share its step (as float32's).
-# With AMX the tiles sum in their own order, which the rows do not follow.
+# With AMX the tiles sum in their own order, which the rows do not follow. int8 (opt-in):
+# bf16 where a weight has no checkpoint blocks; where it has, every step multiplies them
+# by activations rounded to int8 (one kernel at every width, so batch-invariant too).
 WIDE_GEMM_BY_CPU_CLASS = {
     "amx": Measured(
         "float32",
@@ -110,7 +112,10 @@ WIDE_GEMM_BY_CPU_CLASS = {
         "quiet, one run) 56.4 / 240.5 / 500.0 / 547.3 output tok/s at 1 / 8 / 32 / 64 "
         "streams against --wide-gemm float32's 37.1 / 160.3 / 354.9 / 396.5 and vLLM "
         "bf16's 37.4 / 228.0 / 362.5 / 408.7 (benchmarks/results/peers_zen4.json); "
-        "known-answer perplexity +0.02% off float32's",
+        "known-answer perplexity +0.02% off float32's. int8 (session 31) is faster still "
+        "(decode steps 1.4x at 8-64 rows) but rounds the activations ~6x more coarsely than "
+        "bf16 (known-answer +0.13%; it flips SmolLM2's float32 near-tie on 'What is the "
+        "capital of France?'): opt-in, as quantization is",
     ),
     "avx512": Measured("float32", "no bf16 dot products: the library has no bf16 panel"),
     "avx2": Measured("float32", "no bf16 dot products: the library has no bf16 panel"),

@@ -56,6 +56,7 @@ from maas_services.engine.quantization.checkpoint_blocks import (
     BF16_BLOCKS_ROWS,
     BLOCKS_ROW_KERNEL_ROWS,
     BLOCKS_ROWS,
+    EVERY_STEP,
     CheckpointBlock,
 )
 from maas_services.engine.quantization.int4 import Int4Linear, Int4Weight
@@ -66,13 +67,19 @@ from maas_services.engine.quantization.int8 import Int8Linear, Int8Weight
 _K_MULTIPLE = 8
 _GROUP_MULTIPLE = 32
 # settings.wide_gemm's values once resolved (machine_defaults.py fills in `auto`).
-WIDE_GEMMS = ("float32", "bf16")
+WIDE_GEMMS = ("float32", "bf16", "int8")
 
 
 def wide_bf16_kernel() -> str:
     """The library's bf16 panel GEMM ("avx512_bf16", "amx"), or "" where it has none."""
     lib = bindings.library()
     return "" if lib is None else bindings.WIDE_BF16_KERNELS[lib.wide_bf16_kernel()]
+
+
+def wide_int8_kernel() -> bool:
+    """Whether the library has qdot.cpp's wide int8 kernel (cols16_qdot: AVX512-VNNI)."""
+    lib = bindings.library()
+    return lib is not None and bool(lib.cols16_kernel())
 
 
 def unavailable(model: LlamaForCausalLM) -> str | None:
@@ -92,8 +99,10 @@ class Native(ComputePath):
     """The native halves for every layer that takes them, and the one-call decode step
     where every layer does (one_call False: three calls a layer, the benchmark's A/B;
     wide_gemm: WIDE_GEMMS' choice for wide steps, float32 where the library has no bf16;
-    blocks: checkpoint_blocks' blocks for steps of up to BLOCKS_ROWS rows, by module;
-    blocks_int16: their row kernel on activations rounded to int16)."""
+    int8: bf16, but the blocks beside the copies serve wide steps too, int8 activations,
+    where the library has that kernel; blocks: checkpoint_blocks' blocks for steps of up
+    to BLOCKS_ROWS rows, by module; blocks_int16: their row kernel on activations rounded
+    to int16)."""
 
     name = "native"
 
@@ -108,18 +117,24 @@ class Native(ComputePath):
     ):
         super().__init__(reason)
         blocks = blocks or {}
-        kernel = wide_bf16_kernel() if wide_gemm == "bf16" else ""
-        self.wide_gemm = "bf16" if kernel else "float32"
-        if wide_gemm == "bf16":
-            self._wide_gemm_kernel = kernel or "none: this CPU's library has no bf16 panel"
-        else:
+        kernel = wide_bf16_kernel() if wide_gemm in ("bf16", "int8") else ""
+        wide_int8 = bool(kernel) and wide_gemm == "int8" and wide_int8_kernel()
+        self.wide_gemm = "int8" if wide_int8 else "bf16" if kernel else "float32"
+        if wide_gemm == "float32":
             self._wide_gemm_kernel = "float32 panel"
+        elif not kernel:
+            self._wide_gemm_kernel = "none: this CPU's library has no bf16 panel"
+        elif wide_gemm == "int8" and not wide_int8:
+            self._wide_gemm_kernel = f"{kernel}: this CPU's library has no wide int8 kernel"
+        else:
+            blocks_kernel = f"avx512_vnni int8 on the checkpoint's blocks, {kernel} without them"
+            self._wide_gemm_kernel = blocks_kernel if wide_int8 else kernel
         # Keyed by the layer module: a layer of another model (a copy) finds none here
         # and runs its torch halves.
         self._halves: dict[DecoderLayer, NativeHalves] = {}
         if unavailable(model) is None:
             for layer in model.model.layers:
-                halves = NativeHalves.of(layer, bool(kernel), blocks, blocks_int16)
+                halves = NativeHalves.of(layer, bool(kernel), blocks, blocks_int16, wide_int8)
                 if halves is not None:
                     self._halves[layer] = halves
         self.native_layers = len(self._halves)
@@ -131,8 +146,11 @@ class Native(ComputePath):
         self._loras: NativeLoraStack | None = None
         # The LM head in bf16 too where the layers' matmuls are, and from its blocks
         # where it has them (NativeHead).
-        bf16 = self.wide_gemm == "bf16"
-        self._head = NativeHead.of(model, bf16, blocks, blocks_int16) if bf16 or blocks else None
+        bf16 = bool(kernel)
+        head = (
+            NativeHead.of(model, bf16, blocks, blocks_int16, wide_int8) if bf16 or blocks else None
+        )
+        self._head = head
         self.extra_bytes = sum(h.copy_bytes for h in self._halves.values())
         self.extra_bytes += 0 if self._head is None else self._head.copy_bytes
         weights = [w for h in self._halves.values() for w in h.weights()]
@@ -268,9 +286,42 @@ def _cols8(block: CheckpointBlock, kept: list) -> tuple:
     )
 
 
+def _cols16(block: CheckpointBlock, kept: list) -> tuple:
+    """A checkpoint's block of 32 inputs (int4 or int8) as matmul.h's wide interleaved
+    format, 16 output rows a vector; its format, data, scales, mins and group. Made once at
+    load."""
+    if isinstance(block, Int4Weight):
+        n, k = block.packed.shape[0], 2 * block.packed.shape[1]
+        levels = torch.stack((block.packed & 0x0F, block.packed >> 4), dim=-1).reshape(n, k)
+        # [row group, row, block, octet, half, input] -> [.., block, octet, row, half, input]
+        octets = levels.view(n // 16, 16, k // 32, 4, 2, 4).permute(0, 2, 3, 1, 4, 5)
+        data, scales, mins = octets[..., 0, :] | (octets[..., 1, :] << 4), block.scales, block.mins
+        fmt = bindings.INT4_COLS16
+    else:
+        n, k = block.q.shape
+        # Unsigned for vpdpbusd: level + 128, the offset taken back out as a minimum.
+        shifted = (block.q.to(torch.int16) + 128).to(torch.uint8)
+        # [row group, row, block, quad, input] -> [row group, block, quad, row, input]
+        data = shifted.view(n // 16, 16, k // 32, 8, 4).permute(0, 2, 3, 1, 4)
+        scales, mins, fmt = block.scale, -128.0 * block.scale, bindings.INT8_COLS16
+
+    def by_block(t: torch.Tensor) -> torch.Tensor:
+        return t.view(n // 16, 16, k // 32).transpose(1, 2).contiguous()
+
+    return (
+        fmt,
+        _tensor(data.contiguous(), torch.uint8, kept),
+        _tensor(by_block(scales), torch.float32, kept),
+        _tensor(by_block(mins), torch.float32, kept),
+        32,
+    )
+
+
 def _reach(weight: bindings.Weight) -> str:
     """Which steps read weight's checkpoint blocks, and how, as _keep_blocks set it up."""
     blocks = bindings.Weight.from_address(weight.blocks)
+    if blocks.format in (bindings.INT4_COLS16, bindings.INT8_COLS16):
+        return "at every step (their int8 kernel, interleaved, int8 activations)"
     layout = ", interleaved" if blocks.format in (bindings.INT4_COLS8, bindings.INT8_COLS8) else ""
     activations = "int16" if blocks.integer16 else "float32"
     return (
@@ -280,15 +331,29 @@ def _reach(weight: bindings.Weight) -> str:
 
 
 def _keep_blocks(
-    weight: bindings.Weight, block: CheckpointBlock, kept: list, int16: bool = False
+    weight: bindings.Weight,
+    block: CheckpointBlock,
+    kept: list,
+    int16: bool = False,
+    wide_int8: bool = False,
 ) -> int:
     """Points weight's steps at the checkpoint's block (a Weight of its own, kept; int16:
-    its row kernel on activations rounded to int16); returns the block's bytes, or 0 where
-    no native format takes it."""
-    # Beside a bf16 copy (--wide-gemm bf16), the blocks serve only narrow steps, through
-    # the interleaved layout's int16 kernel where it takes them (no row-major panel).
-    rows = BF16_BLOCKS_ROWS if weight.bf16 else BLOCKS_ROWS
-    interleaved = weight.bf16 and int16 and block.group_size == 32 and weight.n % 8 == 0
+    its row kernel on activations rounded to int16; wide_int8: every step through the
+    int8 kernel, where it takes the block); returns the bytes kept for it, or 0 where no
+    native format takes it."""
+    first = len(kept)
+    if wide_int8 and _wide_int8_takes(block, weight.n):
+        # Every width through one kernel: a row's sums do not depend on its step's width.
+        described = bindings.Weight(*_cols16(block, kept), weight.bias, weight.n, weight.k)
+        kept.append(described)
+        weight.blocks = ctypes.addressof(described)
+        weight.blocks_rows = weight.blocks_row_rows = EVERY_STEP
+        return sum(t.nbytes for t in kept[first:] if isinstance(t, torch.Tensor))
+    # Where wide steps are bf16's (--wide-gemm bf16), the blocks serve only narrow steps,
+    # through the interleaved layout's int16 kernel where it takes them (no row-major
+    # panel).
+    rows = BF16_BLOCKS_ROWS if weight.wide_bf16 else BLOCKS_ROWS
+    interleaved = weight.wide_bf16 and int16 and block.group_size == 32 and weight.n % 8 == 0
     row_kernel_rows = rows if interleaved else min(rows, BLOCKS_ROW_KERNEL_ROWS)
     parts = _cols8(block, kept) if interleaved else _quantized(block, kept)
     if None in parts or parts[4] % _GROUP_MULTIPLE:
@@ -299,13 +364,21 @@ def _keep_blocks(
     kept.append(described)
     weight.blocks = ctypes.addressof(described)
     weight.blocks_rows, weight.blocks_row_rows = rows, row_kernel_rows
-    return sum(t.nbytes for t in vars(block).values() if isinstance(t, torch.Tensor))
+    return sum(t.nbytes for t in kept[first:] if isinstance(t, torch.Tensor))
 
 
-def _weight(module: nn.Module, kept: list, wide_bf16: bool) -> tuple[bindings.Weight | None, int]:
+def _wide_int8_takes(block: CheckpointBlock | None, n: int) -> bool:
+    """Whether _keep_blocks with wide_int8 serves every step of a weight of n rows from
+    this block (so the weight needs no bf16 copy)."""
+    return block is not None and block.group_size == 32 and n % 16 == 0
+
+
+def _weight(
+    module: nn.Module, kept: list, wide_bf16: bool, with_copy: bool = True
+) -> tuple[bindings.Weight | None, int]:
     """The projection in matmul.h's terms, or None if no native format holds it, and the
     bytes of the copy it keeps; wide_bf16: its wide steps in bf16 (a float32 weight's bf16
-    copy joins kept)."""
+    copy joins kept, unless not with_copy: its blocks serve every step)."""
     n, k = module.out_features, module.in_features
     bias = getattr(module, "bias", None)
     bias_ptr = 0 if bias is None else _tensor(bias, torch.float32, kept)
@@ -326,7 +399,7 @@ def _weight(module: nn.Module, kept: list, wide_bf16: bool) -> tuple[bindings.We
     integer = getattr(module, "int8_activations", False)
     integer_rows = cpu_kernel.MAX_INTEGER_ROW_KERNEL_ROWS if integer else 0
     bf16_copy, copy_bytes = 0, 0
-    if wide_bf16 and parts[0] == bindings.FLOAT32:
+    if wide_bf16 and with_copy and parts[0] == bindings.FLOAT32:
         # torch rounds to nearest even, as the kernel's activations are rounded.
         copy = module.weight.detach().to(torch.bfloat16)
         bf16_copy, copy_bytes = _tensor(copy, torch.bfloat16, kept), copy.nbytes
@@ -339,12 +412,19 @@ def _describe(
     wide_bf16: bool,
     blocks: dict[nn.Module, CheckpointBlock],
     blocks_int16: bool,
+    wide_int8: bool,
 ) -> "NativeHalves | None":
     """The layer in layer.cpp's terms, or None where a projection or norm is in no native
-    format; blocks: the checkpoint's blocks, by module (blocks_int16: _keep_blocks' int16)."""
+    format; blocks: the checkpoint's blocks, by module (blocks_int16, wide_int8:
+    _keep_blocks' int16 and wide_int8)."""
     attn, mlp, kept = layer.self_attn, layer.mlp, []
     projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-    described = [_weight(m, kept, wide_bf16) for m in projections]
+
+    def with_copy(module: nn.Module) -> bool:
+        takes = _wide_int8_takes(blocks.get(module), module.out_features)
+        return not (wide_int8 and takes)
+
+    described = [_weight(m, kept, wide_bf16, with_copy(m)) for m in projections]
     weights = [weight for weight, _ in described]
     norms = [
         _tensor(n.weight, torch.float32, kept)
@@ -358,7 +438,8 @@ def _describe(
     copy_bytes = sum(copy for _, copy in described)
     for module, weight in zip(projections, weights, strict=True):
         block = blocks.get(module)
-        copy_bytes += 0 if block is None else _keep_blocks(weight, block, kept, blocks_int16)
+        if block is not None:
+            copy_bytes += _keep_blocks(weight, block, kept, blocks_int16, wide_int8)
     structure = bindings.Layer(
         *weights,
         *norms,
@@ -414,12 +495,13 @@ class NativeHalves:
         wide_bf16: bool = False,
         blocks: dict[nn.Module, CheckpointBlock] | None = None,
         blocks_int16: bool = False,
+        wide_int8: bool = False,
     ) -> "NativeHalves | None":
         """The layer's halves (wide steps in bf16 if asked: the library must have it; steps
         of up to BLOCKS_ROWS rows from the checkpoint's blocks where blocks has them, their
-        row kernel on int16 activations where blocks_int16), or None where they do not
-        apply to it."""
-        return _describe(layer, wide_bf16, blocks or {}, blocks_int16)
+        row kernel on int16 activations where blocks_int16, wider ones from them too, int8
+        activations, where wide_int8), or None where they do not apply to it."""
+        return _describe(layer, wide_bf16, blocks or {}, blocks_int16, wide_int8)
 
     def inputs(
         self,
@@ -565,19 +647,24 @@ class NativeHead:
     __slots__ = ("weight", "copy_bytes", "_kept", "_address", "_rows")
 
     def __init__(
-        self, weight: torch.Tensor, bf16: bool, block: CheckpointBlock | None, int16: bool = False
+        self,
+        weight: torch.Tensor,
+        bf16: bool,
+        block: CheckpointBlock | None,
+        int16: bool = False,
+        wide_int8: bool = False,
     ):
         n, k = weight.shape
         self._kept: list = [weight]
         self.copy_bytes, copy = 0, 0
-        if bf16:
+        if bf16 and not (wide_int8 and _wide_int8_takes(block, n)):
             rounded = weight.detach().to(torch.bfloat16)  # nearest even, as the activations
             copy, self.copy_bytes = _tensor(rounded, torch.bfloat16, self._kept), rounded.nbytes
         self.weight = bindings.Weight(
             bindings.FLOAT32, weight.data_ptr(), 0, 0, 0, 0, n, k, 0, int(bf16), copy
         )
         if block is not None:
-            self.copy_bytes += _keep_blocks(self.weight, block, self._kept, int16)
+            self.copy_bytes += _keep_blocks(self.weight, block, self._kept, int16, wide_int8)
         self._address = ctypes.addressof(self.weight)
         self._rows = n
 
@@ -593,8 +680,10 @@ class NativeHead:
         bf16: bool,
         blocks: dict[nn.Module, CheckpointBlock],
         blocks_int16: bool = False,
+        wide_int8: bool = False,
     ) -> "NativeHead | None":
-        """The model's head in bf16 and/or with its blocks (blocks_int16: _keep_blocks'),
+        """The model's head in bf16 and/or with its blocks (blocks_int16, wide_int8:
+        _keep_blocks'),
         or None where neither applies or it is not a float32 weight (a quantized head keeps
         its own kernels)."""
         tied = model.lm_head is None
@@ -607,7 +696,7 @@ class NativeHead:
         block = blocks.get(module)
         if not bf16 and block is None:
             return None
-        return cls(weight, bf16, block, blocks_int16)
+        return cls(weight, bf16, block, blocks_int16, wide_int8)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden.contiguous()

@@ -19,7 +19,9 @@ packed activations (64 rows x 1536 inputs: 393 KB) and the dequantized panel
 Beside a weight's bf16 copy (--wide-gemm bf16) the blocks serve steps of up to
 BF16_BLOCKS_ROWS rows instead, all through an int16 kernel over a copy of them
 with 8 output rows interleaved (native_layers._cols8), and wider steps read the
-bf16 copy (docs/engine.md, "The blocks beside bf16 copies").
+bf16 copy (docs/engine.md, "The blocks beside bf16 copies"). With --wide-gemm
+int8 they serve every step instead of a bf16 copy, on activations rounded to
+int8, through a copy with 16 output rows interleaved (native_layers._cols16).
 
 Measured on SmolLM2 (AMD EPYC family 25 model 1, Zen 3, avx2, 2 threads), session
 25: all 121 weights (ad-hoc harness over native/matmul.cpp's C entries, the real
@@ -51,6 +53,8 @@ BLOCKS_ROW_KERNEL_ROWS = 8
 # model 17, Zen 4, avx512_bf16 + avx512_vnni; session 30, docs/engine.md): 2.15x / 2.18x /
 # 1.87x / 1.54x / 1.29x / 1.22x faster at 1 / 4 / 6 / 8 / 10 / 12 rows, 0.94x at 16.
 BF16_BLOCKS_ROWS = 12
+# With --wide-gemm int8 every step reads the blocks (qdot.cpp's int8 kernel, cols16_qdot).
+EVERY_STEP = 1 << 62
 
 CheckpointBlock = Int4Weight | Int8Weight
 

@@ -24,10 +24,10 @@ def test_bf16_and_amx_flags_are_added_only_for_cpus_that_have_them():
     assert native.build_flags(SAPPHIRE_RAPIDS)[-2:] == ("-mamx-tile", "-mamx-bf16")
     # AMX without AVX-512's bf16 (no such CPU) would get no tiles: each level needs the last.
     assert "-mamx-tile" not in native.build_flags(AVX512 | {"amx_tile", "amx_bf16"})
-    # VNNI's int16 dot products on top of whichever level a CPU reached.
-    vnni = ("-mavx512vl", "-mavx512vnni")
+    # VNNI's int16 and int8 dot products on top of whichever level a CPU reached.
+    vnni = ("-mavx512vl", "-mavx512bw", "-mavx512vnni")
     assert native.build_flags(ZEN4 | {"avx512_vnni"}) == (*native.build_flags(ZEN4), *vnni)
-    assert native.build_flags(AVX512 | {"avx512_vnni"})[-2:] == vnni
+    assert native.build_flags(AVX512 | {"avx512_vnni"})[-3:] == vnni
     assert "-mavx512vnni" not in native.build_flags(AVX2 | {"avx512_vnni"})
     names = {native._name(native.build_flags(f)) for f in (AVX2, AVX512, ZEN4, SAPPHIRE_RAPIDS)}
     assert len(names) == 4
