@@ -118,17 +118,19 @@ class Native(ComputePath):
         super().__init__(reason)
         blocks = blocks or {}
         kernel = wide_bf16_kernel() if wide_gemm in ("bf16", "int8") else ""
-        wide_int8 = bool(kernel) and wide_gemm == "int8" and wide_int8_kernel()
+        wide_int8 = wide_gemm == "int8" and wide_int8_kernel()
         self.wide_gemm = "int8" if wide_int8 else "bf16" if kernel else "float32"
-        if wide_gemm == "float32":
+        others = kernel or "float32 panel"
+        if wide_int8:
+            self._wide_gemm_kernel = (
+                f"avx512_vnni int8 on the checkpoint's blocks, {others} without"
+            )
+        elif wide_gemm == "float32":
             self._wide_gemm_kernel = "float32 panel"
-        elif not kernel:
-            self._wide_gemm_kernel = "none: this CPU's library has no bf16 panel"
-        elif wide_gemm == "int8" and not wide_int8:
-            self._wide_gemm_kernel = f"{kernel}: this CPU's library has no wide int8 kernel"
+        elif wide_gemm == "int8":
+            self._wide_gemm_kernel = f"{others}: this CPU's library has no int8 kernel"
         else:
-            blocks_kernel = f"avx512_vnni int8 on the checkpoint's blocks, {kernel} without them"
-            self._wide_gemm_kernel = blocks_kernel if wide_int8 else kernel
+            self._wide_gemm_kernel = kernel or "none: this CPU's library has no bf16 panel"
         # Keyed by the layer module: a layer of another model (a copy) finds none here
         # and runs its torch halves.
         self._halves: dict[DecoderLayer, NativeHalves] = {}

@@ -66,10 +66,11 @@ class EngineSettings(ServiceSettings):
         "or bf16 (activations and weights rounded to bf16, float32 sums, the same sums "
         "whatever the width; a CPU with AVX512-BF16 or AMX, float32 elsewhere; a float32 "
         "weight keeps a bf16 copy, half its bytes again, counted in the KV budget), or int8 "
-        "(opt-in): bf16, except that a weight with its checkpoint's blocks (--kernel-weights "
-        "checkpoint) multiplies every step by them on activations rounded to int8 per block "
-        "of 32 (kernels/native/qdot.cpp's int8 kernel, a CPU with AVX512-VNNI; no bf16 copy; "
-        "~6x bf16's rounding of the activations, the same at every width); auto = per CPU "
+        "(opt-in): a weight with its checkpoint's blocks (--kernel-weights checkpoint) "
+        "multiplies every step by them on activations rounded to int8 per block of 32 "
+        "(kernels/native/qdot.cpp's int8 kernel, a CPU with AVX512-VNNI; no bf16 copy; ~6x "
+        "bf16's rounding of the activations, the same at every width), the others as bf16 "
+        "(float32 without AVX512-BF16); auto = per CPU "
         "class, from a measured table (services/engine/machine_defaults.py)",
     )
     kernel_weights: Literal["auto", "float32", "checkpoint"] = Field(
