@@ -24,7 +24,8 @@ peak of its own arithmetic (float32: torch.mm and the float32 panel; bf16: the
 bf16 panel). --gemm-rows-ab 8 32 64 256 first times the panels alone: layer 0's
 four projections (SmolLM2's shapes, the model's weights) per wide GEMM at those
 rows, interleaved, at 1 thread (thread CPU: robust to a shared machine) and at
---threads (wall).
+--threads (wall). int8 (--wide-gemm int8, opt-in) runs every step from the GGUF's
+own blocks through the int8 kernel; its peak is that kernel's on the same half.
 """
 
 import argparse
@@ -41,6 +42,7 @@ from maas_services.engine.machine_defaults import use_core_omp
 use_core_omp()  # the core's OpenMP, before torch loads it
 
 import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 from benchmarks.machine import load_average_1m, machine  # noqa: E402
 from benchmarks.order import in_turn  # noqa: E402
@@ -53,6 +55,10 @@ from maas_services.engine.loader import load_model  # noqa: E402
 from maas_services.engine.model_config import ModelConfig  # noqa: E402
 from maas_services.engine.native_layers import WIDE_GEMMS, Native, NativeHalves  # noqa: E402
 from maas_services.engine.quantization import cpu_kernel  # noqa: E402
+from maas_services.engine.quantization.checkpoint_blocks import (  # noqa: E402
+    CheckpointBlock,
+    checkpoint_blocks,
+)
 from maas_services.engine.quantization.config import QuantizationConfig  # noqa: E402
 
 
@@ -94,13 +100,31 @@ def attention_flops(config: ModelConfig, contexts: list[int]) -> int:
 
 
 # The peak samples of each wide GEMM's arithmetic.
-PEAK_KINDS = {"float32": ("torch_mm", "panel_gemm"), "bf16": ("panel_gemm_bf16",)}
+PEAK_KINDS = {
+    "float32": ("torch_mm", "panel_gemm"),
+    "bf16": ("panel_gemm_bf16",),
+    "int8": ("int8_kernel",),
+}
 
 
-def layer_halves(model, wide_gemms: list[str]) -> dict[str, NativeHalves | None]:
-    """Layer 0's native halves with each wide GEMM (they keep that layer alive)."""
+def layer_halves(
+    model, wide_gemms: list[str], blocks: dict[nn.Module, CheckpointBlock]
+) -> dict[str, NativeHalves | None]:
+    """Layer 0's native halves with each wide GEMM (they keep that layer alive); int8's
+    from the checkpoint's blocks."""
     layer = model.model.layers[0]
-    return {w: NativeHalves.of(layer, wide_bf16=w == "bf16") for w in wide_gemms}
+    return {
+        w: NativeHalves.of(
+            layer, w != "float32", blocks if w == "int8" else None, False, w == "int8"
+        )
+        for w in wide_gemms
+    }
+
+
+def native_path(model, wide_gemm: str, blocks: dict[nn.Module, CheckpointBlock]) -> Native:
+    """The decode steps' compute path for a wide GEMM (int8: with the blocks)."""
+    int8 = wide_gemm == "int8"
+    return Native(model, wide_gemm, wide_gemm=wide_gemm, blocks=blocks if int8 else None)
 
 
 class Peak:
@@ -110,8 +134,8 @@ class Peak:
     sample down.
     """
 
-    def __init__(self, model, config: ModelConfig, args: argparse.Namespace):
-        self.halves = layer_halves(model, args.wide_gemms)
+    def __init__(self, model, config: ModelConfig, args: argparse.Namespace, blocks: dict):
+        self.halves = layer_halves(model, args.wide_gemms, blocks)
         self.config, self.args = config, args
         kinds = [kind for w in args.wide_gemms for kind in PEAK_KINDS[w]]
         self.samples: dict[str, dict[str, list[float]]] = {
@@ -198,10 +222,10 @@ def run_projections(projections: list, threads: int) -> None:
         )
 
 
-def gemm_ab(model, args: argparse.Namespace) -> dict:
+def gemm_ab(model, args: argparse.Namespace, blocks: dict) -> dict:
     """GFLOP/s of layer 0's four projections per wide GEMM at each of --gemm-rows-ab rows:
     1 thread by thread CPU, --threads by wall, best of --repeats, the sides interleaved."""
-    halves = layer_halves(model, args.wide_gemms)
+    halves = layer_halves(model, args.wide_gemms, blocks)
     clocks = {"1_thread_cpu": (1, time.thread_time)}
     clocks[f"{args.threads}_threads_wall"] = (args.threads, time.perf_counter)
     results: dict[str, dict] = {}
@@ -275,13 +299,13 @@ def main() -> None:
             model, config = load_model(
                 path, torch.float32, progress=False, quantization=QuantizationConfig(format_, 64)
             )
-        gemm[format_] = gemm_ab(model, args)
+        gemm[format_] = gemm_ab(model, args, checkpoint_blocks(model, path))
     if loaded != "none":
         loaded = "none"
         del model
         gc.collect()
         model, config = load_model(path, torch.float32, progress=False)
-    peak = Peak(model, config, args)
+    peak = Peak(model, config, args, checkpoint_blocks(model, path))
     decode: dict[str, dict] = {}
     for format_ in args.formats:
         if format_ != loaded:
@@ -295,7 +319,8 @@ def main() -> None:
         for batch in args.batches:
             steps = args.rounds * args.steps * len(args.wide_gemms)
             engine = decoding_engine(model, config, tokenizer, batch, args.prompt_len, steps)
-            paths = {w: Native(engine.runner.model, w, wide_gemm=w) for w in args.wide_gemms}
+            blocks = checkpoint_blocks(engine.runner.model, path)
+            paths = {w: native_path(engine.runner.model, w, blocks) for w in args.wide_gemms}
             row = decode_steps(engine, config, peak, args.rounds, args.steps, paths)
             decode.setdefault(format_, {})[str(batch)] = row
             print(json.dumps({"format": format_, "batch": batch} | row), flush=True)
@@ -305,12 +330,13 @@ def main() -> None:
         for row in rows.values():
             for w in args.wide_gemms:
                 row[w]["of_peak"] = round(row[w]["achieved_gflops"] / peaks[w], 3)
-    if len(args.wide_gemms) == 2:
-        for rows in decode.values():
-            for row in rows.values():
-                row["bf16_over_float32_tokens_per_s"] = round(
-                    row["bf16"]["tokens_per_s"] / row["float32"]["tokens_per_s"], 3
-                )
+    for faster, base in (("bf16", "float32"), ("int8", "bf16")):
+        if faster in args.wide_gemms and base in args.wide_gemms:
+            for rows in decode.values():
+                for row in rows.values():
+                    row[f"{faster}_over_{base}_tokens_per_s"] = round(
+                        row[faster]["tokens_per_s"] / row[base]["tokens_per_s"], 3
+                    )
     result |= {
         "gemm": gemm,
         "peak": peak.summary(),
