@@ -55,7 +55,10 @@ def machine_defaults(engine_log: Path) -> str:
             for what, setting in (("matmuls", "wide_gemm"), ("KV cache", "kv_cache_dtype"))
             if entry.get(setting) == "bf16"
         ]
-        dtype = entry["dtype"] + (f" (bf16 {' and '.join(narrowed)})" if narrowed else "")
+        notes = [f"bf16 {' and '.join(narrowed)}"] if narrowed else []
+        if entry.get("wide_gemm") == "int8":  # opt-in (--wide-gemm int8)
+            notes.append("int8 activations on the checkpoint's blocks")
+        dtype = entry["dtype"] + (f" ({', '.join(notes)})" if notes else "")
         return (
             f"engine on {entry['cpu_model']} ({' '.join(entry['cpu_flags']) or 'no SIMD flags'}"
             f"{', ' + entry['gpu'] if entry['gpu'] else ''}): {dtype}, "

@@ -223,3 +223,10 @@ def test_maas_up_shows_the_engines_choices_from_its_log(tmp_path):
     zen5 = resolve(parse_settings(EngineSettings, [], "engine"), ZEN5, False, {})
     log.write_text(json.dumps({"event": "engine_machine_defaults", **zen5.log_fields(ZEN5)}))
     assert "): float32 (bf16 matmuls and KV cache), compute threads" in machine_defaults(log)
+    # The opt-in int8 activations, too.
+    int8 = resolve(
+        parse_settings(EngineSettings, ["--wide-gemm", "int8"], "engine"), ZEN5, False, {}
+    )
+    log.write_text(json.dumps({"event": "engine_machine_defaults", **int8.log_fields(ZEN5)}))
+    shown = machine_defaults(log)
+    assert "float32 (bf16 KV cache, int8 activations on the checkpoint's blocks)" in shown
