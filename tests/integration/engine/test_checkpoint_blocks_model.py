@@ -235,3 +235,31 @@ def test_the_engine_keeps_the_blocks_when_asked_and_counts_their_bytes(smollm_pa
     while engine.has_work:
         text += "".join(out.text for out in engine.step())
     assert "Paris" in text
+
+
+@pytest.mark.skipif(not wide_int8_kernel(), reason="the library has no int8 kernel")
+@needs_bf16_panel
+def test_an_int8_engine_keeps_only_the_blocks_and_answers_alike_from_its_prefix_cache(
+    smollm_path, tokenizer
+):
+    """--wide-gemm int8 through the engine's settings: the blocks are its only extra bytes,
+    and a prompt answered again from the prefix cache (its last tokens a narrow step)
+    gets the answer its first, wide prefill gave (one kernel at every width)."""
+    base = dict(model_path=str(smollm_path), kv_cache_memory=8 * 1024**2, max_model_len=512)
+    engine = build_engine(EngineSettings(**base, kernel_weights="checkpoint", wide_gemm="int8"))
+    path = engine.runner.path
+    assert path.describe()["wide_gemm"] == "int8"
+    float32 = build_engine(EngineSettings(**base, kernel_weights="float32", wide_gemm="float32"))
+    # The Q4_1 projections and the Q8_0 head with its offset's minimums: no bf16 copies.
+    assert 100e6 < path.extra_bytes - float32.runner.path.extra_bytes < 120e6
+    prompt = chat_prompt(tokenizer, QUESTIONS[0])
+    answers, hits = [], 0
+    for request in ("first", "cached"):
+        engine.add_request(request, prompt, SamplingParams(temperature=0, max_tokens=12))
+        tokens = []
+        while engine.has_work:
+            tokens += [t for out in engine.step() for t in out.token_ids]
+            hits += engine.last_stats.prefix_hit_tokens
+        answers.append(tokens)
+    assert hits >= len(prompt) // 2  # the second prompt mostly from the cache
+    assert answers[0] and answers[1] == answers[0]
