@@ -89,8 +89,9 @@ class EngineSettings(ServiceSettings):
         description="the activations the checkpoint's blocks (--kernel-weights checkpoint) "
         "multiply in their row kernel, up to 8 rows: float32, or int16: rounded per block "
         "of 32 (each moves by at most 1/65534 of its block's largest, finer than bf16) for "
-        "integer dot products (kernels/native/qdot.cpp); auto = per CPU class, from a "
-        "measured table (services/engine/machine_defaults.py)",
+        "integer dot products (kernels/native/qdot.cpp; --wide-gemm int8 rounds every step's "
+        "to int8 instead); auto = per CPU class, from a measured table "
+        "(services/engine/machine_defaults.py)",
     )
     kv_cache_dtype: Literal["auto", "model", "bf16"] = Field(
         "auto",
