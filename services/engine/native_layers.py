@@ -344,13 +344,15 @@ def _keep_blocks(
     int8 kernel, where it takes the block); returns the bytes kept for it, or 0 where no
     native format takes it."""
     first = len(kept)
-    if wide_int8 and _wide_int8_takes(block, weight.n):
+    wide = _cols16(block, kept) if wide_int8 and _wide_int8_takes(block, weight.n) else None
+    if wide is not None and None not in wide:
         # Every width through one kernel: a row's sums do not depend on its step's width.
-        described = bindings.Weight(*_cols16(block, kept), weight.bias, weight.n, weight.k)
+        described = bindings.Weight(*wide, weight.bias, weight.n, weight.k)
         kept.append(described)
         weight.blocks = ctypes.addressof(described)
         weight.blocks_rows = weight.blocks_row_rows = EVERY_STEP
         return sum(t.nbytes for t in kept[first:] if isinstance(t, torch.Tensor))
+    del kept[first:]  # a layout no kernel can read (a tensor of another dtype) is not kept
     # Where wide steps are bf16's (--wide-gemm bf16), the blocks serve only narrow steps,
     # through the interleaved layout's int16 kernel where it takes them (no row-major
     # panel).
