@@ -699,8 +699,10 @@ void native_linear(const NativeWeight& w, const float* x, int64_t m, int64_t x_s
   bool integer_dot = m <= w.integer_rows && k % 32 == 0;
   if (w.format == WEIGHT_INT4_COLS8 || w.format == WEIGHT_INT8_COLS8) {
     cols8_qdot(w, x, m, x_stride, out, threads);
+#ifdef COLS16_KERNEL
   } else if (w.format == WEIGHT_INT4_COLS16 || w.format == WEIGHT_INT8_COLS16) {
     cols16_qdot(w, x, m, x_stride, out, threads);
+#endif
   } else if (integer_dot && w.format == WEIGHT_INT8) {
     int8_qdot(static_cast<const int8_t*>(w.data), w.scales, w.group, w.n, k, x, m, x_stride,
               w.integer16, out, threads);

@@ -91,10 +91,13 @@ void int8_qdot(const int8_t* q, const float* scales, int64_t group, int64_t n, i
 void cols8_qdot(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                 float* out, int threads);
 // The same for an int8 interleaved weight (WEIGHT_*_COLS16), on activations rounded to
-// int8; only where cols16_built() (AVX512-VNNI).
-bool cols16_built();
+// int8: built only where the compiler targets AVX512-VNNI and AVX512BW (vpdpbusd on
+// 512-bit vectors); elsewhere it does not exist and cols16_kernel() says 0.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define COLS16_KERNEL 1
 void cols16_qdot(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                  float* out, int threads);
+#endif
 void int4_qdot(const uint8_t* packed, const float* scales, const float* mins, int64_t group,
                int64_t n, int64_t k, const float* x, int64_t m, int64_t x_stride, bool int16,
                float* out, int threads);

@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
 #include <vector>
 
 #include "matmul.h"
@@ -478,22 +479,25 @@ const std::vector<Quantized>& row_views(const Quantized& x, int64_t m, int64_t r
   return views;
 }
 
+// pass(std::integral_constant<int, M>) for M = min(m, MAX): a pass's row count as a
+// constant, so that each count has its own unrolled kernel.
+template <int MAX, class Pass>
+void with_rows(int64_t m, const Pass& pass) {
+  if constexpr (MAX > 1)
+    if (m < MAX) return with_rows<MAX - 1>(m, pass);
+  pass(std::integral_constant<int, MAX>{});
+}
+
 template <class Dot>
 void over_outputs(const Dot& dot, const Quantized& x, int64_t m, int64_t n, float* out,
                   int threads) {
   const std::vector<Quantized>& views = row_views(x, m, ROWS);
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t col = 0; col < n; col++)
-    for (int64_t r = 0; r < m; r += ROWS) {
-      const Quantized& rows = views[r / ROWS];
-      float* o = out + r * n + col;
-      switch (m - r < ROWS ? m - r : ROWS) {
-        case 4: dot.template run<4>(col, rows, o, n); break;
-        case 3: dot.template run<3>(col, rows, o, n); break;
-        case 2: dot.template run<2>(col, rows, o, n); break;
-        default: dot.template run<1>(col, rows, o, n); break;
-      }
-    }
+    for (int64_t r = 0; r < m; r += ROWS)
+      with_rows<ROWS>(m - r, [&](auto rows) {
+        dot.template run<decltype(rows)::value>(col, views[r / ROWS], out + r * n + col, n);
+      });
 }
 
 // The interleaved formats (WEIGHT_INT4_COLS8, WEIGHT_INT8_COLS8; matmul.h): 8 output rows
@@ -586,14 +590,6 @@ void cols8_rows(const uint8_t* bytes, const float* scales, const float* mins,
   for (int r = 0; r < M; r++) _mm256_storeu_ps(out + r * out_stride, acc[r]);
 }
 
-template <int M, class Levels>
-void cols8_any(int64_t m, const uint8_t* bytes, const float* scales, const float* mins,
-               const Quantized& x, float* out, int64_t out_stride) {
-  if constexpr (M > 1)
-    if (m < M) return cols8_any<M - 1, Levels>(m, bytes, scales, mins, x, out, out_stride);
-  cols8_rows<M, Levels>(bytes, scales, mins, x, out, out_stride);
-}
-
 // out [m, n] from an interleaved weight's arrays (mins null for int8).
 template <class Levels>
 void cols8_qdot(const uint8_t* bytes, const float* scales, const float* mins, int64_t n,
@@ -606,13 +602,15 @@ void cols8_qdot(const uint8_t* bytes, const float* scales, const float* mins, in
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t g = 0; g < n / 8; g++)
     for (int64_t r = 0; r < m; r += COLS8_ROWS)
-      cols8_any<COLS8_ROWS, Levels>(m - r, bytes + g * blocks * Levels::BLOCK_BYTES,
-                                    scales + g * blocks * 8,
-                                    Levels::MINS ? mins + g * blocks * 8 : nullptr,
-                                    views[r / COLS8_ROWS], out + r * n + 8 * g, n);
+      with_rows<COLS8_ROWS>(m - r, [&](auto rows) {
+        cols8_rows<decltype(rows)::value, Levels>(bytes + g * blocks * Levels::BLOCK_BYTES,
+                                       scales + g * blocks * 8,
+                                       Levels::MINS ? mins + g * blocks * 8 : nullptr,
+                                       views[r / COLS8_ROWS], out + r * n + 8 * g, n);
+      });
 }
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#ifdef COLS16_KERNEL
 // The int8 interleaved formats (WEIGHT_INT4_COLS16, WEIGHT_INT8_COLS16; matmul.h): 16
 // output rows a zmm, each 32-bit lane an output row's 4 levels of 4 inputs as unsigned
 // bytes, so vpdpbusd adds 4 products of an activation row's int8 levels a lane: 64 an
@@ -682,14 +680,6 @@ void cols16_rows(const uint8_t* bytes, const float* scales, const float* mins,
   for (int r = 0; r < M; r++) _mm512_storeu_ps(out + r * out_stride, acc[r]);
 }
 
-template <int M, class Levels>
-void cols16_any(int64_t m, const uint8_t* bytes, const float* scales, const float* mins,
-                const Quantized& x, float* out, int64_t out_stride) {
-  if constexpr (M > 1)
-    if (m < M) return cols16_any<M - 1, Levels>(m, bytes, scales, mins, x, out, out_stride);
-  cols16_rows<M, Levels>(bytes, scales, mins, x, out, out_stride);
-}
-
 template <class Levels>
 void cols16_qdot(const uint8_t* bytes, const float* scales, const float* mins, int64_t n,
                  int64_t k, const float* x, int64_t m, int64_t x_stride, float* out,
@@ -707,36 +697,27 @@ void cols16_qdot(const uint8_t* bytes, const float* scales, const float* mins, i
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t g = 0; g < n / 16; g++)
       for (int64_t r = first; r < last; r += COLS16_ROWS)
-        cols16_any<COLS16_ROWS, Levels>(last - r, bytes + g * blocks * Levels::BLOCK_BYTES,
-                                        scales + g * blocks * 16, mins + g * blocks * 16,
-                                        views[r / COLS16_ROWS], out + r * n + 16 * g, n);
+        with_rows<COLS16_ROWS>(last - r, [&](auto rows) {
+          cols16_rows<decltype(rows)::value, Levels>(bytes + g * blocks * Levels::BLOCK_BYTES,
+                                          scales + g * blocks * 16, mins + g * blocks * 16,
+                                          views[r / COLS16_ROWS], out + r * n + 16 * g, n);
+        });
   }
 }
 #endif
 
 }  // namespace
 
-bool cols16_built() {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  return true;
-#else
-  return false;
-#endif
-}
-
+#ifdef COLS16_KERNEL
 void cols16_qdot(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                  float* out, int threads) {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   const uint8_t* bytes = static_cast<const uint8_t*>(w.data);
   if (w.format == WEIGHT_INT4_COLS16)
     cols16_qdot<Int4Cols16>(bytes, w.scales, w.mins, w.n, w.k, x, m, x_stride, out, threads);
   else
     cols16_qdot<Int8Cols16>(bytes, w.scales, w.mins, w.n, w.k, x, m, x_stride, out, threads);
-#else
-  // native_layers.py makes these formats only where cols16_kernel() says the build has them.
-  (void)w, (void)x, (void)m, (void)x_stride, (void)out, (void)threads;
-#endif
 }
+#endif
 
 void cols8_qdot(const NativeWeight& w, const float* x, int64_t m, int64_t x_stride,
                 float* out, int threads) {
@@ -784,7 +765,14 @@ void int4_matmul_q8(const float* x, int64_t m, int64_t x_stride, const uint8_t* 
 }
 
 
-// 1 where this build has the int8 interleaved kernel (cols16_qdot), else 0.
-int64_t cols16_kernel() { return cols16_built() ? 1 : 0; }
+// 1 where this build has the int8 interleaved kernel (cols16_qdot), else 0:
+// native_layers.py makes the COLS16 formats only where it says 1.
+int64_t cols16_kernel() {
+#ifdef COLS16_KERNEL
+  return 1;
+#else
+  return 0;
+#endif
+}
 
 }  // extern "C"
