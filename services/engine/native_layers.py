@@ -45,6 +45,7 @@ from torch import nn
 
 from maas_kernels import ops
 from maas_kernels.native import bindings
+from maas_kernels.quant_int4_ref import unpack_int4
 from maas_services.engine import native_attention
 from maas_services.engine.attention_metadata import AttentionMetadata
 from maas_services.engine.compute_path import ComputePath
@@ -99,10 +100,10 @@ class Native(ComputePath):
     """The native halves for every layer that takes them, and the one-call decode step
     where every layer does (one_call False: three calls a layer, the benchmark's A/B;
     wide_gemm: WIDE_GEMMS' choice for wide steps, float32 where the library has no bf16;
-    int8: bf16, but the blocks beside the copies serve wide steps too, int8 activations,
-    where the library has that kernel; blocks: checkpoint_blocks' blocks for steps of up
-    to BLOCKS_ROWS rows, by module; blocks_int16: their row kernel on activations rounded
-    to int16)."""
+    int8: where the library has its kernel, the blocks serve every step on activations
+    rounded to int8 (the others as bf16); blocks: checkpoint_blocks' blocks for steps of
+    up to BLOCKS_ROWS rows, by module; blocks_int16: their row kernel on activations
+    rounded to int16)."""
 
     name = "native"
 
@@ -149,10 +150,9 @@ class Native(ComputePath):
         # The LM head in bf16 too where the layers' matmuls are, and from its blocks
         # where it has them (NativeHead).
         bf16 = bool(kernel)
-        head = (
+        self._head = (
             NativeHead.of(model, bf16, blocks, blocks_int16, wide_int8) if bf16 or blocks else None
         )
-        self._head = head
         self.extra_bytes = sum(h.copy_bytes for h in self._halves.values())
         self.extra_bytes += 0 if self._head is None else self._head.copy_bytes
         weights = [w for h in self._halves.values() for w in h.weights()]
@@ -260,12 +260,19 @@ def _quantized(weight: Int8Weight | Int4Weight, kept: list) -> tuple:
     )
 
 
+def _by_row_group(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """A block's per-row values [n, k/32] as the interleaved formats keep them:
+    [n/rows][k/32][rows], each row group's values for a block side by side."""
+    n = t.shape[0]
+    return t.view(n // rows, rows, -1).transpose(1, 2).contiguous()
+
+
 def _cols8(block: CheckpointBlock, kept: list) -> tuple:
     """A checkpoint's block of 32 inputs (int4 or int8) as matmul.h's interleaved format,
     8 output rows a vector; its format, data, scales, mins and group. Made once at load."""
     if isinstance(block, Int4Weight):
-        n, k = block.packed.shape[0], 2 * block.packed.shape[1]
-        levels = torch.stack((block.packed & 0x0F, block.packed >> 4), dim=-1).reshape(n, k)
+        levels = unpack_int4(block.packed)
+        n, k = levels.shape
         # [row group, row, block, quad, input] -> [row group, block, quad, row, input]
         quads = levels.view(n // 8, 8, k // 32, 8, 4).permute(0, 2, 3, 1, 4)
         data, scales, mins = quads[..., :2] | (quads[..., 2:] << 4), block.scales, block.mins
@@ -275,26 +282,22 @@ def _cols8(block: CheckpointBlock, kept: list) -> tuple:
         pairs = block.q.view(n // 8, 8, k // 32, 8, 2, 2).permute(0, 2, 3, 4, 1, 5)
         data, scales, mins = pairs, block.scale, None
     fmt = bindings.INT4_COLS8 if mins is not None else bindings.INT8_COLS8
-
-    def by_block(t: torch.Tensor) -> torch.Tensor:
-        return t.view(n // 8, 8, k // 32).transpose(1, 2).contiguous()
-
     return (
         fmt,
         _tensor(data.contiguous(), data.dtype, kept),
-        _tensor(by_block(scales), torch.float32, kept),
-        0 if mins is None else _tensor(by_block(mins), torch.float32, kept),
+        _tensor(_by_row_group(scales, 8), torch.float32, kept),
+        0 if mins is None else _tensor(_by_row_group(mins, 8), torch.float32, kept),
         32,
     )
 
 
 def _cols16(block: CheckpointBlock, kept: list) -> tuple:
-    """A checkpoint's block of 32 inputs (int4 or int8) as matmul.h's wide interleaved
-    format, 16 output rows a vector; its format, data, scales, mins and group. Made once at
-    load."""
+    """A checkpoint's block of 32 inputs (int4 or int8) as matmul.h's int8-kernel
+    interleaved format, 16 output rows a vector; its format, data, scales, mins and group.
+    Made once at load."""
     if isinstance(block, Int4Weight):
-        n, k = block.packed.shape[0], 2 * block.packed.shape[1]
-        levels = torch.stack((block.packed & 0x0F, block.packed >> 4), dim=-1).reshape(n, k)
+        levels = unpack_int4(block.packed)
+        n, k = levels.shape
         # [row group, row, block, octet, half, input] -> [.., block, octet, row, half, input]
         octets = levels.view(n // 16, 16, k // 32, 4, 2, 4).permute(0, 2, 3, 1, 4, 5)
         data, scales, mins = octets[..., 0, :] | (octets[..., 1, :] << 4), block.scales, block.mins
@@ -306,15 +309,11 @@ def _cols16(block: CheckpointBlock, kept: list) -> tuple:
         # [row group, row, block, quad, input] -> [row group, block, quad, row, input]
         data = shifted.view(n // 16, 16, k // 32, 8, 4).permute(0, 2, 3, 1, 4)
         scales, mins, fmt = block.scale, -128.0 * block.scale, bindings.INT8_COLS16
-
-    def by_block(t: torch.Tensor) -> torch.Tensor:
-        return t.view(n // 16, 16, k // 32).transpose(1, 2).contiguous()
-
     return (
         fmt,
         _tensor(data.contiguous(), torch.uint8, kept),
-        _tensor(by_block(scales), torch.float32, kept),
-        _tensor(by_block(mins), torch.float32, kept),
+        _tensor(_by_row_group(scales, 16), torch.float32, kept),
+        _tensor(_by_row_group(mins, 16), torch.float32, kept),
         32,
     )
 
@@ -341,25 +340,22 @@ def _keep_blocks(
 ) -> int:
     """Points weight's steps at the checkpoint's block (a Weight of its own, kept; int16:
     its row kernel on activations rounded to int16; wide_int8: every step through the
-    int8 kernel, where it takes the block); returns the bytes kept for it, or 0 where no
-    native format takes it."""
+    int8 kernel, where _int8_serves); returns the bytes kept for it, or 0 where no native
+    format takes it."""
     first = len(kept)
-    wide = _cols16(block, kept) if wide_int8 and _wide_int8_takes(block, weight.n) else None
-    if wide is not None and None not in wide:
+    if _int8_serves(block, weight.n, wide_int8):
         # Every width through one kernel: a row's sums do not depend on its step's width.
-        described = bindings.Weight(*wide, weight.bias, weight.n, weight.k)
-        kept.append(described)
-        weight.blocks = ctypes.addressof(described)
-        weight.blocks_rows = weight.blocks_row_rows = EVERY_STEP
-        return sum(t.nbytes for t in kept[first:] if isinstance(t, torch.Tensor))
-    del kept[first:]  # a layout no kernel can read (a tensor of another dtype) is not kept
-    # Where wide steps are bf16's (--wide-gemm bf16), the blocks serve only narrow steps,
-    # through the interleaved layout's int16 kernel where it takes them (no row-major
-    # panel).
-    rows = BF16_BLOCKS_ROWS if weight.wide_bf16 else BLOCKS_ROWS
-    interleaved = weight.wide_bf16 and int16 and block.group_size == 32 and weight.n % 8 == 0
-    row_kernel_rows = rows if interleaved else min(rows, BLOCKS_ROW_KERNEL_ROWS)
-    parts = _cols8(block, kept) if interleaved else _quantized(block, kept)
+        # It rounds its activations to int8 itself: int16 is the narrow kernels' choice.
+        parts, rows, row_kernel_rows = _cols16(block, kept), EVERY_STEP, EVERY_STEP
+        int16 = False
+    else:
+        # Where wide steps are bf16's (--wide-gemm bf16), the blocks serve only narrow
+        # steps, through the interleaved layout's int16 kernel where it takes them (no
+        # row-major panel).
+        rows = BF16_BLOCKS_ROWS if weight.wide_bf16 else BLOCKS_ROWS
+        interleaved = weight.wide_bf16 and int16 and block.group_size == 32 and weight.n % 8 == 0
+        row_kernel_rows = rows if interleaved else min(rows, BLOCKS_ROW_KERNEL_ROWS)
+        parts = _cols8(block, kept) if interleaved else _quantized(block, kept)
     if None in parts or parts[4] % _GROUP_MULTIPLE:
         return 0
     described = bindings.Weight(*parts, weight.bias, weight.n, weight.k)
@@ -371,10 +367,10 @@ def _keep_blocks(
     return sum(t.nbytes for t in kept[first:] if isinstance(t, torch.Tensor))
 
 
-def _wide_int8_takes(block: CheckpointBlock | None, n: int) -> bool:
-    """Whether _keep_blocks with wide_int8 serves every step of a weight of n rows from
-    this block (so the weight needs no bf16 copy)."""
-    return block is not None and block.group_size == 32 and n % 16 == 0
+def _int8_serves(block: CheckpointBlock | None, n: int, wide_int8: bool) -> bool:
+    """Whether, with wide_int8, the int8 kernel serves every step of a weight of n rows
+    from this block (so the weight keeps no bf16 copy)."""
+    return wide_int8 and block is not None and block.group_size == 32 and n % 16 == 0
 
 
 def _weight(
@@ -423,12 +419,10 @@ def _describe(
     _keep_blocks' int16 and wide_int8)."""
     attn, mlp, kept = layer.self_attn, layer.mlp, []
     projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-
-    def with_copy(module: nn.Module) -> bool:
-        takes = _wide_int8_takes(blocks.get(module), module.out_features)
-        return not (wide_int8 and takes)
-
-    described = [_weight(m, kept, wide_bf16, with_copy(m)) for m in projections]
+    described = [
+        _weight(m, kept, wide_bf16, not _int8_serves(blocks.get(m), m.out_features, wide_int8))
+        for m in projections
+    ]
     weights = [weight for weight, _ in described]
     norms = [
         _tensor(n.weight, torch.float32, kept)
@@ -503,8 +497,8 @@ class NativeHalves:
     ) -> "NativeHalves | None":
         """The layer's halves (wide steps in bf16 if asked: the library must have it; steps
         of up to BLOCKS_ROWS rows from the checkpoint's blocks where blocks has them, their
-        row kernel on int16 activations where blocks_int16, wider ones from them too, int8
-        activations, where wide_int8), or None where they do not apply to it."""
+        row kernel on int16 activations where blocks_int16; every step from them on int8
+        activations where wide_int8), or None where they do not apply to it."""
         return _describe(layer, wide_bf16, blocks or {}, blocks_int16, wide_int8)
 
     def inputs(
@@ -661,7 +655,7 @@ class NativeHead:
         n, k = weight.shape
         self._kept: list = [weight]
         self.copy_bytes, copy = 0, 0
-        if bf16 and not (wide_int8 and _wide_int8_takes(block, n)):
+        if bf16 and not _int8_serves(block, n, wide_int8):
             rounded = weight.detach().to(torch.bfloat16)  # nearest even, as the activations
             copy, self.copy_bytes = _tensor(rounded, torch.bfloat16, self._kept), rounded.nbytes
         self.weight = bindings.Weight(
@@ -687,9 +681,8 @@ class NativeHead:
         wide_int8: bool = False,
     ) -> "NativeHead | None":
         """The model's head in bf16 and/or with its blocks (blocks_int16, wide_int8:
-        _keep_blocks'),
-        or None where neither applies or it is not a float32 weight (a quantized head keeps
-        its own kernels)."""
+        _keep_blocks'), or None where neither applies or it is not a float32 weight (a
+        quantized head keeps its own kernels)."""
         tied = model.lm_head is None
         module = model.model.embed_tokens if tied else model.lm_head
         if not tied and type(module) is not nn.Linear:
