@@ -115,7 +115,10 @@ def layer_halves(
     layer = model.model.layers[0]
     return {
         w: NativeHalves.of(
-            layer, w != "float32", blocks if w == "int8" else None, False, w == "int8"
+            layer,
+            wide_bf16=w != "float32",
+            blocks=blocks if w == "int8" else None,
+            wide_int8=w == "int8",
         )
         for w in wide_gemms
     }

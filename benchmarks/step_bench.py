@@ -166,55 +166,54 @@ def threads_ab(engine, counts: list[int], rounds: int, steps: int) -> dict:
 
 def native_ab(engine, steps: int) -> dict:
     """Decode steps with the native layer halves and torch's, swapped per step (ABBA)."""
-    runner = engine.runner
-    native, torch_halves = native_layers.Native(runner.model, "A"), ComputePath("B")
-    sides = {
-        "native": lambda: setattr(runner, "path", native),
-        "torch": lambda: setattr(runner, "path", torch_halves),
-    }
-    return swapped_ab(engine, steps, sides)
+    model = engine.runner.model
+    return paths_ab(
+        engine, steps, {"native": native_layers.Native(model, "A"), "torch": ComputePath("B")}
+    )
 
 
 def one_call_ab(engine, steps: int) -> dict:
     """Decode steps with every layer in one native call and three calls a layer (ABBA)."""
-    runner = engine.runner
-    one_call = native_layers.Native(runner.model, "A")
-    per_layer = native_layers.Native(runner.model, "B", one_call=False)
-    sides = {
-        "one_call": lambda: setattr(runner, "path", one_call),
-        "per_layer": lambda: setattr(runner, "path", per_layer),
+    model = engine.runner.model
+    paths = {
+        "one_call": native_layers.Native(model, "A"),
+        "per_layer": native_layers.Native(model, "B", one_call=False),
     }
-    return swapped_ab(engine, steps, sides)
+    return paths_ab(engine, steps, paths)
 
 
 def blocks_ab(engine, steps: int, source: Path, wide_gemm: str, int16: bool) -> dict:
     """Decode steps reading the checkpoint's blocks (their row kernel on int16 activations
     where int16) and the weights wide_gemm computes from (float32, or their bf16 copies),
     ABBA."""
-    runner = engine.runner
-    blocks = checkpoint_blocks(runner.model, source)
-    checkpoint = native_layers.Native(
-        runner.model, "A", wide_gemm=wide_gemm, blocks=blocks, blocks_int16=int16
-    )
-    weights = native_layers.Native(runner.model, "B", wide_gemm=wide_gemm)
-    sides = {
-        "checkpoint": lambda: setattr(runner, "path", checkpoint),
-        wide_gemm: lambda: setattr(runner, "path", weights),
+    model = engine.runner.model
+    blocks = checkpoint_blocks(model, source)
+    paths = {
+        "checkpoint": native_layers.Native(
+            model, "A", wide_gemm=wide_gemm, blocks=blocks, blocks_int16=int16
+        ),
+        wide_gemm: native_layers.Native(model, "B", wide_gemm=wide_gemm),
     }
-    return swapped_ab(engine, steps, sides)
+    return paths_ab(engine, steps, paths)
 
 
 def wide_gemm_ab(engine, steps: int, source: Path, choices: list[str], int16: bool) -> dict:
     """Decode steps under two --wide-gemm choices, both with the checkpoint's blocks, ABBA."""
-    runner = engine.runner
-    blocks = checkpoint_blocks(runner.model, source)
+    model = engine.runner.model
+    blocks = checkpoint_blocks(model, source)
     paths = {
         choice: native_layers.Native(
-            runner.model, choice, wide_gemm=choice, blocks=blocks, blocks_int16=int16
+            model, choice, wide_gemm=choice, blocks=blocks, blocks_int16=int16
         )
         for choice in choices
     }
-    sides = {choice: (lambda p=path: setattr(runner, "path", p)) for choice, path in paths.items()}
+    return paths_ab(engine, steps, paths)
+
+
+def paths_ab(engine, steps: int, paths: dict[str, ComputePath]) -> dict:
+    """swapped_ab between two compute paths (name -> path) of the engine's runner."""
+    runner = engine.runner
+    sides = {name: (lambda p=path: setattr(runner, "path", p)) for name, path in paths.items()}
     return swapped_ab(engine, steps, sides)
 
 
@@ -351,6 +350,7 @@ def main() -> None:
     }
     if args.threads_ab:
         result["set_num_threads_us"] = set_threads_cost_us(args.threads_ab)
+    int16 = args.kernel_activations == "int16"
     for batch in args.batches:
         steps = 2 * args.steps if args.profile else args.steps
         if args.threads_ab:
@@ -368,10 +368,8 @@ def main() -> None:
         elif args.one_call_ab:
             row = one_call_ab(engine, 2 * args.steps)
         elif args.blocks_ab:
-            int16 = args.kernel_activations == "int16"
             row = blocks_ab(engine, 2 * args.steps, path, args.wide_gemm, int16)
         elif args.wide_gemm_ab:
-            int16 = args.kernel_activations == "int16"
             row = wide_gemm_ab(engine, 2 * args.steps, path, args.wide_gemm_ab, int16)
         else:
             row = measure(engine, args.steps)

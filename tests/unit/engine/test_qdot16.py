@@ -33,10 +33,13 @@ from tests.unit.engine.test_qdot import (
 pytestmark = needs_kernels
 
 
-def assert_within_rounding(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+def assert_within_rounding(
+    got: torch.Tensor, x: torch.Tensor, w: torch.Tensor, top: int = INT16_TOP
+) -> None:
+    """got is within the activations' rounding to -top..top of the exact x @ w^T."""
     exact = x.double() @ w.double().T
     slack = 1e-5 * exact.abs().max()
-    assert ((got.double() - exact).abs() <= rounding_bound(x, w, INT16_TOP) + slack).all()
+    assert ((got.double() - exact).abs() <= rounding_bound(x, w, top) + slack).all()
 
 
 @pytest.mark.parametrize("rows", ROWS)

@@ -1,7 +1,7 @@
-"""native/qdot.cpp's wide interleaved kernel (matmul.h's WEIGHT_INT4_COLS16 and
+"""native/qdot.cpp's int8 interleaved kernel (matmul.h's WEIGHT_INT4_COLS16 and
 WEIGHT_INT8_COLS16): a checkpoint's Q4_1 and Q8_0 blocks with 16 output rows a vector,
-against activations rounded to int8 per block of 32 (vpdpbusd), for the wide steps of a
-weight computed in bf16 with --wide-gemm int8 (native_layers._keep_blocks). Its integer
+against activations rounded to int8 per block of 32 (vpdpbusd), for every step of a
+weight with --wide-gemm int8 (native_layers._keep_blocks). Its integer
 sums are exact, so it equals test_qdot.py's float64 twin of the int8 rounding as tightly
 as the row kernels do, at any width; int8 weights ride as level + 128, and the offset's
 share comes back out exactly enough for that too."""
@@ -9,24 +9,23 @@ share comes back out exactly enough for that too."""
 import pytest
 import torch
 
-from maas_kernels.quant_int4_ref import dequantize_int4, quantize_int4
+from maas_kernels.quant_int4_ref import dequantize_int4
 from maas_services.engine.native_layers import NativeHalves, NativeHead, _cols16, wide_int8_kernel
 from maas_services.engine.quantization.checkpoint_blocks import BF16_BLOCKS_ROWS
-from maas_services.engine.quantization.int4 import Int4Weight
 from tests.unit.engine.test_checkpoint_blocks import layer_with_blocks
 from tests.unit.engine.test_native_layers import rotary
 from tests.unit.engine.test_qdot import (
+    INT8_TOP,
     assert_tight,
     int4_reference,
     int8_group_weight,
     int8_reference,
     needs_kernels,
-    rounding_bound,
     strided,
     through_weight,
 )
-from tests.unit.engine.test_qdot16 import head_case
-from tests.unit.engine.test_qdot_cols8 import block_rows
+from tests.unit.engine.test_qdot16 import assert_within_rounding, head_case
+from tests.unit.engine.test_qdot_cols8 import block_rows, int4_blocks
 from tests.unit.kernels.test_bf16_panel import needs_bf16_panel
 
 pytestmark = [
@@ -41,31 +40,21 @@ OUTPUTS = 48  # three groups of 16
 
 
 def wide(x: torch.Tensor, block) -> torch.Tensor:
-    """x @ the block^T through its wide interleaved copy (kept alive for the call)."""
+    """x @ the block^T through its int8-kernel interleaved copy (kept alive for the call)."""
     kept: list = []
     return through_weight(x, _cols16(block, kept), block_rows(block), x.shape[1])
-
-
-def int4_blocks(k: int, seed: int) -> Int4Weight:
-    weight = torch.randn(OUTPUTS, k, generator=torch.Generator().manual_seed(seed))
-    return Int4Weight(*quantize_int4(weight, 32), 32)
-
-
-def assert_within_int8_rounding(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
-    exact = x.double() @ w.double().T
-    slack = 1e-5 * exact.abs().max()
-    assert ((got.double() - exact).abs() <= rounding_bound(x, w) + slack).all()
 
 
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("k", INPUTS)
 def test_wide_int4_blocks_equal_the_float64_twin(rows, k):
-    block = int4_blocks(k, seed=k)
+    block = int4_blocks(k, seed=k, outputs=OUTPUTS)
     x = strided(rows, k, seed=rows)
     got = wide(x, block)
     want = int4_reference(x, block.packed, block.scales, block.mins, 32)
     assert_tight(got, want)
-    assert_within_int8_rounding(got, x, dequantize_int4(block.packed, block.scales, block.mins, 32))
+    weight = dequantize_int4(block.packed, block.scales, block.mins, 32)
+    assert_within_rounding(got, x, weight, INT8_TOP)
 
 
 @pytest.mark.parametrize("rows", ROWS)
@@ -75,7 +64,7 @@ def test_wide_int8_blocks_equal_the_float64_twin(rows, k):
     x = strided(rows, k, seed=rows)
     got = wide(x, block)
     assert_tight(got, int8_reference(x, block.q, block.scale, 32))
-    assert_within_int8_rounding(got, x, block.dequantize())
+    assert_within_rounding(got, x, block.dequantize(), INT8_TOP)
 
 
 def test_the_wide_extremes_do_not_overflow():
@@ -84,7 +73,7 @@ def test_the_wide_extremes_do_not_overflow():
     k = 64
     x = torch.ones(2, k)
     x[1] = -1
-    block = int4_blocks(k, seed=0)
+    block = int4_blocks(k, seed=0, outputs=OUTPUTS)
     block.packed.fill_(0xFF)
     block.scales.fill_(1.0)
     block.mins.fill_(0.0)
@@ -98,7 +87,7 @@ def test_the_wide_extremes_do_not_overflow():
 
 
 def test_two_threads_give_the_bits_one_does():
-    block = int4_blocks(576, seed=1)
+    block = int4_blocks(576, seed=1, outputs=OUTPUTS)
     x = strided(30, 576, seed=2)
     threads = torch.get_num_threads()
     try:

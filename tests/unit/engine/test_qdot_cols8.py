@@ -44,8 +44,8 @@ def block_rows(block) -> int:
     return (block.packed if isinstance(block, Int4Weight) else block.q).shape[0]
 
 
-def int4_blocks(k: int, seed: int) -> Int4Weight:
-    weight = torch.randn(OUTPUTS, k, generator=torch.Generator().manual_seed(seed))
+def int4_blocks(k: int, seed: int, outputs: int = OUTPUTS) -> Int4Weight:
+    weight = torch.randn(outputs, k, generator=torch.Generator().manual_seed(seed))
     return Int4Weight(*quantize_int4(weight, 32), 32)
 
 
