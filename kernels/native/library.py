@@ -86,9 +86,13 @@ def build_flags(cpu_flags: frozenset[str]) -> tuple[str, ...]:
     return (*flags, *adds) if needs <= cpu_flags else flags
 
 
-def _build(target: Path, compiler: str, flags: tuple[str, ...] = FLAGS) -> None:
+def build(
+    target: Path, compiler: str, flags: tuple[str, ...] = FLAGS, sources: tuple[Path, ...] = SOURCES
+) -> None:
+    """Compile sources (these kernels, or another revision's: benchmarks/library_ab.py) into
+    the shared object target."""
     done = subprocess.run(
-        [compiler, *flags, "-o", str(target), *map(str, SOURCES)], capture_output=True, text=True
+        [compiler, *flags, "-o", str(target), *map(str, sources)], capture_output=True, text=True
     )
     if done.returncode:
         # An OSError, so that publish removes the partial file and reports it.
@@ -105,7 +109,7 @@ def _existing(name: str, folders: tuple[Path, ...]) -> Path | None:
     return next((f / name for f in folders if (f / name).is_file()), None)
 
 
-def _compiler() -> str | None:
+def find_compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
 
 
@@ -120,12 +124,12 @@ def library() -> ctypes.CDLL | None:
     # This CPU's build, else an image's portable one (it has no compiler for this CPU's).
     path = _existing(name, (PREBUILT, cached)) or _existing(_name(), (PREBUILT,))
     if path is None:
-        compiler = _compiler()
+        compiler = find_compiler()
         if compiler is None:
             log.warning("cpu_native_kernels_unavailable", reason="no C++ compiler")
             return None
         path = cached / name
-        if not publish(cached, name, lambda target: _build(target, compiler, flags)):
+        if not publish(cached, name, lambda target: build(target, compiler, flags)):
             log.warning("cpu_native_kernels_unavailable", reason="build failed or cache unwritable")
             return None
     try:
@@ -137,11 +141,11 @@ def library() -> ctypes.CDLL | None:
 
 def prebuild() -> Path:
     """Build the portable library into PREBUILT, where library() looks before building."""
-    compiler = _compiler()
+    compiler = find_compiler()
     if compiler is None:
         raise SystemExit("no C++ compiler (set CXX or install g++)")
     target = PREBUILT / _name()
-    _build(target, compiler)
+    build(target, compiler)
     return target
 
 

@@ -50,7 +50,7 @@ def portable(tmp_path_factory):
     if native.build_flags(machine_profile().flags) == native.FLAGS:
         pytest.skip("this CPU's library is the portable build")
     path = tmp_path_factory.mktemp("portable") / native._name()
-    native._build(path, native._compiler())
+    native.build(path, native.find_compiler())
     return bindings.bind(ctypes.CDLL(str(path)))
 
 

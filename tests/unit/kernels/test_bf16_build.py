@@ -48,14 +48,14 @@ def test_auto_takes_the_measured_wide_gemm_of_each_cpu_class():
     assert derive(machine(ZEN4), True, 4, 64)["wide_gemm"].value == "float32"
 
 
-@pytest.mark.skipif(native._compiler() is None, reason="no C++ compiler")
+@pytest.mark.skipif(native.find_compiler() is None, reason="no C++ compiler")
 def test_the_amx_build_compiles_and_says_what_it_has(tmp_path):
     """The AMX sources compile here whatever the CPU (g++ needs no AMX to emit them). On a
     CPU with AVX512-BF16 the library also loads and binds, so its layout and exports are
     checked, and says which panel it would run: AMX tiles only where Linux grants them, so
     only on an AMX CPU (elsewhere its AVX-512 code must not run at all)."""
     path = tmp_path / native._name(native.build_flags(SAPPHIRE_RAPIDS))
-    native._build(path, native._compiler(), native.build_flags(SAPPHIRE_RAPIDS))
+    native.build(path, native.find_compiler(), native.build_flags(SAPPHIRE_RAPIDS))
     if not machine_profile().flags >= ZEN4:
         return
     lib = bindings.bind(ctypes.CDLL(str(path)))
