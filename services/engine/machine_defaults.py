@@ -113,9 +113,11 @@ WIDE_GEMM_BY_CPU_CLASS = {
         "streams against --wide-gemm float32's 37.1 / 160.3 / 354.9 / 396.5 and vLLM "
         "bf16's 37.4 / 228.0 / 362.5 / 408.7 (benchmarks/results/peers_zen4.json); "
         "known-answer perplexity +0.02% off float32's. int8 (session 31) is faster still "
-        "(decode steps 1.4x at 8-64 rows) but rounds the activations ~6x more coarsely than "
-        "bf16 (known-answer +0.13%; it flips SmolLM2's float32 near-tie on 'What is the "
-        "capital of France?'): opt-in, as quantization is",
+        "(decode steps 1.3-1.5x at 8-16 rows, 1.1x at 32-64) but rounds the activations ~6x "
+        "more coarsely than bf16 (known-answer +0.13%; it flips SmolLM2's float32 near-tie "
+        "on 'What is the capital of France?', as llama.cpp's Q8 activations do, and a "
+        "stream resumed on another replica parted from its uninterrupted answer in both "
+        "migration tests): opt-in, as quantization is",
     ),
     "avx512": Measured("float32", "no bf16 dot products: the library has no bf16 panel"),
     "avx2": Measured("float32", "no bf16 dot products: the library has no bf16 panel"),
