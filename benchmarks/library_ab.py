@@ -13,7 +13,9 @@ the same activations. Reported per row count: the median ms a pass of each
 build, base over this tree (> 1: this tree is faster), and whether both gave
 the same bits. `--wide-gemm bf16` multiplies by each weight's bf16 copy (the
 avx512_bf16 class's wide steps), `float32` by the float32 weights; both at the
-engine's row-kernel crossover and panel size, on `--threads` threads.
+engine's row-kernel crossover and panel size, on `--threads` threads. The base
+is called through this tree's `weight_linear` signature and `NativeWeight`
+layout (bindings.py), so it must share them.
 """
 
 import argparse
@@ -41,8 +43,9 @@ from maas_services.engine.quantization.checkpoint_blocks import checkpoint_block
 REPOSITORY = Path(__file__).resolve().parent.parent
 
 
-def base_library(revision: str, folder: Path) -> Path:
-    """revision's kernels compiled with this CPU's flags, into folder."""
+def base_library(revision: str, folder: Path) -> ctypes.CDLL:
+    """revision's kernels compiled with this CPU's flags into folder, loaded, with
+    weight_linear bound as this tree declares it."""
     archive = subprocess.run(
         ["git", "archive", revision, "kernels/native"],
         cwd=REPOSITORY,
@@ -57,49 +60,69 @@ def base_library(revision: str, folder: Path) -> Path:
     target = folder / "base.so"
     sources = tuple(sorted((folder / "kernels" / "native").glob("*.cpp")))
     native.build(target, compiler, native.build_flags(machine_profile().flags), sources)
-    return target
+    lib = ctypes.CDLL(str(target))
+    lib.weight_linear.argtypes, lib.weight_linear.restype = bindings.SIGNATURES["weight_linear"]
+    return lib
 
 
-def model_weights(wide_gemm: str) -> tuple[list[tuple[bindings.Weight, int, int]], list]:
-    """The model's 121 block-backed weights as NativeWeights (float32, with a bf16 copy
-    for bf16), and the tensors they point into."""
+def native_weight(w: torch.Tensor, bf16: bool, kept: list) -> bindings.Weight:
+    """A float32 weight [n, k] as a NativeWeight, with its bf16 copy where bf16; the tensors
+    it points into join kept."""
+    n, k = w.shape
+    copy = w.to(torch.bfloat16) if bf16 else None
+    kept += [w, copy]
+    bf16_address = 0 if copy is None else copy.data_ptr()
+    return bindings.Weight(
+        bindings.FLOAT32, w.data_ptr(), 0, 0, 0, 0, n, k, 0, int(bf16), bf16_address
+    )
+
+
+def model_weights(wide_gemm: str, kept: list) -> list[bindings.Weight]:
+    """The model's 121 block-backed weights (30 layers' projections and the tied head)."""
     path = default_model_path()
     model = load_model(path, dtype=torch.float32, progress=False)[0]
-    kept, weights = [], []
-    for module in checkpoint_blocks(model, path):
-        w = module.weight.detach().contiguous()
-        n, k = w.shape
-        copy = w.to(torch.bfloat16) if wide_gemm == "bf16" else None
-        kept += [w, copy]
-        described = bindings.Weight(
-            bindings.FLOAT32,
-            w.data_ptr(),
-            0,
-            0,
-            0,
-            0,
-            n,
-            k,
-            0,
-            int(copy is not None),
-            0 if copy is None else copy.data_ptr(),
-        )
-        weights.append((described, n, k))
-    return weights, kept
+    return [
+        native_weight(module.weight.detach().contiguous(), wide_gemm == "bf16", kept)
+        for module in checkpoint_blocks(model, path)
+    ]
 
 
 def one_pass(lib: ctypes.CDLL, weights: list, rows: int, xs: list, outs: list, threads: int):
-    for (weight, _, k), x, out in zip(weights, xs, outs, strict=True):
+    for weight, x, out in zip(weights, xs, outs, strict=True):
         lib.weight_linear(
             ctypes.addressof(weight),
             x.data_ptr(),
             rows,
-            k,
+            weight.k,
             out.data_ptr(),
             cpu_kernel.MAX_ROW_KERNEL_ROWS,
             cpu_kernel.PANEL_BYTES,
             threads,
         )
+
+
+def compare(
+    builds: dict[str, ctypes.CDLL], weights: list, rows: int, rounds: int, threads: int
+) -> dict:
+    """Passes of "base" and "this" over weights at rows rows, alternating ABBA: the median
+    ms of each, base over this, and whether both gave the same bits."""
+    generator = torch.Generator().manual_seed(rows)
+    xs = [torch.randn(rows, w.k, generator=generator) for w in weights]
+    outs = {name: [torch.empty(rows, w.n) for w in weights] for name in builds}
+    times = {name: [] for name in builds}
+    for round_ in range(rounds + 1):
+        for name in ("base", "this") if round_ % 2 == 0 else ("this", "base"):
+            start = time.perf_counter()
+            one_pass(builds[name], weights, rows, xs, outs[name], threads)
+            if round_:  # the first round warms both
+                times[name].append((time.perf_counter() - start) * 1e3)
+    base_ms, this_ms = (statistics.median(times[name]) for name in ("base", "this"))
+    return {
+        "base_ms": round(base_ms, 2),
+        "this_ms": round(this_ms, 2),
+        "base_over_this": round(base_ms / this_ms, 3),
+        "same_bits": all(map(torch.equal, outs["base"], outs["this"])),
+    }
 
 
 def main() -> None:
@@ -111,33 +134,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
+    kept: list = []
     with tempfile.TemporaryDirectory() as folder:
-        builds = {
-            "base": bindings.bind(ctypes.CDLL(str(base_library(args.base, Path(folder))))),
-            "this": bindings.library(),
-        }
-        weights, _kept = model_weights(args.wide_gemm)
+        builds = {"base": base_library(args.base, Path(folder)), "this": bindings.library()}
+        weights = model_weights(args.wide_gemm, kept)
         rows_results = {}
         for rows in args.rows:
-            generator = torch.Generator().manual_seed(rows)
-            xs = [torch.randn(rows, k, generator=generator) for _, _, k in weights]
-            outs = {name: [torch.empty(rows, n) for _, n, _ in weights] for name in builds}
-            times = {name: [] for name in builds}
-            for round_ in range(args.rounds + 1):
-                order = ("base", "this") if round_ % 2 == 0 else ("this", "base")
-                for name in order:
-                    start = time.perf_counter()
-                    one_pass(builds[name], weights, rows, xs, outs[name], args.threads)
-                    if round_:  # the first round warms both
-                        times[name].append((time.perf_counter() - start) * 1e3)
-            base_ms, this_ms = (statistics.median(times[name]) for name in ("base", "this"))
-            same = all(map(torch.equal, outs["base"], outs["this"]))
-            rows_results[rows] = {
-                "base_ms": round(base_ms, 2),
-                "this_ms": round(this_ms, 2),
-                "base_over_this": round(base_ms / this_ms, 3),
-                "same_bits": same,
-            }
+            rows_results[rows] = compare(builds, weights, rows, args.rounds, args.threads)
             print(rows, rows_results[rows], flush=True)
     report(
         {
