@@ -1,6 +1,6 @@
 """Two builds of the native kernels in one process, alternating, on SmolLM2's weights.
 
-`python -m benchmarks.library_ab --base HEAD~1 --rows 16 32 64 --wide-gemm bf16`
+`python -m benchmarks.library_ab --base HEAD~1 --rows 16 32 64 --weights bf16`
 
 A change to a kernel is measured against the revision before it without two
 processes (a shared 2-core host drifts by 10-20% between runs, more than such
@@ -11,9 +11,11 @@ head (the 121 weights the GGUF has blocks for) at `--rows` rows through
 `weight_linear`, the builds alternating ABBA over `--rounds` pairs of passes on
 the same activations. Reported per row count: the median ms a pass of each
 build, base over this tree (> 1: this tree is faster), and whether both gave
-the same bits. `--wide-gemm bf16` multiplies by each weight's bf16 copy (the
-avx512_bf16 class's wide steps), `float32` by the float32 weights; both at the
-engine's row-kernel crossover and panel size, on `--threads` threads. The base
+the same bits. `--weights bf16` multiplies by each weight's bf16 copy (the
+avx512_bf16 class's wide steps), `float32` by the float32 weights, `cols8` by the
+GGUF's blocks laid out 8 output rows a vector on activations rounded to int16 (that
+class's narrow steps, native_layers._cols8); at the engine's row-kernel crossover
+and panel size, on `--threads` threads. The base
 is called through this tree's `weight_linear` signature and `NativeWeight`
 layout (bindings.py), so it must share them.
 """
@@ -36,9 +38,15 @@ from maas_kernels.native import bindings
 from maas_kernels.native import library as native
 from maas_services.common.machine_profile import machine_profile
 from maas_services.common.model_files import default_model_path
+from maas_services.engine import native_layers
 from maas_services.engine.loader import load_model
 from maas_services.engine.quantization import cpu_kernel
-from maas_services.engine.quantization.checkpoint_blocks import checkpoint_blocks
+from maas_services.engine.quantization.checkpoint_blocks import (
+    EVERY_STEP,
+    CheckpointBlock,
+    checkpoint_blocks,
+)
+from maas_services.engine.quantization.int4 import Int4Weight
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -77,13 +85,28 @@ def native_weight(w: torch.Tensor, bf16: bool, kept: list) -> bindings.Weight:
     )
 
 
-def model_weights(wide_gemm: str, kept: list) -> list[bindings.Weight]:
+def cols8_weight(block: CheckpointBlock, kept: list) -> bindings.Weight:
+    """A checkpoint block in the interleaved int16 layout, as _keep_blocks points a weight
+    of the avx512_bf16 class at it."""
+    if isinstance(block, Int4Weight):
+        n, k = block.packed.shape[0], 2 * block.packed.shape[1]
+    else:
+        n, k = block.q.shape
+    described = bindings.Weight(*native_layers._cols8(block, kept), 0, n, k)
+    described.integer_rows, described.integer16 = EVERY_STEP, 1
+    return described
+
+
+def model_weights(weights: str, kept: list) -> list[bindings.Weight]:
     """The model's 121 block-backed weights (30 layers' projections and the tied head)."""
     path = default_model_path()
     model = load_model(path, dtype=torch.float32, progress=False)[0]
+    blocks = checkpoint_blocks(model, path)
+    if weights == "cols8":
+        return [cols8_weight(block, kept) for block in blocks.values()]
     return [
-        native_weight(module.weight.detach().contiguous(), wide_gemm == "bf16", kept)
-        for module in checkpoint_blocks(model, path)
+        native_weight(module.weight.detach().contiguous(), weights == "bf16", kept)
+        for module in blocks
     ]
 
 
@@ -129,7 +152,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--base", required=True, help="the git revision to compare against")
     parser.add_argument("--rows", type=int, nargs="+", default=[16, 32, 64])
-    parser.add_argument("--wide-gemm", choices=("float32", "bf16"), default="bf16")
+    parser.add_argument("--weights", choices=("float32", "bf16", "cols8"), default="bf16")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--output", type=Path)
@@ -137,7 +160,7 @@ def main() -> None:
     kept: list = []
     with tempfile.TemporaryDirectory() as folder:
         builds = {"base": base_library(args.base, Path(folder)), "this": bindings.library()}
-        weights = model_weights(args.wide_gemm, kept)
+        weights = model_weights(args.weights, kept)
         rows_results = {}
         for rows in args.rows:
             rows_results[rows] = compare(builds, weights, rows, args.rounds, args.threads)

@@ -32,8 +32,9 @@ constexpr int TILE_W = 16;
 // A wide step's first pass over a panel reads its rows from memory: each tile prefetches
 // the next tile's rows (`ahead`, null on later passes, which find them in cache, and at the
 // panel's end), or W rows side by side are more streams than the hardware prefetcher
-// follows. SmolLM2's 121 weights, 2 threads, two builds alternating in one process: 1.29x
-// at 32 rows, 1.18x at 64, 1.05x at 256 (docs/engine.md, "bf16 matmuls"); the same bits.
+// follows. SmolLM2's 121 weights, 2 threads, two builds alternating in one process
+// (benchmarks/library_ab.py): 1.20-1.32x at 32 rows, 1.12-1.13x at 64, 1.02-1.05x at 256
+// (docs/engine.md, "bf16 matmuls"); the same bits.
 template <int W>
 void wide_tile(const uint16_t* w, int64_t k, const uint16_t* xt, float* sums,
                int64_t sums_stride, const uint16_t* ahead) {
@@ -218,7 +219,7 @@ int64_t bf16_padded_rows(int64_t rows, int64_t k) {
 #endif
   // Past one block of 16, a last part of 17-31 rows takes the wide tile with zero rows
   // padding it to 32: its two blocks share each weight pair's broadcast, where the
-  // one-block tiles' two passes read the rows twice. 1.2x at 17-24 rows, 1.07-1.08x at
+  // one-block tiles' two passes read the rows twice. 1.05-1.2x at 17-24 rows, 1.07-1.13x at
   // 50-56 (SmolLM2's 121 weights, as wide_tile's prefetch); a row's sums do not change.
   const int64_t wide = 2 * BF16_BLOCK_ROWS, tail = rows % wide;
   if (tail > BF16_BLOCK_ROWS) return rows - tail + wide;

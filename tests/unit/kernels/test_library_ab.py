@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.library_ab import REPOSITORY, base_library, compare, native_weight
+from benchmarks.library_ab import REPOSITORY, base_library, cols8_weight, compare, native_weight
 from maas_kernels.native import bindings
 from maas_kernels.native import library as native
+from maas_kernels.quant_int4_ref import quantize_int4
 from maas_services.engine.native_layers import wide_bf16_kernel
+from maas_services.engine.quantization.int4 import Int4Weight
 
 pytestmark = pytest.mark.skipif(
     bindings.library() is None
@@ -37,6 +39,9 @@ def test_head_built_beside_this_tree_times_both_on_the_same_rows(tmp_path: Path)
         native_weight(torch.randn(n, 576, generator=generator), bool(wide_bf16_kernel()), kept)
         for n in (96, 200)
     ]
+    # The narrow steps' interleaved blocks too (int16 activations).
+    blocks = Int4Weight(*quantize_int4(torch.randn(40, 576, generator=generator), 32), 32)
+    weights.append(cols8_weight(blocks, kept))
     # 40 rows: the panel's wide tile (bf16) or outer-product tile (float32), and a tail.
     result = compare({"base": base, "this": bindings.library()}, weights, 40, 2, 1)
     assert result["base_ms"] > 0 and result["this_ms"] > 0 and result["base_over_this"] > 0
