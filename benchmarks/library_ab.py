@@ -6,18 +6,18 @@ A change to a kernel is measured against the revision before it without two
 processes (a shared 2-core host drifts by 10-20% between runs, more than such
 a change): the base revision's `kernels/native` sources are compiled with this
 CPU's flags into a temporary folder, both shared objects are loaded side by
-side, and each pass multiplies every projection of the model and its tied
-head (the 121 weights the GGUF has blocks for) at `--rows` rows through
-`weight_linear`, the builds alternating ABBA over `--rounds` pairs of passes on
-the same activations. Reported per row count: the median ms a pass of each
-build, base over this tree (> 1: this tree is faster), and whether both gave
-the same bits. `--weights bf16` multiplies by each weight's bf16 copy (the
-avx512_bf16 class's wide steps), `float32` by the float32 weights, `cols8` by the
-GGUF's blocks laid out 8 output rows a vector on activations rounded to int16 (that
-class's narrow steps, native_layers._cols8); at the engine's row-kernel crossover
-and panel size, on `--threads` threads. The base
-is called through this tree's `weight_linear` signature and `NativeWeight`
-layout (bindings.py), so it must share them.
+side, and each pass multiplies every weight the engine's native path multiplies
+by (native_layers.Native: SmolLM2's 30 layers' four projections and, where native,
+its tied head) at `--rows` rows through `weight_linear`, the builds alternating
+ABBA over `--rounds` pairs of passes on the same activations. Reported per row
+count: the median ms a pass of each build, base over this tree (> 1: this tree is
+faster), and whether both gave the same bits. `--weights` picks the path:
+`float32` (the float32 weights), `bf16` (their bf16 copies: the avx512_bf16
+class's wide steps) or `checkpoint` (that class's default: the GGUF's blocks,
+interleaved, on int16 activations up to BF16_BLOCKS_ROWS rows, the bf16 copies
+above); at the engine's row-kernel crossover and panel size, on `--threads`
+threads. The base is called through this tree's `weight_linear` signature and
+`NativeWeight` layout (bindings.py), so it must share them.
 """
 
 import argparse
@@ -41,12 +41,7 @@ from maas_services.common.model_files import default_model_path
 from maas_services.engine import native_layers
 from maas_services.engine.loader import load_model
 from maas_services.engine.quantization import cpu_kernel
-from maas_services.engine.quantization.checkpoint_blocks import (
-    EVERY_STEP,
-    CheckpointBlock,
-    checkpoint_blocks,
-)
-from maas_services.engine.quantization.int4 import Int4Weight
+from maas_services.engine.quantization.checkpoint_blocks import checkpoint_blocks
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -73,41 +68,18 @@ def base_library(revision: str, folder: Path) -> ctypes.CDLL:
     return lib
 
 
-def native_weight(w: torch.Tensor, bf16: bool, kept: list) -> bindings.Weight:
-    """A float32 weight [n, k] as a NativeWeight, with its bf16 copy where bf16; the tensors
-    it points into join kept."""
-    n, k = w.shape
-    copy = w.to(torch.bfloat16) if bf16 else None
-    kept += [w, copy]
-    bf16_address = 0 if copy is None else copy.data_ptr()
-    return bindings.Weight(
-        bindings.FLOAT32, w.data_ptr(), 0, 0, 0, 0, n, k, 0, int(bf16), bf16_address
-    )
-
-
-def cols8_weight(block: CheckpointBlock, kept: list) -> bindings.Weight:
-    """A checkpoint block in the interleaved int16 layout, as _keep_blocks points a weight
-    of the avx512_bf16 class at it."""
-    if isinstance(block, Int4Weight):
-        n, k = block.packed.shape[0], 2 * block.packed.shape[1]
-    else:
-        n, k = block.q.shape
-    described = bindings.Weight(*native_layers._cols8(block, kept), 0, n, k)
-    described.integer_rows, described.integer16 = EVERY_STEP, 1
-    return described
-
-
-def model_weights(weights: str, kept: list) -> list[bindings.Weight]:
-    """The model's 121 block-backed weights (30 layers' projections and the tied head)."""
+def native_path(weights: str) -> native_layers.Native:
+    """The engine's native path over SmolLM2 for --weights (it keeps its weights alive)."""
     path = default_model_path()
     model = load_model(path, dtype=torch.float32, progress=False)[0]
-    blocks = checkpoint_blocks(model, path)
-    if weights == "cols8":
-        return [cols8_weight(block, kept) for block in blocks.values()]
-    return [
-        native_weight(module.weight.detach().contiguous(), weights == "bf16", kept)
-        for module in blocks
-    ]
+    checkpoint = weights == "checkpoint"
+    return native_layers.Native(
+        model,
+        "library_ab",
+        wide_gemm="float32" if weights == "float32" else "bf16",
+        blocks=checkpoint_blocks(model, path) if checkpoint else None,
+        blocks_int16=checkpoint,
+    )
 
 
 def one_pass(lib: ctypes.CDLL, weights: list, rows: int, xs: list, outs: list, threads: int):
@@ -152,15 +124,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--base", required=True, help="the git revision to compare against")
     parser.add_argument("--rows", type=int, nargs="+", default=[16, 32, 64])
-    parser.add_argument("--weights", choices=("float32", "bf16", "cols8"), default="bf16")
+    parser.add_argument("--weights", choices=("float32", "bf16", "checkpoint"), default="bf16")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
-    kept: list = []
     with tempfile.TemporaryDirectory() as folder:
         builds = {"base": base_library(args.base, Path(folder)), "this": bindings.library()}
-        weights = model_weights(args.weights, kept)
+        compute_path = native_path(args.weights)  # it keeps the weights' tensors alive
+        weights = compute_path.weights()
         rows_results = {}
         for rows in args.rows:
             rows_results[rows] = compare(builds, weights, rows, args.rounds, args.threads)

@@ -155,14 +155,17 @@ class Native(ComputePath):
         )
         self.extra_bytes = sum(h.copy_bytes for h in self._halves.values())
         self.extra_bytes += 0 if self._head is None else self._head.copy_bytes
-        weights = [w for h in self._halves.values() for w in h.weights()]
-        weights += [] if self._head is None else [self._head.weight]
-        with_blocks = [w for w in weights if w.blocks]
+        with_blocks = [w for w in self.weights() if w.blocks]
         self._kernel_weights = (
             f"checkpoint: {len(with_blocks)} weights' blocks {_reach(with_blocks[0])}"
             if with_blocks
             else "float32"
         )
+
+    def weights(self) -> list[bindings.Weight]:
+        """Every projection the native halves multiply by, then the head where it is native."""
+        weights = [w for h in self._halves.values() for w in h.weights()]
+        return weights + ([] if self._head is None else [self._head.weight])
 
     def halves(self, layer: DecoderLayer) -> "NativeHalves | None":
         """The layer's native halves, or None where it runs the torch ones."""

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.library_ab import REPOSITORY, base_library, cols8_weight, compare, native_weight
+from benchmarks.library_ab import REPOSITORY, base_library, compare
 from maas_kernels.native import bindings
 from maas_kernels.native import library as native
-from maas_kernels.quant_int4_ref import quantize_int4
-from maas_services.engine.native_layers import wide_bf16_kernel
+from maas_kernels.quant_int4_ref import dequantize_int4, quantize_int4
+from maas_services.engine.native_layers import NativeHead, wide_bf16_kernel
 from maas_services.engine.quantization.int4 import Int4Weight
 
 pytestmark = pytest.mark.skipif(
@@ -34,16 +34,22 @@ def test_head_built_beside_this_tree_times_both_on_the_same_rows(tmp_path: Path)
     base = base_library("HEAD", tmp_path)
     assert (tmp_path / "kernels" / "native" / "matmul.cpp").is_file()
     generator = torch.Generator().manual_seed(0)
-    kept: list = []
-    weights = [
-        native_weight(torch.randn(n, 576, generator=generator), bool(wide_bf16_kernel()), kept)
-        for n in (96, 200)
-    ]
-    # The narrow steps' interleaved blocks too (int16 activations).
-    blocks = Int4Weight(*quantize_int4(torch.randn(40, 576, generator=generator), 32), 32)
-    weights.append(cols8_weight(blocks, kept))
-    # 40 rows: the panel's wide tile (bf16) or outer-product tile (float32), and a tail.
-    result = compare({"base": base, "this": bindings.library()}, weights, 40, 2, 1)
-    assert result["base_ms"] > 0 and result["this_ms"] > 0 and result["base_over_this"] > 0
-    if kernels_committed():
-        assert result["same_bits"]
+    bf16 = bool(wide_bf16_kernel())
+    # Weights as the engine describes them (a head is one weight): float32 or its bf16
+    # copy, and one with its blocks too (the narrow steps' kernels).
+    heads = [NativeHead(torch.randn(n, 576, generator=generator), bf16, None) for n in (96, 200)]
+    dense = torch.randn(40, 576, generator=generator)
+    block = Int4Weight(*quantize_int4(dense, 32), 32)
+    heads.append(
+        NativeHead(
+            dequantize_int4(block.packed, block.scales, block.mins, 32), bf16, block, int16=True
+        )
+    )
+    weights = [head.weight for head in heads]
+    # 8 rows: the blocks' kernel; 40: the panel's wide tile (bf16) or outer-product tile
+    # (float32), and a tail.
+    for rows in (8, 40):
+        result = compare({"base": base, "this": bindings.library()}, weights, rows, 2, 1)
+        assert result["base_ms"] > 0 and result["this_ms"] > 0 and result["base_over_this"] > 0
+        if kernels_committed():
+            assert result["same_bits"]
