@@ -43,6 +43,19 @@ constexpr int ROWS = 4;  // activation rows a weight row is unpacked for at once
 // thread left the others waiting.
 constexpr int64_t PARALLEL_ROUNDING_ROWS = 16;
 
+// round_row(r) for every activation row: on the kernel's threads from
+// PARALLEL_ROUNDING_ROWS rows, else on this one, without entering libgomp at all (a
+// narrow step rounds each of its ~120 calls' rows in well under a microsecond a row).
+template <class RoundRow>
+void each_row(int64_t m, int threads, const RoundRow& round_row) {
+  if (m < PARALLEL_ROUNDING_ROWS) {
+    for (int64_t r = 0; r < m; r++) round_row(r);
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t r = 0; r < m; r++) round_row(r);
+}
+
 // The activation rows rounded to int8: q [m, k], d [m, k/32], for int8 weights also the
 // levels' magnitudes |q| [m, k], and for int4 each group's sum of the rounded activations
 // times their scales, [m, k/group], and each pair of blocks' scales as Int4Pair's
@@ -142,8 +155,7 @@ Quantized quantize_rows(const float* x, int64_t m, int64_t x_stride, int64_t k, 
   int8_t* levels = q.data();
   uint8_t* magnitude = group ? nullptr : magnitudes.data();
   float *scales = d.data(), *sums = group_sums.data(), *pair_scales = pair_d.data();
-#pragma omp parallel for schedule(static) num_threads(threads) if (m >= PARALLEL_ROUNDING_ROWS)
-  for (int64_t r = 0; r < m; r++)
+  each_row(m, threads, [&](int64_t r) {
     for (int64_t b = 0; b < blocks; b++) {
       float scale, sum;
       int8_t* at = levels + r * k + b * BLOCK;
@@ -160,6 +172,7 @@ Quantized quantize_rows(const float* x, int64_t m, int64_t x_stride, int64_t k, 
       scales[r * blocks + b] = scale;
       if (groups) add_to_group(sums + r * groups, b, group, scale, sum);
     }
+  });
   return {levels, nullptr, magnitudes.data(), scales, sums, pair_scales, k, blocks, groups};
 }
 
@@ -202,14 +215,14 @@ Quantized quantize_rows16(const float* x, int64_t m, int64_t x_stride, int64_t k
   // Plain pointers, as quantize_rows takes them.
   int16_t* levels = q.data();
   float *scales = d.data(), *sums = group_sums.data();
-#pragma omp parallel for schedule(static) num_threads(threads) if (m >= PARALLEL_ROUNDING_ROWS)
-  for (int64_t r = 0; r < m; r++)
+  each_row(m, threads, [&](int64_t r) {
     for (int64_t b = 0; b < blocks; b++) {
       float sum, scale = quantize_block16(x + r * x_stride + b * BLOCK, even_odd,
                                           levels + r * k + b * BLOCK, &sum);
       scales[r * blocks + b] = scale;
       if (groups) add_to_group(sums + r * groups, b, group, scale, sum);
     }
+  });
   return {nullptr, levels, nullptr, scales, sums, nullptr, k, blocks, groups};
 }
 
