@@ -25,7 +25,8 @@ GGUF's blocks (--kernel-activations as given), e.g. int8 against bf16.
 default.
 
 For an A/B of code, run it from two trees in turn (`--label`), e.g. a base revision
-exported with `git archive REV | tar -x -C /tmp/base`, and compare the medians.
+exported with `git archive REV | tar -x -C /tmp/base`, and compare the medians; for a
+change to the kernels alone, benchmarks/library_ab.py runs both builds in one process.
 """
 
 import argparse
