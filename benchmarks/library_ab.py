@@ -18,6 +18,10 @@ interleaved, on int16 activations up to BF16_BLOCKS_ROWS rows, the bf16 copies
 above); at the engine's row-kernel crossover and panel size, on `--threads`
 threads. The base is called through this tree's `weight_linear` signature and
 `NativeWeight` layout (bindings.py), so it must share them.
+
+`--attention CONTEXT` times the paged decode attention instead: a pass is SmolLM2's
+30 layers' calls (each its own pools, `--kv-cache-dtype` entries, blocks shuffled)
+for `--rows` decodes of CONTEXT positions each, through native_attention's own call.
 """
 
 import argparse
@@ -27,6 +31,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 
@@ -36,10 +41,13 @@ from benchmarks.machine import machine
 from benchmarks.results_file import report
 from maas_kernels.native import bindings
 from maas_kernels.native import library as native
+from maas_services.common.block_hash import BLOCK_SIZE
 from maas_services.common.machine_profile import machine_profile
 from maas_services.common.model_files import default_model_path
-from maas_services.engine import native_layers
+from maas_services.engine import native_attention, native_layers
+from maas_services.engine.attention_metadata import AttentionMetadata
 from maas_services.engine.loader import load_model
+from maas_services.engine.model_config import ModelConfig
 from maas_services.engine.quantization import cpu_kernel
 from maas_services.engine.quantization.checkpoint_blocks import checkpoint_blocks
 
@@ -64,16 +72,18 @@ def base_library(revision: str, folder: Path) -> ctypes.CDLL:
     sources = tuple(sorted((folder / "kernels" / "native").glob("*.cpp")))
     native.build(target, compiler, native.build_flags(machine_profile().flags), sources)
     lib = ctypes.CDLL(str(target))
-    lib.weight_linear.argtypes, lib.weight_linear.restype = bindings.SIGNATURES["weight_linear"]
+    for name in ("weight_linear", "paged_attention_decode"):
+        getattr(lib, name).argtypes, getattr(lib, name).restype = bindings.SIGNATURES[name]
     return lib
 
 
-def native_path(weights: str) -> native_layers.Native:
-    """The engine's native path over SmolLM2 for --weights (it keeps its weights alive)."""
+def native_path(weights: str) -> tuple[torch.nn.Module, native_layers.Native]:
+    """SmolLM2 and the engine's native path over it for --weights (which keeps its
+    weights alive)."""
     path = default_model_path()
     model = load_model(path, dtype=torch.float32, progress=False)[0]
     checkpoint = weights == "checkpoint"
-    return native_layers.Native(
+    return model, native_layers.Native(
         model,
         "library_ab",
         wide_gemm="float32" if weights == "float32" else "bf16",
@@ -82,33 +92,74 @@ def native_path(weights: str) -> native_layers.Native:
     )
 
 
-def one_pass(lib: ctypes.CDLL, weights: list, rows: int, xs: list, outs: list, threads: int):
-    for weight, x, out in zip(weights, xs, outs, strict=True):
-        lib.weight_linear(
-            ctypes.addressof(weight),
-            x.data_ptr(),
-            rows,
-            weight.k,
-            out.data_ptr(),
-            cpu_kernel.MAX_ROW_KERNEL_ROWS,
-            cpu_kernel.PANEL_BYTES,
-            threads,
-        )
-
-
-def compare(
-    builds: dict[str, ctypes.CDLL], weights: list, rows: int, rounds: int, threads: int
-) -> dict:
-    """Passes of "base" and "this" over weights at rows rows, alternating ABBA: the median
-    ms of each, base over this, and whether both gave the same bits."""
+def linear_pass(weights: list, rows: int, threads: int) -> Callable[[ctypes.CDLL], list]:
+    """A pass of every weight over the same rows of activations, by a given build."""
     generator = torch.Generator().manual_seed(rows)
     xs = [torch.randn(rows, w.k, generator=generator) for w in weights]
-    outs = {name: [torch.empty(rows, w.n) for w in weights] for name in builds}
-    times = {name: [] for name in builds}
+    outputs = {}  # each build's own, allocated once (outside the timing)
+
+    def run(lib: ctypes.CDLL) -> list:
+        if id(lib) not in outputs:
+            outputs[id(lib)] = [torch.empty(rows, w.n) for w in weights]
+        outs = outputs[id(lib)]
+        for weight, x, out in zip(weights, xs, outs, strict=True):
+            lib.weight_linear(
+                ctypes.addressof(weight),
+                x.data_ptr(),
+                rows,
+                weight.k,
+                out.data_ptr(),
+                cpu_kernel.MAX_ROW_KERNEL_ROWS,
+                cpu_kernel.PANEL_BYTES,
+                threads,
+            )
+        return outs
+
+    return run
+
+
+def attention_pass(
+    config: ModelConfig, decodes: int, context: int, pool_dtype: torch.dtype
+) -> Callable[[ctypes.CDLL], list]:
+    """A step's decode attention, every layer's, for decodes sequences of context
+    positions over shuffled blocks, by a given build (on torch's thread count)."""
+    heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+    blocks = -(-context // BLOCK_SIZE)
+    generator = torch.Generator().manual_seed(context)
+    tables = torch.randperm(decodes * blocks, generator=generator).view(decodes, blocks)
+    meta = AttentionMetadata.build(
+        torch.full((decodes,), context - 1),
+        [1] * decodes,
+        [context] * decodes,
+        tables.tolist(),
+        BLOCK_SIZE,
+        "cpu",
+    )
+    shape = (decodes * blocks, BLOCK_SIZE, kv_heads, head_dim)
+    layers = [
+        tuple(torch.randn(shape, generator=generator).to(pool_dtype) for _ in "kv")
+        for _ in range(config.num_layers)
+    ]
+    q = torch.randn(decodes, heads, head_dim, generator=generator)
+    k, v = (torch.randn(decodes, kv_heads, head_dim, generator=generator) for _ in "kv")
+
+    def run(lib: ctypes.CDLL) -> list:
+        return [
+            native_attention.store_and_attend(q, k, v, *pools, meta, library=lib)
+            for pools in layers
+        ]
+
+    return run
+
+
+def compare(builds: dict[str, ctypes.CDLL], one_pass: Callable, rounds: int) -> dict:
+    """Passes of "base" and "this", alternating ABBA: the median ms of each, base over
+    this, and whether both gave the same bits."""
+    times, outs = {name: [] for name in builds}, {}
     for round_ in range(rounds + 1):
         for name in ("base", "this") if round_ % 2 == 0 else ("this", "base"):
             start = time.perf_counter()
-            one_pass(builds[name], weights, rows, xs, outs[name], threads)
+            outs[name] = one_pass(builds[name])
             if round_:  # the first round warms both
                 times[name].append((time.perf_counter() - start) * 1e3)
     base_ms, this_ms = (statistics.median(times[name]) for name in ("base", "this"))
@@ -125,17 +176,25 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the git revision to compare against")
     parser.add_argument("--rows", type=int, nargs="+", default=[16, 32, 64])
     parser.add_argument("--weights", choices=("float32", "bf16", "checkpoint"), default="bf16")
+    parser.add_argument("--attention", type=int, metavar="CONTEXT", help="time attention")
+    parser.add_argument("--kv-cache-dtype", choices=("float32", "bf16"), default="bf16")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         builds = {"base": base_library(args.base, Path(folder)), "this": bindings.library()}
-        compute_path = native_path(args.weights)  # it keeps the weights' tensors alive
+        model, compute_path = native_path(args.weights)  # it keeps the weights alive
         weights = compute_path.weights()
+        torch.set_num_threads(args.threads)
+        pool_dtype = torch.bfloat16 if args.kv_cache_dtype == "bf16" else torch.float32
         rows_results = {}
         for rows in args.rows:
-            rows_results[rows] = compare(builds, weights, rows, args.rounds, args.threads)
+            if args.attention:
+                one_pass = attention_pass(model.config, rows, args.attention, pool_dtype)
+            else:
+                one_pass = linear_pass(weights, rows, args.threads)
+            rows_results[rows] = compare(builds, one_pass, args.rounds)
             print(rows, rows_results[rows], flush=True)
     report(
         {

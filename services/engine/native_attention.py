@@ -11,6 +11,7 @@ no gather into a buffer padded to a group's longest, no mask. Where the
 library cannot be built, library() is None and attention keeps its torch path.
 """
 
+import ctypes
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -74,10 +75,12 @@ def store_and_attend(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
+    library: ctypes.CDLL | None = None,
 ) -> torch.Tensor:
     """Every token's k, v into the pool; returns [tokens, heads, head_dim], decode rows filled.
 
-    The rows after the decodes (prefill chunks' queries) are left for the caller.
+    The rows after the decodes (prefill chunks' queries) are left for the caller. library
+    is the engine's build unless given (benchmarks/library_ab.py times another's).
     """
     if q.stride(2) != 1 or k.stride(2) != 1 or v.stride(2) != 1:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -86,7 +89,7 @@ def store_and_attend(
     tables = meta.block_tables
     # Positional, in the signature's order: at batch 1 the whole call is ~20 us of
     # kernel, so each wrapper microsecond shows.
-    bindings.library().paged_attention_decode(
+    (library or bindings.library()).paged_attention_decode(
         q.data_ptr(),
         q.stride(0),
         q.stride(1),

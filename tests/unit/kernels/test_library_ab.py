@@ -4,11 +4,18 @@ against them in one process on the same activations."""
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from benchmarks.library_ab import REPOSITORY, base_library, compare
+from benchmarks.library_ab import (
+    REPOSITORY,
+    attention_pass,
+    base_library,
+    compare,
+    linear_pass,
+)
 from maas_kernels.native import bindings
 from maas_kernels.native import library as native
 from maas_kernels.quant_int4_ref import dequantize_int4, quantize_int4
@@ -48,8 +55,14 @@ def test_head_built_beside_this_tree_times_both_on_the_same_rows(tmp_path: Path)
     weights = [head.weight for head in heads]
     # 8 rows: the blocks' kernel; 40: the panel's wide tile (bf16) or outer-product tile
     # (float32), and a tail.
-    for rows in (8, 40):
-        result = compare({"base": base, "this": bindings.library()}, weights, rows, 2, 1)
+    builds = {"base": base, "this": bindings.library()}
+    passes = [linear_pass(weights, rows, threads=1) for rows in (8, 40)]
+    # And decode attention: 3 decodes of 20 positions (a whole group of 8 and the rest of
+    # a block) over two layers' bf16 pools, SmolLM2's heads.
+    config = SimpleNamespace(num_heads=9, num_kv_heads=3, head_dim=64, num_layers=2)
+    passes.append(attention_pass(config, 3, 20, torch.bfloat16))
+    for one_pass in passes:
+        result = compare(builds, one_pass, rounds=2)
         assert result["base_ms"] > 0 and result["this_ms"] > 0 and result["base_over_this"] > 0
         if kernels_committed():
             assert result["same_bits"]
