@@ -119,7 +119,9 @@ class Native(ComputePath):
         super().__init__(reason)
         blocks = blocks or {}
         kernel = wide_bf16_kernel() if wide_gemm in ("bf16", "int8") else ""
-        wide_int8 = wide_gemm == "int8" and wide_int8_kernel()
+        # int8 computes from the checkpoint's blocks: a model without them (a folder)
+        # computes every step as `others`, and says so.
+        wide_int8 = wide_gemm == "int8" and wide_int8_kernel() and bool(blocks)
         self.wide_gemm = "int8" if wide_int8 else "bf16" if kernel else "float32"
         others = kernel or "float32 panel"
         if wide_int8:
@@ -128,8 +130,10 @@ class Native(ComputePath):
             )
         elif wide_gemm == "float32":
             self._wide_gemm_kernel = "float32 panel"
-        elif wide_gemm == "int8":
+        elif wide_gemm == "int8" and not wide_int8_kernel():
             self._wide_gemm_kernel = f"{others}: this CPU's library has no int8 kernel"
+        elif wide_gemm == "int8":
+            self._wide_gemm_kernel = f"{others}: the model has no checkpoint blocks for int8"
         else:
             self._wide_gemm_kernel = kernel or "none: this CPU's library has no bf16 panel"
         # Keyed by the layer module: a layer of another model (a copy) finds none here

@@ -11,7 +11,7 @@ from maas_services.engine.known_answer import judge, known_token_ids, score_nati
 from maas_services.engine.known_answer_reference import reference
 from maas_services.engine.machine_defaults import resolve
 from maas_services.engine.model_runner import choose_path
-from maas_services.engine.native_layers import Native, wide_bf16_kernel
+from maas_services.engine.native_layers import Native, wide_bf16_kernel, wide_int8_kernel
 from maas_services.engine.offline import generate, offline_engine
 from maas_services.engine.quantization.cpu_kernel import MAX_ROW_KERNEL_ROWS
 from maas_services.engine.sampling_params import SamplingParams
@@ -32,6 +32,17 @@ def test_the_engine_takes_the_bf16_panel_where_asked_and_auto_resolves_to_a_choi
     resolved = resolve(EngineSettings(), machine_profile(), on_cuda=False, environ={})
     assert resolved.settings.wide_gemm in ("float32", "bf16")
     assert resolved.choices["wide_gemm"].why
+
+
+def test_int8_without_the_checkpoints_blocks_says_it_computes_in_bf16(model):
+    # A model without blocks (a folder) has nothing int8 could compute from: its steps
+    # are bf16's, and engine_ready's fields say that, not the setting.
+    path = choose_path(model[0], compiled=False, native=True, wide_gemm="int8")
+    described = path.describe()
+    assert described["wide_gemm"] == "bf16"
+    assert described["wide_gemm_kernel"].startswith(wide_bf16_kernel())
+    assert "no checkpoint blocks" in described["wide_gemm_kernel"] or not wide_int8_kernel()
+    assert described["kernel_weights"] == "float32"
 
 
 def test_the_bf16_head_is_within_bf16_rounding_at_every_width(model, bf16_path):
