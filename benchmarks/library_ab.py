@@ -176,8 +176,15 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the git revision to compare against")
     parser.add_argument("--rows", type=int, nargs="+", default=[16, 32, 64])
     parser.add_argument("--weights", choices=("float32", "bf16", "checkpoint"), default="bf16")
-    parser.add_argument("--attention", type=int, metavar="CONTEXT", help="time attention")
-    parser.add_argument("--kv-cache-dtype", choices=("float32", "bf16"), default="bf16")
+    parser.add_argument(
+        "--attention",
+        type=int,
+        metavar="CONTEXT",
+        help="time decode attention over CONTEXT positions (--rows decodes), not the weights",
+    )
+    parser.add_argument(
+        "--kv-cache-dtype", choices=("float32", "bf16"), default="bf16", help="--attention's pools"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--output", type=Path)
