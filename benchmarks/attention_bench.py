@@ -49,16 +49,30 @@ def _path(name: str):
     return native_attention.torch_path() if name == "torch" else nullcontext()
 
 
-def layer_inputs(batch: int, low: int, high: int, seed: int):
+def layer_inputs(
+    batch: int,
+    low: int,
+    high: int,
+    seed: int,
+    pool_dtype: torch.dtype = torch.float32,
+    shuffled: bool = False,
+):
+    """A layer's q, k, v and pools for batch decodes of low-high positions, and the
+    arguments of their AttentionMetadata.build. Each sequence's blocks are consecutive, as
+    the free list hands them to a lone sequence, or where shuffled scattered over the pool,
+    as sequences that grew side by side hold them."""
     rng = random.Random(seed)
     contexts = sorted((rng.randint(low, high) for _ in range(batch)), reverse=True)
     needed = [-(-c // BLOCK_SIZE) for c in contexts]
-    tables, start = [], 1
+    ids = list(range(1, 1 + sum(needed)))
+    if shuffled:
+        rng.shuffle(ids)
+    tables, start = [], 0
     for n in needed:
-        tables.append(list(range(start, start + n)))
+        tables.append(ids[start : start + n])
         start += n
-    shape = (start, BLOCK_SIZE, KV_HEADS, HEAD_DIM)
-    k_cache, v_cache = torch.randn(shape), torch.randn(shape)
+    shape = (1 + start, BLOCK_SIZE, KV_HEADS, HEAD_DIM)
+    k_cache, v_cache = torch.randn(shape).to(pool_dtype), torch.randn(shape).to(pool_dtype)
     fused = torch.randn(batch, (HEADS + 2 * KV_HEADS) * HEAD_DIM)
     q, k, v = fused.split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=1)
     views = q.view(batch, HEADS, HEAD_DIM), k.view(batch, KV_HEADS, HEAD_DIM)

@@ -20,8 +20,9 @@ threads. The base is called through this tree's `weight_linear` signature and
 `NativeWeight` layout (bindings.py), so it must share them.
 
 `--attention CONTEXT` times the paged decode attention instead: a pass is SmolLM2's
-30 layers' calls (each its own pools, `--kv-cache-dtype` entries, blocks shuffled)
-for `--rows` decodes of CONTEXT positions each, through native_attention's own call.
+30 layers' calls (each its own pools, `--kv-cache-dtype` entries, blocks shuffled:
+attention_bench's layer inputs) for `--rows` decodes of CONTEXT positions each,
+through native_attention's own call.
 """
 
 import argparse
@@ -37,17 +38,16 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.attention_bench import layer_inputs
 from benchmarks.machine import machine
 from benchmarks.results_file import report
 from maas_kernels.native import bindings
 from maas_kernels.native import library as native
-from maas_services.common.block_hash import BLOCK_SIZE
 from maas_services.common.machine_profile import machine_profile
 from maas_services.common.model_files import default_model_path
 from maas_services.engine import native_attention, native_layers
 from maas_services.engine.attention_metadata import AttentionMetadata
 from maas_services.engine.loader import load_model
-from maas_services.engine.model_config import ModelConfig
 from maas_services.engine.quantization import cpu_kernel
 from maas_services.engine.quantization.checkpoint_blocks import checkpoint_blocks
 
@@ -119,34 +119,22 @@ def linear_pass(weights: list, rows: int, threads: int) -> Callable[[ctypes.CDLL
 
 
 def attention_pass(
-    config: ModelConfig, decodes: int, context: int, pool_dtype: torch.dtype
+    layers: int, decodes: int, context: int, pool_dtype: torch.dtype
 ) -> Callable[[ctypes.CDLL], list]:
-    """A step's decode attention, every layer's, for decodes sequences of context
-    positions over shuffled blocks, by a given build (on torch's thread count)."""
-    heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
-    blocks = -(-context // BLOCK_SIZE)
-    generator = torch.Generator().manual_seed(context)
-    tables = torch.randperm(decodes * blocks, generator=generator).view(decodes, blocks)
-    meta = AttentionMetadata.build(
-        torch.full((decodes,), context - 1),
-        [1] * decodes,
-        [context] * decodes,
-        tables.tolist(),
-        BLOCK_SIZE,
-        "cpu",
-    )
-    shape = (decodes * blocks, BLOCK_SIZE, kv_heads, head_dim)
-    layers = [
-        tuple(torch.randn(shape, generator=generator).to(pool_dtype) for _ in "kv")
-        for _ in range(config.num_layers)
-    ]
-    q = torch.randn(decodes, heads, head_dim, generator=generator)
-    k, v = (torch.randn(decodes, kv_heads, head_dim, generator=generator) for _ in "kv")
+    """A step's decode attention over layers layers (each its own pools and shuffled
+    tables: attention_bench's layer inputs) for decodes sequences of context positions,
+    by a given build (on torch's thread count)."""
+    calls = []
+    for layer in range(layers):
+        tensors, build = layer_inputs(
+            decodes, context, context, seed=layer, pool_dtype=pool_dtype, shuffled=True
+        )
+        calls.append((tensors, AttentionMetadata.build(*build)))
 
     def run(lib: ctypes.CDLL) -> list:
         return [
-            native_attention.store_and_attend(q, k, v, *pools, meta, library=lib)
-            for pools in layers
+            native_attention.store_and_attend(*tensors, meta, library=lib)
+            for tensors, meta in calls
         ]
 
     return run
@@ -198,7 +186,8 @@ def main() -> None:
         rows_results = {}
         for rows in args.rows:
             if args.attention:
-                one_pass = attention_pass(model.config, rows, args.attention, pool_dtype)
+                layers = model.config.num_layers
+                one_pass = attention_pass(layers, rows, args.attention, pool_dtype)
             else:
                 one_pass = linear_pass(weights, rows, args.threads)
             rows_results[rows] = compare(builds, one_pass, args.rounds)
