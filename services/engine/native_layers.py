@@ -119,23 +119,7 @@ class Native(ComputePath):
         super().__init__(reason)
         blocks = blocks or {}
         kernel = wide_bf16_kernel() if wide_gemm in ("bf16", "int8") else ""
-        # int8 computes from the checkpoint's blocks: a model without them (a folder)
-        # computes every step as `others`, and says so.
-        wide_int8 = wide_gemm == "int8" and wide_int8_kernel() and bool(blocks)
-        self.wide_gemm = "int8" if wide_int8 else "bf16" if kernel else "float32"
-        others = kernel or "float32 panel"
-        if wide_int8:
-            self._wide_gemm_kernel = (
-                f"avx512_vnni int8 on the checkpoint's blocks, {others} without"
-            )
-        elif wide_gemm == "float32":
-            self._wide_gemm_kernel = "float32 panel"
-        elif wide_gemm == "int8" and not wide_int8_kernel():
-            self._wide_gemm_kernel = f"{others}: this CPU's library has no int8 kernel"
-        elif wide_gemm == "int8":
-            self._wide_gemm_kernel = f"{others}: the model has no checkpoint blocks for int8"
-        else:
-            self._wide_gemm_kernel = kernel or "none: this CPU's library has no bf16 panel"
+        wide_int8 = wide_gemm == "int8" and wide_int8_kernel()
         # Keyed by the layer module: a layer of another model (a copy) finds none here
         # and runs its torch halves.
         self._halves: dict[DecoderLayer, NativeHalves] = {}
@@ -165,6 +149,23 @@ class Native(ComputePath):
             if with_blocks
             else "float32"
         )
+        # What computes wide steps, as built: int8 only where some weight's blocks took its
+        # kernel (a model without blocks, a folder, computes as `others` and says why).
+        int8 = any(_int8_blocks(w) for w in with_blocks)
+        self.wide_gemm = "int8" if int8 else "bf16" if kernel else "float32"
+        others = kernel or "float32 panel"
+        if int8:
+            self._wide_gemm_kernel = (
+                f"avx512_vnni int8 on the checkpoint's blocks, {others} without"
+            )
+        elif wide_gemm == "float32":
+            self._wide_gemm_kernel = "float32 panel"
+        elif wide_gemm == "int8" and not wide_int8:
+            self._wide_gemm_kernel = f"{others}: this CPU's library has no int8 kernel"
+        elif wide_gemm == "int8":
+            self._wide_gemm_kernel = f"{others}: no checkpoint blocks the int8 kernel takes"
+        else:
+            self._wide_gemm_kernel = kernel or "none: this CPU's library has no bf16 panel"
 
     def weights(self) -> list[bindings.Weight]:
         """Every projection the native halves multiply by, then the head where it is native."""
@@ -325,11 +326,17 @@ def _cols16(block: CheckpointBlock, kept: list) -> tuple:
     )
 
 
+def _int8_blocks(weight: bindings.Weight) -> bool:
+    """Whether weight's checkpoint blocks serve every step through the int8 kernel."""
+    blocks = bindings.Weight.from_address(weight.blocks)
+    return blocks.format in (bindings.INT4_COLS16, bindings.INT8_COLS16)
+
+
 def _reach(weight: bindings.Weight) -> str:
     """Which steps read weight's checkpoint blocks, and how, as _keep_blocks set it up."""
-    blocks = bindings.Weight.from_address(weight.blocks)
-    if blocks.format in (bindings.INT4_COLS16, bindings.INT8_COLS16):
+    if _int8_blocks(weight):
         return "at every step (their int8 kernel, interleaved, int8 activations)"
+    blocks = bindings.Weight.from_address(weight.blocks)
     layout = ", interleaved" if blocks.format in (bindings.INT4_COLS8, bindings.INT8_COLS8) else ""
     activations = "int16" if blocks.integer16 else "float32"
     return (
